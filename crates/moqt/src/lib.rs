@@ -1,0 +1,30 @@
+//! # moqt
+//!
+//! The wire format of Media over QUIC Transport, draft-ietf-moq-transport-18,
+//! and the pure parts of its session logic. Sans-IO: bytes in, values and bytes
+//! out; no sockets, no async runtime, no clocks.
+//!
+//! - [`coding`]: `vi64`, Locations, Key-Value-Pairs.
+//! - [`names`]: Track Namespaces and Full Track Names.
+//! - [`params`]: Message Parameters and Subscription Filters.
+//! - [`message`]: every control message.
+//! - [`data`]: subgroup streams, datagrams, fetch streams, padding.
+//! - [`session`]: SETUP validation, request-ID rules, control-stream framing.
+#![warn(missing_docs)]
+
+pub mod coding;
+pub mod data;
+pub mod error;
+pub mod message;
+pub mod names;
+pub mod params;
+pub mod session;
+
+pub use coding::{KeyValue, KvValue, Location};
+pub use error::{DecodeError, SessionErrorCode};
+pub use message::Message;
+pub use names::{FullTrackName, TrackNamespace};
+pub use params::{GroupOrder, Parameters, SubscriptionFilter};
+
+/// ALPN for raw QUIC and the WebTransport subprotocol for this draft.
+pub const ALPN: &str = "moqt-18";
