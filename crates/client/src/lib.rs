@@ -1,1 +1,19 @@
-//! placeholder
+//! # quichub-client
+//!
+//! An async MoQT (draft-18) client session: connect by URL, publish tracks
+//! (announced with PUBLISH_NAMESPACE and served on SUBSCRIBE, or pushed with
+//! PUBLISH), subscribe, fetch. Used by `quichub pub`, `quichub sub`, the demo,
+//! the interop client and the benchmarks. The wire format is [`moqt`]'s; this
+//! crate only moves bytes.
+#![warn(missing_docs)]
+
+mod publish;
+mod session;
+mod subscribe;
+pub mod synth;
+
+pub use publish::{LocalTrack, SubgroupWriter, TrackMode};
+pub use session::{ClientSession, ConnectOptions, NamespaceHandle};
+pub use subscribe::{FetchResult, ReceivedObject, SubscribeOptions, Subscription, SubscriptionEvent};
+
+pub use quichub_net::tls::Verify;

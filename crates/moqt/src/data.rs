@@ -67,6 +67,19 @@ pub enum StreamType {
 }
 
 impl StreamType {
+    /// Reads the stream type at the front of `buf` without consuming it; returns the
+    /// type and how many bytes it occupies.
+    ///
+    /// For [`StreamType::Control`] the stream type *is* the SETUP message's Type
+    /// field (0x2F00 is written once, §3.3 and §10.3), so the caller must hand the
+    /// stream to a [`crate::session::FrameReader`] from its first byte, type
+    /// included. For the other types the caller skips the returned length.
+    pub fn peek(buf: &[u8]) -> Result<(Self, usize), DecodeError> {
+        let mut s = buf;
+        let v = get_vi64(&mut s)?;
+        Ok((Self::from_code(v)?, buf.len() - s.len()))
+    }
+
     /// Classifies a stream type value; unknown values close the session.
     pub fn from_code(v: u64) -> Result<Self, DecodeError> {
         match v {
@@ -151,8 +164,16 @@ impl SubgroupHeader {
         }
     }
 
-    /// Decodes the rest of a header whose type byte `t` was already read.
+    /// Decodes the rest of a header whose type byte `t` was already read. On error
+    /// `buf` is left untouched.
     pub fn decode_after_type(t: u8, buf: &mut &[u8]) -> Result<Self, DecodeError> {
+        let mut cur = *buf;
+        let h = Self::decode_fields(t, &mut cur)?;
+        *buf = cur;
+        Ok(h)
+    }
+
+    fn decode_fields(t: u8, buf: &mut &[u8]) -> Result<Self, DecodeError> {
         if !Self::valid_type(t) {
             return Err(DecodeError::UnknownType(t as u64));
         }
@@ -179,13 +200,16 @@ impl SubgroupHeader {
         })
     }
 
-    /// Decodes a header including its type.
+    /// Decodes a header including its type. On error `buf` is left untouched.
     pub fn decode(buf: &mut &[u8]) -> Result<Self, DecodeError> {
-        let t = get_vi64(buf)?;
+        let mut cur = *buf;
+        let t = get_vi64(&mut cur)?;
         if t >= 0x80 {
             return Err(DecodeError::UnknownType(t));
         }
-        Self::decode_after_type(t as u8, buf)
+        let h = Self::decode_fields(t as u8, &mut cur)?;
+        *buf = cur;
+        Ok(h)
     }
 }
 
@@ -204,7 +228,9 @@ pub struct SubgroupObject {
 
 impl SubgroupObject {
     /// Encodes the object fields given the previous Object ID on the stream
-    /// (`None` for the first object). Returns `Err` if IDs go backwards.
+    /// (`None` for the first object). Returns `Err`, writing nothing, if IDs do not
+    /// increase, if a status other than Normal comes with a payload or properties,
+    /// or if the object has properties but the header lacks the PROPERTIES bit.
     pub fn encode<B: BufMut + ?Sized>(
         &self,
         buf: &mut B,
@@ -224,26 +250,65 @@ impl SubgroupObject {
         prev: Option<u64>,
         with_properties: bool,
     ) -> Result<(), DecodeError> {
+        self.encode_header_with_len(buf, prev, with_properties, self.payload.len())
+    }
+
+    /// Like [`Self::encode_header`] for a payload of `payload_len` bytes held
+    /// elsewhere (`self.payload` is ignored).
+    pub fn encode_header_with_len<B: BufMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        prev: Option<u64>,
+        with_properties: bool,
+        payload_len: usize,
+    ) -> Result<(), DecodeError> {
         let delta = match prev {
             None => self.object_id,
-            Some(p) => self
-                .object_id
-                .checked_sub(p + 1)
+            Some(p) => p
+                .checked_add(1)
+                .and_then(|next| self.object_id.checked_sub(next))
                 .ok_or(DecodeError::Invalid("object IDs must increase in a subgroup"))?,
         };
+        if self.status != ObjectStatus::Normal {
+            if !self.payload.is_empty() {
+                return Err(DecodeError::Invalid("payload on a status object"));
+            }
+            if !self.properties.is_empty() {
+                return Err(DecodeError::Invalid("properties on a status object"));
+            }
+        }
+        if !with_properties && !self.properties.is_empty() {
+            return Err(DecodeError::Invalid(
+                "object properties on a subgroup without the PROPERTIES bit",
+            ));
+        }
         put_vi64(buf, delta);
         if with_properties {
             put_lp_bytes(buf, &self.properties);
         }
-        put_vi64(buf, self.payload.len() as u64);
-        if self.payload.is_empty() {
+        put_vi64(buf, payload_len as u64);
+        if payload_len == 0 {
             put_vi64(buf, self.status.code());
         }
         Ok(())
     }
 
-    /// Decodes one object from `buf`, zero-copy from `src`.
+    /// Decodes one object from `buf`, zero-copy from `src`, given the previous
+    /// Object ID on the stream. On error `buf` is left untouched.
     pub fn decode(
+        buf: &mut &[u8],
+        src: &Bytes,
+        prev: Option<u64>,
+        with_properties: bool,
+        max_payload: usize,
+    ) -> Result<Self, DecodeError> {
+        let mut cur = *buf;
+        let o = Self::decode_inner(&mut cur, src, prev, with_properties, max_payload)?;
+        *buf = cur;
+        Ok(o)
+    }
+
+    fn decode_inner(
         buf: &mut &[u8],
         src: &Bytes,
         prev: Option<u64>,
@@ -309,13 +374,51 @@ impl ObjectDatagram {
         t < 0x30 && t & 0x10 == 0 && !(t & 0x20 != 0 && t & 0x02 != 0)
     }
 
-    /// The type this datagram encodes as.
+    /// How the object goes on the wire: the Object Status field (if the STATUS bit
+    /// is set), whether the END_OF_GROUP bit is set, and whether properties are
+    /// written.
+    ///
+    /// STATUS and END_OF_GROUP cannot be combined (types 0x22/0x23/... are
+    /// invalid), so a Normal status that ends the group is sent in the payload form
+    /// with an empty payload (the same object), and END_OF_GROUP is dropped from an
+    /// EndOfGroup or EndOfTrack status, which already says no later object exists.
+    /// Properties are never written for a status other than Normal (§11.2.1.2);
+    /// [`Self::validate`] reports that inconsistency.
+    fn wire_form(&self) -> (Option<ObjectStatus>, bool, bool) {
+        match self.status {
+            None => (None, self.end_of_group, !self.properties.is_empty()),
+            Some(ObjectStatus::Normal) if self.end_of_group => {
+                (None, true, !self.properties.is_empty())
+            }
+            Some(ObjectStatus::Normal) => {
+                (Some(ObjectStatus::Normal), false, !self.properties.is_empty())
+            }
+            Some(s) => (Some(s), false, false),
+        }
+    }
+
+    /// Checks that the datagram encodes exactly as described: no properties on a
+    /// status other than Normal, and no payload alongside a status.
+    pub fn validate(&self) -> Result<(), DecodeError> {
+        match self.status {
+            Some(s) if s != ObjectStatus::Normal && !self.properties.is_empty() => {
+                Err(DecodeError::Invalid("properties on a status object"))
+            }
+            Some(_) if !self.payload.is_empty() => {
+                Err(DecodeError::Invalid("payload on a status datagram"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The type this datagram encodes as (always a valid OBJECT_DATAGRAM type).
     pub fn type_code(&self) -> u64 {
+        let (status, end_of_group, properties) = self.wire_form();
         let mut t = 0u64;
-        if !self.properties.is_empty() {
+        if properties {
             t |= 0x01;
         }
-        if self.end_of_group {
+        if end_of_group {
             t |= 0x02;
         }
         if self.object_id == 0 {
@@ -324,7 +427,7 @@ impl ObjectDatagram {
         if self.priority.is_none() {
             t |= 0x08;
         }
-        if self.status.is_some() {
+        if status.is_some() {
             t |= 0x20;
         }
         t
@@ -332,6 +435,7 @@ impl ObjectDatagram {
 
     /// Encodes everything but the payload.
     pub fn encode_header<B: BufMut + ?Sized>(&self, buf: &mut B) {
+        let (status, _, _) = self.wire_form();
         let t = self.type_code();
         put_vi64(buf, t);
         put_vi64(buf, self.track_alias);
@@ -345,12 +449,13 @@ impl ObjectDatagram {
         if t & 0x01 != 0 {
             put_lp_bytes(buf, &self.properties);
         }
-        if let Some(s) = self.status {
+        if let Some(s) = status {
             put_vi64(buf, s.code());
         }
     }
 
-    /// Encodes the whole datagram.
+    /// Encodes the whole datagram. A payload is only written when `status` is
+    /// `None`.
     pub fn encode<B: BufMut + ?Sized>(&self, buf: &mut B) {
         self.encode_header(buf);
         if self.status.is_none() {
@@ -453,6 +558,8 @@ pub struct FetchState {
     prev_object: Option<u64>,
     prev_subgroup: Option<u64>,
     prev_priority: Option<u8>,
+    /// The previous object was sent as a datagram (no Subgroup ID).
+    prev_was_datagram: bool,
 }
 
 impl FetchState {
@@ -465,7 +572,28 @@ impl FetchState {
     }
 
     /// Encodes an entry, choosing the most compact flags.
+    ///
+    /// # Panics
+    /// If the entry cannot follow the previous one on this stream (see
+    /// [`Self::try_encode`]). Entries produced by [`Self::decode`] are always
+    /// encodable in the same order, so a relay forwarding a fetch never panics.
     pub fn encode<B: BufMut + ?Sized>(&mut self, buf: &mut B, e: &FetchEntry) {
+        if let Err(err) = self.try_encode(buf, e) {
+            panic!("unencodable fetch entry {e:?}: {err}");
+        }
+    }
+
+    /// Encodes an entry, choosing the most compact flags, or returns an error and
+    /// writes nothing when the entry cannot be expressed after the previous one:
+    /// a group that goes against the stream's group order, an Object ID below the
+    /// previous one in the same group, or an End of Range in the same group as the
+    /// previous entry (its Group ID field is always a delta that moves to another
+    /// group, §11.4.4).
+    pub fn try_encode<B: BufMut + ?Sized>(
+        &mut self,
+        buf: &mut B,
+        e: &FetchEntry,
+    ) -> Result<(), DecodeError> {
         match e {
             FetchEntry::EndOfNonExistentRange(l) | FetchEntry::EndOfUnknownRange(l) => {
                 let flag = if matches!(e, FetchEntry::EndOfNonExistentRange(_)) {
@@ -473,10 +601,11 @@ impl FetchState {
                 } else {
                     END_OF_UNKNOWN_RANGE
                 };
-                put_vi64(buf, flag);
                 // The flags include 0x08 and 0x04, so the group is a delta and the
                 // object ID is absolute.
-                self.put_group_delta(buf, l.group);
+                let group_delta = self.group_delta(l.group)?;
+                put_vi64(buf, flag);
+                put_vi64(buf, group_delta);
                 put_vi64(buf, l.object);
                 self.prev_group = Some(l.group);
                 self.prev_object = Some(l.object);
@@ -484,18 +613,34 @@ impl FetchState {
             FetchEntry::Object(o) => {
                 let mut flags = 0u64;
                 let group_same = self.prev_group == Some(o.group);
-                if !group_same {
+                let group_delta = if group_same {
+                    None
+                } else {
                     flags |= 0x08;
-                }
-                let obj_implicit = group_same && self.prev_object.map(|p| p + 1) == Some(o.object_id);
-                if !obj_implicit {
+                    Some(self.group_delta(o.group)?)
+                };
+                let object_delta = match (group_same, self.prev_object) {
+                    (true, Some(p)) if p.checked_add(1) == Some(o.object_id) => None,
+                    (true, Some(p)) => Some(o.object_id.checked_sub(p).ok_or(
+                        DecodeError::Invalid("object IDs must not decrease within a group"),
+                    )?),
+                    _ => Some(o.object_id),
+                };
+                if object_delta.is_some() {
                     flags |= 0x04;
                 }
+                // The prior Subgroup ID is only referenced when the prior object had
+                // one: after an object sent as a datagram the reference is ambiguous.
+                let prior = if self.prev_was_datagram {
+                    None
+                } else {
+                    self.prev_subgroup
+                };
                 match o.subgroup {
                     None => flags |= 0x40,
                     Some(0) => {}
-                    Some(s) if self.prev_subgroup == Some(s) => flags |= 0x01,
-                    Some(s) if self.prev_subgroup.map(|p| p + 1) == Some(s) => flags |= 0x02,
+                    Some(s) if prior == Some(s) => flags |= 0x01,
+                    Some(s) if prior.and_then(|p| p.checked_add(1)) == Some(s) => flags |= 0x02,
                     Some(_) => flags |= 0x03,
                 }
                 if self.prev_priority != Some(o.priority) {
@@ -505,14 +650,14 @@ impl FetchState {
                     flags |= 0x20;
                 }
                 put_vi64(buf, flags);
-                if flags & 0x08 != 0 {
-                    self.put_group_delta(buf, o.group);
+                if let Some(d) = group_delta {
+                    put_vi64(buf, d);
                 }
                 if flags & 0x40 == 0 && flags & 0x03 == 0x03 {
                     put_vi64(buf, o.subgroup.unwrap_or(0));
                 }
-                if flags & 0x04 != 0 {
-                    put_vi64(buf, self.object_delta(o.group, o.object_id));
+                if let Some(d) = object_delta {
+                    put_vi64(buf, d);
                 }
                 if flags & 0x10 != 0 {
                     buf.put_u8(o.priority);
@@ -527,29 +672,44 @@ impl FetchState {
                 if o.subgroup.is_some() {
                     self.prev_subgroup = o.subgroup;
                 }
+                self.prev_was_datagram = o.subgroup.is_none();
                 self.prev_priority = Some(o.priority);
             }
         }
+        Ok(())
     }
 
-    fn put_group_delta<B: BufMut + ?Sized>(&self, buf: &mut B, group: u64) {
-        let d = match self.prev_group {
-            None => group,
-            Some(p) if self.descending => p.saturating_sub(group).saturating_sub(1),
-            Some(p) => group.saturating_sub(p).saturating_sub(1),
-        };
-        put_vi64(buf, d);
-    }
-
-    fn object_delta(&self, group: u64, object: u64) -> u64 {
-        match (self.prev_group, self.prev_object) {
-            (Some(g), Some(o)) if g == group => object.saturating_sub(o),
-            _ => object,
+    /// The Group ID Delta that moves from the previous entry's group to `group`.
+    fn group_delta(&self, group: u64) -> Result<u64, DecodeError> {
+        match self.prev_group {
+            None => Ok(group),
+            Some(p) if self.descending => p
+                .checked_sub(group)
+                .and_then(|d| d.checked_sub(1))
+                .ok_or(DecodeError::Invalid("groups must decrease in a descending fetch")),
+            Some(p) => group
+                .checked_sub(p)
+                .and_then(|d| d.checked_sub(1))
+                .ok_or(DecodeError::Invalid("groups must increase in an ascending fetch")),
         }
     }
 
-    /// Decodes one entry.
+    /// Decodes one entry, zero-copy from `src`. On any error (including
+    /// [`DecodeError::Short`]) neither `buf` nor the state changes, so the caller
+    /// can retry with more bytes.
     pub fn decode(
+        &mut self,
+        buf: &mut &[u8],
+        src: &Bytes,
+        max_payload: usize,
+    ) -> Result<FetchEntry, DecodeError> {
+        let mut cur = *buf;
+        let e = self.decode_inner(&mut cur, src, max_payload)?;
+        *buf = cur;
+        Ok(e)
+    }
+
+    fn decode_inner(
         &mut self,
         buf: &mut &[u8],
         src: &Bytes,
@@ -624,6 +784,7 @@ impl FetchState {
         if subgroup.is_some() {
             self.prev_subgroup = subgroup;
         }
+        self.prev_was_datagram = subgroup.is_none();
         self.prev_priority = Some(priority);
         Ok(FetchEntry::Object(FetchObject {
             group,

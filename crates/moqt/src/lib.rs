@@ -10,11 +10,14 @@
 //! - [`message`]: every control message.
 //! - [`data`]: subgroup streams, datagrams, fetch streams, padding.
 //! - [`session`]: SETUP validation, request-ID rules, control-stream framing.
+//! - `fuzz` (feature `fuzz`): the bodies of the fuzz targets in `crates/moqt/fuzz/`.
 #![warn(missing_docs)]
 
 pub mod coding;
 pub mod data;
 pub mod error;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
 pub mod message;
 pub mod names;
 pub mod params;

@@ -277,6 +277,8 @@ pub enum Message {
     Subscribe(Subscribe),
     SubscribeOk(SubscribeOk),
     Publish(Publish),
+    /// PUBLISH_OK (0x1E): REQUEST_OK's layout; `properties` is never sent and must
+    /// be empty on receipt.
     PublishOk(RequestOk),
     PublishDone(PublishDone),
     Fetch(Fetch),
@@ -430,7 +432,9 @@ impl Message {
                 m.params.encode(b);
                 put_kvps(b, &m.properties);
             }
-            PublishOk(m) | RequestOk(m) => {
+            // PUBLISH_OK's Track Properties are always empty on the wire (§10.5).
+            PublishOk(m) => m.params.encode(b),
+            RequestOk(m) => {
                 m.params.encode(b);
                 put_kvps(b, &m.properties);
             }
@@ -595,15 +599,22 @@ impl Message {
                     properties,
                 })
             }
-            ty::PUBLISH_OK | ty::REQUEST_OK => {
+            ty::PUBLISH_OK => {
+                // PUBLISH_OK has the REQUEST_OK layout; its Track Properties MUST be
+                // empty (§10.5), and only parameters that list PUBLISH_OK may appear.
+                let params = Parameters::decode(p, src, allowed::PUBLISH_OK)?;
+                if !p.is_empty() {
+                    return Err(DecodeError::Invalid("track properties in PUBLISH_OK"));
+                }
+                Message::PublishOk(RequestOk {
+                    params,
+                    properties: Vec::new(),
+                })
+            }
+            ty::REQUEST_OK => {
                 let params = Parameters::decode(p, src, allowed::REQUEST_OK)?;
                 let properties = get_kvps(p, src).map_err(kv_error)?;
-                let m = RequestOk { params, properties };
-                if t == ty::PUBLISH_OK {
-                    Message::PublishOk(m)
-                } else {
-                    Message::RequestOk(m)
-                }
+                Message::RequestOk(RequestOk { params, properties })
             }
             ty::PUBLISH_DONE => {
                 let status = get_vi64(p)?;
@@ -718,11 +729,13 @@ impl Message {
     }
 }
 
-/// Properties and setup options are Key-Value-Pairs; a malformed pair is a
-/// KEY_VALUE_FORMATTING_ERROR rather than a plain protocol violation.
+/// Properties and setup options are Key-Value-Pairs; a pair whose value runs past
+/// the end of the message is a KEY_VALUE_FORMATTING_ERROR rather than a plain
+/// protocol violation. A byte value longer than 65535 stays [`DecodeError::TooLong`]
+/// (PROTOCOL_VIOLATION), as §1.4.3 requires.
 fn kv_error(e: DecodeError) -> DecodeError {
     match e {
-        DecodeError::Short | DecodeError::TooLong => DecodeError::KeyValueFormat,
+        DecodeError::Short => DecodeError::KeyValueFormat,
         e => e,
     }
 }

@@ -119,7 +119,7 @@ impl SubscriptionFilter {
             Self::AbsoluteRange {
                 start,
                 end_group_delta,
-            } => Some(start.group + end_group_delta),
+            } => Some(start.group.saturating_add(*end_group_delta)),
             _ => None,
         }
     }
@@ -127,8 +127,8 @@ impl SubscriptionFilter {
     /// Resolves the Start Location given the publisher's Largest Object.
     pub fn start(&self, largest: Option<Location>) -> Location {
         match (self, largest) {
-            (Self::NextGroupStart, Some(l)) => Location::new(l.group + 1, 0),
-            (Self::LargestObject, Some(l)) => Location::new(l.group, l.object + 1),
+            (Self::NextGroupStart, Some(l)) => Location::new(l.group.saturating_add(1), 0),
+            (Self::LargestObject, Some(l)) => Location::new(l.group, l.object.saturating_add(1)),
             (Self::NextGroupStart | Self::LargestObject, None) => Location::default(),
             (Self::AbsoluteStart(s), _) => *s,
             (Self::AbsoluteRange { start, .. }, _) => *start,
@@ -183,7 +183,8 @@ impl Allowed {
         Self(m)
     }
 
-    fn contains(&self, k: u64) -> bool {
+    /// True when parameter type `k` is in the set.
+    pub fn contains(&self, k: u64) -> bool {
         k < 128 && self.0 & (1u128 << k) != 0
     }
 }
@@ -377,7 +378,19 @@ pub mod allowed {
     ]);
     pub const SUBSCRIBE_OK: Allowed = Allowed::of(&[EXPIRES, LARGEST_OBJECT]);
     pub const PUBLISH: Allowed = Allowed::of(&[AUTHORIZATION_TOKEN, EXPIRES, LARGEST_OBJECT, FORWARD]);
-    /// REQUEST_OK carries the union of PUBLISH_OK, REQUEST_UPDATE_OK and TRACK_STATUS_OK.
+    /// PUBLISH_OK (type 0x1E): the parameters whose definition lists PUBLISH_OK.
+    pub const PUBLISH_OK: Allowed = Allowed::of(&[
+        OBJECT_DELIVERY_TIMEOUT,
+        SUBGROUP_DELIVERY_TIMEOUT,
+        EXPIRES,
+        FORWARD,
+        SUBSCRIBER_PRIORITY,
+        SUBSCRIPTION_FILTER,
+        GROUP_ORDER,
+        NEW_GROUP_REQUEST,
+    ]);
+    /// REQUEST_OK (type 0x7) carries the union of PUBLISH_OK, REQUEST_UPDATE_OK and
+    /// TRACK_STATUS_OK, since the codec cannot tell which request it answers.
     pub const REQUEST_OK: Allowed = Allowed::of(&[
         OBJECT_DELIVERY_TIMEOUT,
         SUBGROUP_DELIVERY_TIMEOUT,
@@ -389,11 +402,12 @@ pub mod allowed {
         GROUP_ORDER,
         NEW_GROUP_REQUEST,
     ]);
+    /// REQUEST_UPDATE. EXPIRES is not here: its definition lists REQUEST_UPDATE_OK
+    /// (a REQUEST_OK), not REQUEST_UPDATE.
     pub const REQUEST_UPDATE: Allowed = Allowed::of(&[
         OBJECT_DELIVERY_TIMEOUT,
         AUTHORIZATION_TOKEN,
         SUBGROUP_DELIVERY_TIMEOUT,
-        EXPIRES,
         FORWARD,
         SUBSCRIBER_PRIORITY,
         SUBSCRIPTION_FILTER,

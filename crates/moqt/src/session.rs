@@ -4,11 +4,11 @@
 
 use std::collections::BTreeSet;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 
 use crate::error::{DecodeError, SessionErrorCode};
 use crate::message::{setup_option, Message, Setup};
-use crate::coding::KeyValue;
+use crate::coding::{get_u16, get_vi64, KeyValue};
 
 /// Which end of the connection we are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,22 +138,24 @@ impl FrameReader {
     }
 
     /// Decodes the next whole message, `Ok(None)` if more bytes are needed.
+    ///
+    /// Once a whole frame is buffered it is split off without copying and decoded,
+    /// so byte fields of the message share the frame's allocation. After an error
+    /// the session must be closed; the reader's contents are then unspecified.
     pub fn next(&mut self) -> Result<Option<Message>, DecodeError> {
-        if self.buf.is_empty() {
+        // Type and Length tell whether the whole frame is here.
+        let mut s = &self.buf[..];
+        let (Ok(_), Ok(len)) = (get_vi64(&mut s), get_u16(&mut s)) else {
+            return Ok(None);
+        };
+        if s.len() < len as usize {
             return Ok(None);
         }
-        // Freeze a view so decoded byte fields share the allocation.
-        let src: Bytes = self.buf.clone().freeze();
-        let mut s = &src[..];
-        match Message::decode(&mut s, &src) {
-            Ok(m) => {
-                let used = src.len() - s.len();
-                self.buf.advance(used);
-                Ok(Some(m))
-            }
-            Err(DecodeError::Short) => Ok(None),
-            Err(e) => Err(e),
-        }
+        let total = self.buf.len() - s.len() + len as usize;
+        let frame = self.buf.split_to(total).freeze();
+        let (m, used) = Message::decode_bytes(&frame)?;
+        debug_assert_eq!(used, total);
+        Ok(Some(m))
     }
 }
 

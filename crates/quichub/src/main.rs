@@ -1,1 +1,71 @@
-fn main() {}
+//! `quichub`: the one binary. Subcommands: `relay`, `pub`, `sub`, `demo`,
+//! `interop-client`. Logic lives in the crates; this file parses arguments.
+
+mod demo;
+mod interop;
+mod pubsub;
+mod relay_cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "quichub", version, about = "MoQT relay and toolkit for media and IoT over QUIC")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the MoQT relay (raw QUIC and WebTransport on one UDP port).
+    Relay(relay_cmd::RelayArgs),
+    /// Publish a synthetic track (audio, video, imu) or stdin.
+    Pub(pubsub::PubArgs),
+    /// Subscribe to a track: payloads to stdout, or live stats.
+    Sub(pubsub::SubArgs),
+    /// An embedded relay, a publisher of audio, video and IMU tracks, and subscribers.
+    Demo(demo::DemoArgs),
+    /// The moq-interop-runner test client (TAP 14 output).
+    InteropClient(interop::InteropArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,web_transport_quinn=error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let result = rt.block_on(async move {
+        match cli.command {
+            Command::Relay(a) => relay_cmd::run(a).await.map(|_| 0),
+            Command::Pub(a) => pubsub::run_pub(a).await.map(|_| 0),
+            Command::Sub(a) => pubsub::run_sub(a).await.map(|_| 0),
+            Command::Demo(a) => demo::run(a).await.map(|_| 0),
+            Command::InteropClient(a) => interop::run(a).await,
+        }
+    });
+    match result {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+/// Parses a hex SHA-256 fingerprint option into a verifier.
+pub(crate) fn verify_from(fingerprint: Option<&str>) -> anyhow::Result<quichub_client::Verify> {
+    Ok(match fingerprint {
+        Some(f) => quichub_client::Verify::Fingerprints(vec![quichub_net::tls::unhex(f)
+            .filter(|b| b.len() == 32)
+            .ok_or_else(|| anyhow::anyhow!("--fingerprint must be 64 hex digits"))?]),
+        None => quichub_client::Verify::Insecure,
+    })
+}

@@ -1,1 +1,31 @@
-//! placeholder
+//! # quichub-relay
+//!
+//! The routing core of quichub. Publishers announce namespaces or publish
+//! tracks; subscribers subscribe; the relay keeps one upstream subscription per
+//! track however many subscribers there are, stores each object once
+//! (`bytes::Bytes`) and fans it out to every subscriber without copying the
+//! payload. A bounded broadcast ring per track decouples subscribers: one that
+//! cannot keep up loses old objects (and, past a limit, its subscription with
+//! TOO_FAR_BEHIND); it never slows the publisher or the others.
+//!
+//! Modules:
+//! - [`config`]: limits and defaults.
+//! - [`object`]: objects and track events as they flow through the relay.
+//! - [`track`]: per-track state: fan-out ring, cache of recent groups, largest location.
+//! - [`core`]: the registry of namespaces, tracks and namespace subscriptions.
+//! - [`session`]: one MoQT session (either role) speaking to the core.
+//! - [`forward`]: delivery of one subscription's objects to one session.
+//! - [`metrics`]: counters and their Prometheus rendering.
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod core;
+pub mod endpoint;
+pub mod forward;
+pub mod metrics;
+pub mod object;
+pub mod session;
+pub mod track;
+
+pub use crate::config::Config;
+pub use crate::core::Relay;

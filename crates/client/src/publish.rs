@@ -1,0 +1,220 @@
+//! Publishing: tracks we serve, written as datagrams or subgroup streams.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use anyhow::bail;
+use bytes::{Bytes, BytesMut};
+use moqt::data::{ObjectDatagram, ObjectStatus, SubgroupHeader, SubgroupId, SubgroupObject};
+use moqt::message::{Message, Publish, PublishDone};
+use moqt::{FullTrackName, KeyValue, Location, Parameters};
+use quichub_net::io::{write_message, MessageReader};
+use web_transport_quinn::{SendStream, Session};
+
+use crate::session::{ClientSession, Inner};
+
+/// How a track reaches the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrackMode {
+    /// Served when the relay SUBSCRIBEs (after PUBLISH_NAMESPACE).
+    Announce,
+    /// Pushed with PUBLISH right away.
+    Push,
+}
+
+/// A track this client publishes.
+pub struct LocalTrack {
+    /// Full name.
+    pub name: FullTrackName,
+    /// The Track Alias we use for it.
+    pub alias: u64,
+    /// Publisher Priority for its objects.
+    pub priority: u8,
+    session: Session,
+    forward: AtomicBool,
+    largest: Mutex<Option<Location>>,
+    properties: Vec<KeyValue>,
+    publish_stream: tokio::sync::Mutex<Option<(SendStream, MessageReader)>>,
+}
+
+impl LocalTrack {
+    /// Whether objects are currently being forwarded to a subscriber.
+    pub fn is_forwarding(&self) -> bool {
+        self.forward.load(Relaxed)
+    }
+
+    pub(crate) fn set_forward(&self, f: bool) {
+        self.forward.store(f, Relaxed);
+    }
+
+    /// Largest Location written.
+    pub fn largest(&self) -> Option<Location> {
+        *self.largest.lock().expect("largest")
+    }
+
+    pub(crate) fn properties(&self) -> Vec<KeyValue> {
+        self.properties.clone()
+    }
+
+    fn note(&self, loc: Location) {
+        let mut l = self.largest.lock().expect("largest");
+        if l.is_none_or(|x| loc > x) {
+            *l = Some(loc);
+        }
+    }
+
+    /// Sends one object as a datagram. Returns `false` when nobody subscribes
+    /// (the object is dropped, as a live source would) or the datagram was refused.
+    pub fn send_datagram(&self, group: u64, object_id: u64, payload: Bytes) -> bool {
+        self.note(Location::new(group, object_id));
+        if !self.is_forwarding() {
+            return false;
+        }
+        let d = ObjectDatagram {
+            track_alias: self.alias,
+            group,
+            object_id,
+            priority: Some(self.priority),
+            properties: Bytes::new(),
+            end_of_group: false,
+            status: None,
+            payload,
+        };
+        let mut b = BytesMut::with_capacity(16 + d.payload.len());
+        d.encode(&mut b);
+        self.session.send_datagram(b.freeze()).is_ok()
+    }
+
+    /// Opens a subgroup stream. Returns `None` when nobody subscribes.
+    pub async fn open_subgroup(&self, group: u64, subgroup: u64) -> anyhow::Result<Option<SubgroupWriter<'_>>> {
+        if !self.is_forwarding() {
+            return Ok(None);
+        }
+        let mut stream = self.session.open_uni().await?;
+        let _ = stream.set_priority(255 - self.priority as i32);
+        let mut b = BytesMut::new();
+        SubgroupHeader {
+            track_alias: self.alias,
+            group,
+            subgroup: if subgroup == 0 {
+                SubgroupId::Zero
+            } else {
+                SubgroupId::Explicit(subgroup)
+            },
+            priority: Some(self.priority),
+            has_properties: false,
+            end_of_group: false,
+            first_object: true,
+        }
+        .encode(&mut b);
+        stream.write_all(&b).await?;
+        Ok(Some(SubgroupWriter {
+            stream,
+            prev: None,
+            group,
+            track: self,
+        }))
+    }
+
+    /// Ends a pushed track with PUBLISH_DONE (TRACK_ENDED).
+    pub async fn finish(&self, stream_count: u64) -> anyhow::Result<()> {
+        if let Some((send, _)) = self.publish_stream.lock().await.as_mut() {
+            let m = Message::PublishDone(PublishDone {
+                status: moqt::error::publish_done::TRACK_ENDED,
+                stream_count,
+                reason: Bytes::new(),
+            });
+            write_message(send, &m).await?;
+            let _ = send.finish();
+        }
+        Ok(())
+    }
+}
+
+/// Writes the objects of one subgroup, in increasing Object ID order.
+pub struct SubgroupWriter<'a> {
+    stream: SendStream,
+    prev: Option<u64>,
+    group: u64,
+    track: &'a LocalTrack,
+}
+
+impl SubgroupWriter<'_> {
+    /// Writes one object.
+    pub async fn write(&mut self, object_id: u64, payload: Bytes) -> anyhow::Result<()> {
+        self.write_status(object_id, payload, ObjectStatus::Normal).await
+    }
+
+    /// Writes an object with a status (payload must be empty unless Normal).
+    pub async fn write_status(&mut self, object_id: u64, payload: Bytes, status: ObjectStatus) -> anyhow::Result<()> {
+        let o = SubgroupObject {
+            object_id,
+            properties: Bytes::new(),
+            status,
+            payload: Bytes::new(),
+        };
+        let mut b = BytesMut::with_capacity(16);
+        o.encode_header_with_len(&mut b, self.prev, false, payload.len())?;
+        self.stream.write_chunk(b.freeze()).await?;
+        if !payload.is_empty() {
+            self.stream.write_chunk(payload).await?;
+        }
+        self.prev = Some(object_id);
+        self.track.note(Location::new(self.group, object_id));
+        Ok(())
+    }
+
+    /// Ends the subgroup with FIN.
+    pub fn finish(mut self) {
+        let _ = self.stream.finish();
+    }
+}
+
+impl ClientSession {
+    /// Registers a track. In [`TrackMode::Push`] it is sent with PUBLISH now
+    /// and this waits for PUBLISH_OK; in [`TrackMode::Announce`] it is served
+    /// when the relay subscribes (its namespace must be published).
+    pub async fn create_track(
+        &self,
+        name: FullTrackName,
+        priority: u8,
+        mode: TrackMode,
+    ) -> anyhow::Result<Arc<LocalTrack>> {
+        let inner: &Arc<Inner> = &self.inner;
+        let alias = inner.next_alias.fetch_add(1, Relaxed);
+        let track = Arc::new(LocalTrack {
+            name: name.clone(),
+            alias,
+            priority,
+            session: inner.session.clone(),
+            forward: AtomicBool::new(false),
+            largest: Mutex::new(None),
+            properties: vec![KeyValue::int(0x0E, priority as u64)],
+            publish_stream: tokio::sync::Mutex::new(None),
+        });
+        inner.tracks.lock().expect("tracks").insert(name.clone(), track.clone());
+        if mode == TrackMode::Push {
+            let (mut send, recv) = inner.session.open_bi().await?;
+            let msg = Message::Publish(Publish {
+                request_id: self.next_request_id(),
+                track: name,
+                track_alias: alias,
+                params: Parameters::default(),
+                properties: track.properties(),
+            });
+            write_message(&mut send, &msg).await?;
+            let mut reader = MessageReader::new(recv, &[]);
+            match reader.next().await? {
+                Message::PublishOk(ok) | Message::RequestOk(ok) => {
+                    track.set_forward(ok.params.forward.unwrap_or(true));
+                }
+                Message::RequestError(e) => {
+                    bail!("PUBLISH refused: {:#x} {}", e.code, String::from_utf8_lossy(&e.reason))
+                }
+                other => bail!("unexpected {} in reply to PUBLISH", other.name()),
+            }
+            *track.publish_stream.lock().await = Some((send, reader));
+        }
+        Ok(track)
+    }
+}

@@ -1,0 +1,351 @@
+//! Subscribing and fetching: objects arrive on subgroup streams and datagrams
+//! and are routed by Track Alias to the subscription's channel.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use bytes::{Bytes, BytesMut};
+use moqt::data::{FetchEntry, FetchObject, FetchState, ObjectDatagram, ObjectStatus, SubgroupHeader, SubgroupId, SubgroupObject};
+use moqt::message::{Fetch, FetchKind, FetchOk, Message, Publish, RequestOk, RequestUpdate};
+use moqt::{DecodeError, FullTrackName, GroupOrder, Location, Parameters, SubscriptionFilter};
+use quichub_net::io::{write_message, MessageReader, ReadError};
+use tokio::sync::{mpsc, oneshot};
+use web_transport_quinn::{RecvStream, SendStream};
+
+use crate::session::{ClientSession, Inner};
+
+/// An object as received.
+#[derive(Debug, Clone)]
+pub struct ReceivedObject {
+    /// Group ID.
+    pub group: u64,
+    /// Subgroup ID; `None` for a datagram.
+    pub subgroup: Option<u64>,
+    /// Object ID.
+    pub object_id: u64,
+    /// Publisher Priority.
+    pub priority: Option<u8>,
+    /// Status.
+    pub status: ObjectStatus,
+    /// Payload.
+    pub payload: Bytes,
+    /// When it arrived.
+    pub arrived: Instant,
+}
+
+/// What a subscription yields.
+#[derive(Debug, Clone)]
+pub enum SubscriptionEvent {
+    /// An object.
+    Object(ReceivedObject),
+    /// A subgroup stream ended: `fin` for a clean end, false for a reset.
+    SubgroupEnd {
+        /// Group.
+        group: u64,
+        /// Subgroup.
+        subgroup: u64,
+        /// Clean.
+        fin: bool,
+    },
+    /// PUBLISH_DONE with its status and stream count.
+    Done {
+        /// Status code.
+        status: u64,
+        /// Streams opened by the publisher.
+        stream_count: u64,
+    },
+}
+
+/// SUBSCRIBE options.
+#[derive(Debug, Clone, Default)]
+pub struct SubscribeOptions {
+    /// Filter (absent: unfiltered).
+    pub filter: Option<SubscriptionFilter>,
+    /// SUBSCRIBER_PRIORITY.
+    pub priority: Option<u8>,
+    /// FORWARD.
+    pub forward: Option<bool>,
+    /// RENDEZVOUS_TIMEOUT in ms.
+    pub rendezvous_ms: Option<u64>,
+    /// GROUP_ORDER.
+    pub group_order: Option<GroupOrder>,
+    /// OBJECT_DELIVERY_TIMEOUT in ms.
+    pub object_timeout_ms: Option<u64>,
+}
+
+/// An established subscription.
+pub struct Subscription {
+    /// The Request ID (for Joining FETCH).
+    pub request_id: u64,
+    /// Track Alias.
+    pub alias: u64,
+    /// LARGEST_OBJECT from SUBSCRIBE_OK.
+    pub largest: Option<Location>,
+    rx: mpsc::UnboundedReceiver<SubscriptionEvent>,
+    send: SendStream,
+    reader: Option<MessageReader>,
+    session: ClientSession,
+    pending_done: Option<(u64, u64)>,
+}
+
+impl Subscription {
+    /// The next event; `None` once the subscription is over and drained.
+    pub async fn next(&mut self) -> Option<SubscriptionEvent> {
+        if let Some((status, stream_count)) = self.pending_done {
+            // PUBLISH_DONE came: drain what is still queued, then report it once.
+            if let Ok(ev) = self.rx.try_recv() {
+                return Some(ev);
+            }
+            self.pending_done = None;
+            self.reader = None;
+            return Some(SubscriptionEvent::Done { status, stream_count });
+        }
+        loop {
+            let control = async {
+                match self.reader.as_mut() {
+                    Some(r) => r.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                ev = self.rx.recv() => return ev,
+                m = control => match m {
+                    Ok(Message::PublishDone(d)) => {
+                        self.reader = None;
+                        // Objects already in flight may still arrive: give them a moment.
+                        let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+                        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                            if let SubscriptionEvent::Object(_) = ev {
+                                // Put it back in order: deliver it now, Done next time.
+                                self.pending_done = Some((d.status, d.stream_count));
+                                return Some(ev);
+                            }
+                        }
+                        return Some(SubscriptionEvent::Done { status: d.status, stream_count: d.stream_count });
+                    }
+                    Ok(_) => {}
+                    Err(_) => self.reader = None,
+                }
+            }
+        }
+    }
+
+    /// Sends REQUEST_UPDATE with new parameters and waits for the answer.
+    pub async fn update(&mut self, params: Parameters) -> anyhow::Result<()> {
+        let id = self.session.next_request_id();
+        write_message(&mut self.send, &Message::RequestUpdate(RequestUpdate { request_id: id, params })).await?;
+        Ok(())
+    }
+
+    /// Unsubscribes (STOP_SENDING / reset on the request stream).
+    pub fn cancel(mut self) {
+        let _ = self.send.reset(moqt::error::reset::CANCELLED);
+        if let Some(r) = self.reader.as_mut() {
+            r.stop(moqt::error::reset::CANCELLED);
+        }
+        self.session.inner.aliases.lock().expect("aliases").remove(&self.alias);
+    }
+}
+
+/// A FETCH's answer and its objects.
+#[derive(Debug)]
+pub struct FetchResult {
+    /// FETCH_OK.
+    pub ok: FetchOk,
+    /// Objects in stream order.
+    pub objects: Vec<FetchObject>,
+}
+
+impl ClientSession {
+    /// Subscribes to a track.
+    pub async fn subscribe(&self, track: FullTrackName, opts: SubscribeOptions) -> anyhow::Result<Subscription> {
+        let params = Parameters {
+            subscription_filter: opts.filter,
+            subscriber_priority: opts.priority,
+            forward: opts.forward,
+            rendezvous_timeout: opts.rendezvous_ms,
+            group_order: opts.group_order,
+            object_delivery_timeout: opts.object_timeout_ms,
+            ..Default::default()
+        };
+        // Register the channel before the reply so no early object is lost: the
+        // alias is only known from SUBSCRIBE_OK, so objects that race ahead of
+        // it wait in the stream handler (see `on_subgroup`).
+        let (reply, send, reader, request_id) = self.subscribe_raw(track, params).await?;
+        match reply {
+            Message::SubscribeOk(ok) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                self.inner.aliases.lock().expect("aliases").insert(ok.track_alias, tx);
+                self.inner.alias_added.notify_waiters();
+                Ok(Subscription {
+                    request_id,
+                    alias: ok.track_alias,
+                    largest: ok.params.largest_object,
+                    rx,
+                    send,
+                    reader: Some(reader),
+                    session: self.clone(),
+                    pending_done: None,
+                })
+            }
+            Message::RequestError(e) => bail!(
+                "SUBSCRIBE refused: code {:#x} {}",
+                e.code,
+                String::from_utf8_lossy(&e.reason)
+            ),
+            other => bail!("unexpected {} in reply to SUBSCRIBE", other.name()),
+        }
+    }
+
+    /// Sends a FETCH and collects its objects.
+    pub async fn fetch(&self, kind: FetchKind, params: Parameters) -> anyhow::Result<FetchResult> {
+        let (mut send, recv) = self.inner.session.open_bi().await?;
+        let request_id = self.next_request_id();
+        let (tx, rx) = oneshot::channel();
+        self.inner.fetches.lock().expect("fetches").insert(request_id, tx);
+        let descending = params.group_order == Some(GroupOrder::Descending);
+        write_message(&mut send, &Message::Fetch(Fetch { request_id, kind, params })).await?;
+        let mut reader = MessageReader::new(recv, &[]);
+        let ok = match reader.next().await? {
+            Message::FetchOk(ok) => ok,
+            Message::RequestError(e) => {
+                self.inner.fetches.lock().expect("fetches").remove(&request_id);
+                bail!("FETCH refused: code {:#x} {}", e.code, String::from_utf8_lossy(&e.reason))
+            }
+            other => bail!("unexpected {} in reply to FETCH", other.name()),
+        };
+        let (mut stream, first) = tokio::time::timeout(Duration::from_secs(5), rx).await??;
+        let mut buf = BytesMut::from(&first[..]);
+        loop {
+            match stream.read_chunk(64 * 1024, true).await {
+                Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
+                Ok(None) => break,
+                Err(e) => bail!("fetch stream: {e}"),
+            }
+        }
+        let src = buf.freeze();
+        let mut s = &src[..];
+        let mut state = FetchState::new(descending);
+        let mut objects = Vec::new();
+        while !s.is_empty() {
+            match state.decode(&mut s, &src, self.inner.max_object)? {
+                FetchEntry::Object(o) => objects.push(o),
+                _ => {}
+            }
+        }
+        Ok(FetchResult { ok, objects })
+    }
+}
+
+pub(crate) fn on_datagram(inner: &Arc<Inner>, d: Bytes) {
+    let Ok(dg) = ObjectDatagram::decode(&d) else {
+        return;
+    };
+    let tx = inner.aliases.lock().expect("aliases").get(&dg.track_alias).cloned();
+    if let Some(tx) = tx {
+        let _ = tx.send(SubscriptionEvent::Object(ReceivedObject {
+            group: dg.group,
+            subgroup: None,
+            object_id: dg.object_id,
+            priority: dg.priority,
+            status: dg.status.unwrap_or(ObjectStatus::Normal),
+            payload: dg.payload,
+            arrived: Instant::now(),
+        }));
+    }
+}
+
+pub(crate) async fn on_subgroup(inner: &Arc<Inner>, t: u8, mut stream: RecvStream, first: Bytes) -> anyhow::Result<()> {
+    let mut buf = BytesMut::from(&first[..]);
+    let header = loop {
+        let mut s = &buf[..];
+        match SubgroupHeader::decode_after_type(t, &mut s) {
+            Ok(h) => {
+                let used = buf.len() - s.len();
+                let _ = buf.split_to(used);
+                break h;
+            }
+            Err(DecodeError::Short) => match stream.read_chunk(4096, true).await {
+                Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
+                _ => return Ok(()),
+            },
+            Err(e) => bail!("{e}"),
+        }
+    };
+    // The SUBSCRIBE_OK carrying this alias may still be in flight.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let tx = loop {
+        let wait = inner.alias_added.notified();
+        if let Some(tx) = inner.aliases.lock().expect("aliases").get(&header.track_alias).cloned() {
+            break tx;
+        }
+        if tokio::time::timeout_at(deadline, wait).await.is_err() {
+            let _ = stream.stop(moqt::error::reset::CANCELLED);
+            return Ok(());
+        }
+    };
+    let mut prev = None;
+    let mut sg = match header.subgroup {
+        SubgroupId::Zero => Some(0),
+        SubgroupId::Explicit(v) => Some(v),
+        SubgroupId::FirstObject => None,
+    };
+    loop {
+        let src = buf.clone().freeze();
+        let mut s = &src[..];
+        match SubgroupObject::decode(&mut s, &src, prev, header.has_properties, inner.max_object) {
+            Ok(o) => {
+                let used = src.len() - s.len();
+                let _ = buf.split_to(used);
+                prev = Some(o.object_id);
+                let sgid = *sg.get_or_insert(o.object_id);
+                let _ = tx.send(SubscriptionEvent::Object(ReceivedObject {
+                    group: header.group,
+                    subgroup: Some(sgid),
+                    object_id: o.object_id,
+                    priority: header.priority,
+                    status: o.status,
+                    payload: o.payload,
+                    arrived: Instant::now(),
+                }));
+                continue;
+            }
+            Err(DecodeError::Short) => {}
+            Err(e) => bail!("{e}"),
+        }
+        match stream.read_chunk(64 * 1024, true).await {
+            Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
+            Ok(None) => {
+                if !buf.is_empty() {
+                    bail!("subgroup stream ended mid-object");
+                }
+                let _ = tx.send(SubscriptionEvent::SubgroupEnd { group: header.group, subgroup: sg.unwrap_or(0), fin: true });
+                return Ok(());
+            }
+            Err(_) => {
+                let _ = tx.send(SubscriptionEvent::SubgroupEnd { group: header.group, subgroup: sg.unwrap_or(0), fin: false });
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// A PUBLISH from the relay (after SUBSCRIBE_TRACKS): accepted, and its
+/// objects dropped unless the application subscribed the alias.
+pub(crate) async fn on_publish(inner: &Arc<Inner>, mut send: SendStream, mut reader: MessageReader, p: Publish) -> anyhow::Result<()> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    inner.aliases.lock().expect("aliases").insert(p.track_alias, tx);
+    inner.alias_added.notify_waiters();
+    write_message(&mut send, &Message::PublishOk(RequestOk::default())).await?;
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    loop {
+        match reader.next().await {
+            Ok(Message::PublishDone(_)) | Err(ReadError::Finished) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    inner.aliases.lock().expect("aliases").remove(&p.track_alias);
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! Framed control messages over QUIC streams, and reading stream prefixes.
+
+use bytes::{Bytes, BytesMut};
+use moqt::session::FrameReader;
+use moqt::{DecodeError, Message};
+use web_transport_quinn::{RecvStream, SendStream};
+
+/// Why reading a message from a stream stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The peer sent bytes that do not decode (session error).
+    #[error("decode: {0}")]
+    Decode(#[from] DecodeError),
+    /// The stream ended cleanly between messages.
+    #[error("stream finished")]
+    Finished,
+    /// The stream ended in the middle of a message (session error).
+    #[error("stream finished mid-message")]
+    Truncated,
+    /// Reset by the peer, or the session closed.
+    #[error("stream: {0}")]
+    Stream(String),
+}
+
+/// Reads framed control messages from one stream.
+pub struct MessageReader {
+    stream: RecvStream,
+    frames: FrameReader,
+}
+
+impl MessageReader {
+    /// Wraps a receive stream. `prefix` is data already read from it.
+    pub fn new(stream: RecvStream, prefix: &[u8]) -> Self {
+        let mut frames = FrameReader::new();
+        frames.push(prefix);
+        Self { stream, frames }
+    }
+
+    /// The next message.
+    pub async fn next(&mut self) -> Result<Message, ReadError> {
+        loop {
+            if let Some(m) = self.frames.next()? {
+                return Ok(m);
+            }
+            match self.stream.read_chunk(64 * 1024, true).await {
+                Ok(Some(c)) => self.frames.push(&c.bytes),
+                Ok(None) if self.frames.pending() == 0 => return Err(ReadError::Finished),
+                Ok(None) => return Err(ReadError::Truncated),
+                Err(e) => return Err(ReadError::Stream(e.to_string())),
+            }
+        }
+    }
+
+    /// Gives up reading (STOP_SENDING with `code`).
+    pub fn stop(&mut self, code: u32) {
+        let _ = self.stream.stop(code);
+    }
+
+    /// The inner stream.
+    pub fn stream_mut(&mut self) -> &mut RecvStream {
+        &mut self.stream
+    }
+}
+
+/// Writes one message to a stream.
+pub async fn write_message(stream: &mut SendStream, m: &Message) -> anyhow::Result<()> {
+    let mut b = BytesMut::with_capacity(64);
+    m.encode(&mut b);
+    stream.write_all(&b).await?;
+    Ok(())
+}
+
+/// Reads from `stream` until `parse` succeeds on the accumulated bytes, or the
+/// limit is hit. Used to read stream-type prefixes and headers without knowing
+/// their length. Returns the parsed value and the bytes after it.
+pub async fn read_prefix<T>(
+    stream: &mut RecvStream,
+    max: usize,
+    mut parse: impl FnMut(&mut &[u8]) -> Result<T, DecodeError>,
+) -> Result<(T, Bytes), ReadError> {
+    let mut buf = BytesMut::new();
+    loop {
+        if !buf.is_empty() {
+            let mut s = &buf[..];
+            match parse(&mut s) {
+                Ok(v) => {
+                    let used = buf.len() - s.len();
+                    let rest = buf.split_off(used).freeze();
+                    return Ok((v, rest));
+                }
+                Err(DecodeError::Short) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if buf.len() > max {
+            return Err(DecodeError::TooLong.into());
+        }
+        match stream.read_chunk(max, true).await {
+            Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
+            Ok(None) if buf.is_empty() => return Err(ReadError::Finished),
+            Ok(None) => return Err(ReadError::Truncated),
+            Err(e) => return Err(ReadError::Stream(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The server endpoint: one UDP socket, ALPN `moqt-18` (raw QUIC) and `h3`
+//! (WebTransport) side by side.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use web_transport_quinn::proto::ConnectResponse;
+use web_transport_quinn::Session;
+
+use crate::tls::{provider, Identity};
+use crate::Transport;
+
+/// A bound server endpoint.
+pub struct Server {
+    endpoint: quinn::Endpoint,
+}
+
+/// A session that finished its handshake (QUIC, and HTTP/3 CONNECT for WebTransport).
+pub struct Accepted {
+    /// The MoQT-ready session.
+    pub session: Session,
+    /// Raw QUIC or WebTransport.
+    pub transport: Transport,
+    /// The CONNECT URL's path for WebTransport (raw QUIC sends PATH in SETUP).
+    pub path: Option<String>,
+    /// Peer address.
+    pub remote: SocketAddr,
+}
+
+impl Server {
+    /// Binds `addr` with the given identity.
+    pub fn bind(addr: SocketAddr, identity: &Identity) -> anyhow::Result<Self> {
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_no_client_auth()
+            .with_single_cert(identity.chain.clone(), identity.key.clone_key())
+            .context("certificate and key do not match")?;
+        tls.alpn_protocols = vec![moqt::ALPN.as_bytes().to_vec(), b"h3".to_vec()];
+        tls.max_early_data_size = u32::MAX;
+        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
+        let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        config.transport_config(Arc::new(crate::transport_config()));
+        let endpoint = quinn::Endpoint::server(config, addr)
+            .with_context(|| format!("bind UDP {addr}"))?;
+        Ok(Self { endpoint })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    /// The underlying endpoint.
+    pub fn endpoint(&self) -> &quinn::Endpoint {
+        &self.endpoint
+    }
+
+    /// Waits for the next connection attempt; `None` once the endpoint is closed.
+    pub async fn accept(&self) -> Option<quinn::Incoming> {
+        self.endpoint.accept().await
+    }
+
+    /// Stops accepting and closes every connection with `code`.
+    pub fn close(&self, code: u32, reason: &[u8]) {
+        self.endpoint.close(code.into(), reason);
+    }
+}
+
+/// Completes the handshake of one incoming connection. Run it in its own task so
+/// a slow peer never delays others.
+pub async fn establish(incoming: quinn::Incoming) -> anyhow::Result<Accepted> {
+    let remote = incoming.remote_address();
+    let conn = incoming.await.context("QUIC handshake")?;
+    let alpn = conn
+        .handshake_data()
+        .and_then(|h| h.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|h| h.protocol)
+        .unwrap_or_default();
+    if alpn == moqt::ALPN.as_bytes() {
+        return Ok(Accepted {
+            session: Session::raw(conn),
+            transport: Transport::Quic,
+            path: None,
+            remote,
+        });
+    }
+    anyhow::ensure!(alpn == b"h3", "unexpected ALPN {:?}", String::from_utf8_lossy(&alpn));
+    let request = web_transport_quinn::Request::accept(conn)
+        .await
+        .context("WebTransport CONNECT")?;
+    let path = request.url.path().to_string();
+    let offered = request.protocols.clone();
+    // A client that offers subprotocols must offer ours; one that offers none
+    // (older browsers) gets moqt-18 by the URL's say-so.
+    if !offered.is_empty() && !offered.iter().any(|p| p == moqt::ALPN) {
+        request
+            .reject(http::StatusCode::BAD_REQUEST)
+            .await
+            .ok();
+        anyhow::bail!("WebTransport client offered {offered:?}, not {}", moqt::ALPN);
+    }
+    let response = if offered.is_empty() {
+        ConnectResponse::OK
+    } else {
+        ConnectResponse::OK.with_protocol(moqt::ALPN)
+    };
+    let session = request.respond(response).await.context("WebTransport respond")?;
+    Ok(Accepted {
+        session,
+        transport: Transport::WebTransport,
+        path: Some(path),
+        remote,
+    })
+}

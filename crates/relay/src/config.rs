@@ -1,0 +1,62 @@
+//! Relay limits and defaults. Every value a peer can push against has a bound here.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Relay configuration (also the schema of the `--config` TOML file).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Most concurrent sessions; further connections are refused.
+    pub max_sessions: usize,
+    /// Most open requests (subscriptions, fetches, namespaces...) per session.
+    pub max_requests_per_session: usize,
+    /// Most tracks the relay holds at once.
+    pub max_tracks: usize,
+    /// Largest object payload accepted, in bytes.
+    pub max_object_size: usize,
+    /// Cache bytes per track (recent groups, for FETCH and joining FETCH).
+    pub cache_bytes_per_track: usize,
+    /// Cache bytes over all tracks.
+    pub cache_bytes_total: usize,
+    /// Oldest a cached object may be, in milliseconds.
+    pub cache_max_age_ms: u64,
+    /// Objects buffered per track for fan-out; a subscriber further behind loses
+    /// the oldest ones.
+    pub fanout_buffer: usize,
+    /// Objects a subscriber may lose before it is ended with TOO_FAR_BEHIND.
+    pub max_lag_objects: u64,
+    /// Longest RENDEZVOUS_TIMEOUT honoured, in milliseconds.
+    pub max_rendezvous_ms: u64,
+    /// GOAWAY timeout announced on shutdown, in milliseconds.
+    pub goaway_timeout_ms: u64,
+    /// Time to wait for the upstream publisher's answer, in milliseconds.
+    pub upstream_timeout_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_sessions: 10_000,
+            max_requests_per_session: 1_000,
+            max_tracks: 100_000,
+            max_object_size: 4 * 1024 * 1024,
+            cache_bytes_per_track: 8 * 1024 * 1024,
+            cache_bytes_total: 512 * 1024 * 1024,
+            cache_max_age_ms: 30_000,
+            fanout_buffer: 4096,
+            max_lag_objects: 20_000,
+            max_rendezvous_ms: 30_000,
+            goaway_timeout_ms: 2_000,
+            upstream_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl Config {
+    /// Cache age as a Duration.
+    pub fn cache_max_age(&self) -> Duration {
+        Duration::from_millis(self.cache_max_age_ms)
+    }
+}

@@ -1,0 +1,488 @@
+//! The registry: which session publishes which namespace, which tracks exist,
+//! who subscribed to namespaces. Guarded by one `std::sync::Mutex` that is never
+//! held across an `.await`; per-track hot-path state lives in [`Track`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use moqt::error::request_error;
+use moqt::{FullTrackName, TrackNamespace};
+use tokio::sync::{mpsc, watch, Notify};
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::session::SessionHandle;
+use crate::track::Track;
+
+/// A request failure to report with REQUEST_ERROR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// REQUEST_ERROR code.
+    pub code: u64,
+    /// Reason phrase.
+    pub reason: String,
+}
+
+impl Refusal {
+    /// Builds a refusal.
+    pub fn new(code: u64, reason: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// How a track gets its objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The relay subscribed upstream on behalf of its subscribers; dropped when
+    /// the last subscriber leaves.
+    Subscribed,
+    /// The publisher pushed it with PUBLISH; lives as long as the publisher.
+    Published,
+}
+
+/// A track slot in the registry.
+#[derive(Debug)]
+pub struct TrackEntry {
+    /// The track.
+    pub track: Arc<Track>,
+    /// How it is fed.
+    pub origin: Origin,
+    /// `None` while the upstream subscription is pending.
+    pub ready: watch::Sender<Option<Result<(), Refusal>>>,
+    /// Downstream subscriptions holding the track.
+    pub subscribers: AtomicUsize,
+    /// Wakes the upstream task to cancel the upstream subscription.
+    pub cancel: Notify,
+}
+
+/// Namespace announcements sent to SUBSCRIBE_NAMESPACE subscribers.
+#[derive(Debug, Clone)]
+pub enum NamespaceEvent {
+    /// A namespace became available.
+    Added(TrackNamespace),
+    /// A namespace was withdrawn.
+    Removed(TrackNamespace),
+}
+
+struct NsSub {
+    prefix: TrackNamespace,
+    tx: mpsc::UnboundedSender<NamespaceEvent>,
+}
+
+struct TrackSub {
+    prefix: TrackNamespace,
+    tx: mpsc::UnboundedSender<Arc<TrackEntry>>,
+}
+
+#[derive(Default)]
+struct State {
+    namespaces: HashMap<TrackNamespace, Arc<SessionHandle>>,
+    tracks: HashMap<FullTrackName, Arc<TrackEntry>>,
+    ns_subs: HashMap<u64, NsSub>,
+    track_subs: HashMap<u64, TrackSub>,
+    sessions: HashMap<u64, Arc<SessionHandle>>,
+}
+
+/// The relay's shared state.
+pub struct Relay {
+    /// Limits.
+    pub config: Arc<Config>,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    state: Mutex<State>,
+    ids: AtomicU64,
+    changed: Notify,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Relay {
+    /// A new, empty relay.
+    pub fn new(config: Config) -> Arc<Self> {
+        Arc::new(Self {
+            config: Arc::new(config),
+            metrics: Arc::default(),
+            state: Mutex::default(),
+            ids: AtomicU64::new(1),
+            changed: Notify::new(),
+            shutdown: watch::channel(false).0,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("relay state lock")
+    }
+
+    /// A fresh relay-wide id (sessions, tracks, namespace subscriptions).
+    pub fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Relaxed)
+    }
+
+    /// Registers a session; `false` when the session limit is reached.
+    pub fn add_session(&self, s: Arc<SessionHandle>) -> bool {
+        let mut st = self.lock();
+        if st.sessions.len() >= self.config.max_sessions {
+            return false;
+        }
+        st.sessions.insert(s.id, s);
+        true
+    }
+
+    /// Forgets a session and everything it published.
+    pub fn remove_session(&self, id: u64) {
+        let (withdrawn, ended): (Vec<TrackNamespace>, Vec<Arc<TrackEntry>>) = {
+            let mut st = self.lock();
+            st.sessions.remove(&id);
+            let ns: Vec<_> = st
+                .namespaces
+                .iter()
+                .filter(|(_, s)| s.id == id)
+                .map(|(n, _)| n.clone())
+                .collect();
+            for n in &ns {
+                st.namespaces.remove(n);
+            }
+            let tracks: Vec<_> = st
+                .tracks
+                .values()
+                .filter(|e| e.track.publisher_session() == Some(id))
+                .cloned()
+                .collect();
+            for e in &tracks {
+                st.tracks.remove(&e.track.name);
+            }
+            (ns, tracks)
+        };
+        for n in withdrawn {
+            self.notify_namespace(NamespaceEvent::Removed(n));
+        }
+        for e in ended {
+            e.track.end(moqt::error::publish_done::TRACK_ENDED);
+            e.track.clear_cache();
+            self.metrics.tracks.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// Sessions, for GOAWAY on shutdown.
+    pub fn sessions(&self) -> Vec<Arc<SessionHandle>> {
+        self.lock().sessions.values().cloned().collect()
+    }
+
+    /// Signals shutdown to every session task.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// A receiver that flips to `true` on shutdown.
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// PUBLISH_NAMESPACE: `session` serves tracks under `ns`.
+    pub fn publish_namespace(&self, ns: TrackNamespace, session: Arc<SessionHandle>) -> Result<(), Refusal> {
+        {
+            let mut st = self.lock();
+            if let Some(existing) = st.namespaces.get(&ns) {
+                if existing.id != session.id {
+                    // Latest publisher wins: a reconnecting publisher replaces its stale session.
+                    tracing::info!(%ns, "namespace re-published by another session");
+                }
+            }
+            st.namespaces.insert(ns.clone(), session);
+        }
+        self.notify_namespace(NamespaceEvent::Added(ns));
+        self.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// Withdraws a namespace if `session` still owns it.
+    pub fn unpublish_namespace(&self, ns: &TrackNamespace, session_id: u64) {
+        let removed = {
+            let mut st = self.lock();
+            match st.namespaces.get(ns) {
+                Some(s) if s.id == session_id => {
+                    st.namespaces.remove(ns);
+                    true
+                }
+                _ => false,
+            }
+        };
+        if removed {
+            self.notify_namespace(NamespaceEvent::Removed(ns.clone()));
+        }
+    }
+
+    fn notify_namespace(&self, ev: NamespaceEvent) {
+        let st = self.lock();
+        let ns = match &ev {
+            NamespaceEvent::Added(n) | NamespaceEvent::Removed(n) => n,
+        };
+        for sub in st.ns_subs.values() {
+            if ns.has_prefix(&sub.prefix) {
+                let _ = sub.tx.send(ev.clone());
+            }
+        }
+    }
+
+    /// The publisher session for the longest published namespace prefixing `name`'s.
+    pub fn publisher_for(&self, ns: &TrackNamespace) -> Option<Arc<SessionHandle>> {
+        let st = self.lock();
+        st.namespaces
+            .iter()
+            .filter(|(n, _)| ns.has_prefix(n))
+            .max_by_key(|(n, _)| n.fields().len())
+            .map(|(_, s)| s.clone())
+    }
+
+    /// SUBSCRIBE_NAMESPACE: registers interest; returns the namespaces already
+    /// published under `prefix` and a channel of later changes.
+    pub fn subscribe_namespace(
+        &self,
+        id: u64,
+        prefix: TrackNamespace,
+    ) -> (Vec<TrackNamespace>, mpsc::UnboundedReceiver<NamespaceEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut st = self.lock();
+        let mut existing: Vec<_> = st
+            .namespaces
+            .keys()
+            .filter(|n| n.has_prefix(&prefix))
+            .cloned()
+            .collect();
+        existing.sort();
+        st.ns_subs.insert(id, NsSub { prefix, tx });
+        (existing, rx)
+    }
+
+    /// Ends a namespace subscription.
+    pub fn unsubscribe_namespace(&self, id: u64) {
+        self.lock().ns_subs.remove(&id);
+    }
+
+    /// SUBSCRIBE_TRACKS: existing published tracks under `prefix` and later ones.
+    pub fn subscribe_tracks(
+        &self,
+        id: u64,
+        prefix: TrackNamespace,
+    ) -> (Vec<Arc<TrackEntry>>, mpsc::UnboundedReceiver<Arc<TrackEntry>>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut st = self.lock();
+        let existing = st
+            .tracks
+            .values()
+            .filter(|e| e.track.name.namespace.has_prefix(&prefix) && e.origin == Origin::Published)
+            .cloned()
+            .collect();
+        st.track_subs.insert(id, TrackSub { prefix, tx });
+        (existing, rx)
+    }
+
+    /// Ends a SUBSCRIBE_TRACKS.
+    pub fn unsubscribe_tracks(&self, id: u64) {
+        self.lock().track_subs.remove(&id);
+    }
+
+    /// PUBLISH: registers a track pushed by `session`. Refused if the name is
+    /// already published by another live session.
+    pub fn publish_track(&self, track: Arc<Track>) -> Result<Arc<TrackEntry>, Refusal> {
+        let entry = Arc::new(TrackEntry {
+            track: track.clone(),
+            origin: Origin::Published,
+            ready: watch::channel(Some(Ok(()))).0,
+            subscribers: AtomicUsize::new(0),
+            cancel: Notify::new(),
+        });
+        {
+            let mut st = self.lock();
+            if st.tracks.len() >= self.config.max_tracks {
+                return Err(Refusal::new(request_error::EXCESSIVE_LOAD, "track limit"));
+            }
+            if let Some(old) = st.tracks.get(&track.name) {
+                if !old.track.is_ended() && old.origin == Origin::Published {
+                    return Err(Refusal::new(
+                        request_error::DUPLICATE_SUBSCRIPTION,
+                        "track already published",
+                    ));
+                }
+                old.cancel.notify_one();
+            }
+            st.tracks.insert(track.name.clone(), entry.clone());
+            for sub in st.track_subs.values() {
+                if track.name.namespace.has_prefix(&sub.prefix) {
+                    let _ = sub.tx.send(entry.clone());
+                }
+            }
+        }
+        self.metrics.tracks.fetch_add(1, Relaxed);
+        self.changed.notify_waiters();
+        Ok(entry)
+    }
+
+    /// Ends a published track (PUBLISH_DONE from its publisher, or its stream closed).
+    pub fn unpublish_track(&self, entry: &Arc<TrackEntry>, status: u64) {
+        let removed = {
+            let mut st = self.lock();
+            match st.tracks.get(&entry.track.name) {
+                Some(e) if Arc::ptr_eq(e, entry) => {
+                    st.tracks.remove(&entry.track.name);
+                    true
+                }
+                _ => false,
+            }
+        };
+        entry.track.end(status);
+        if removed {
+            entry.track.clear_cache();
+            self.metrics.tracks.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// Finds or creates a track for a downstream subscriber, subscribing upstream
+    /// once per track. Waits up to `rendezvous` for a publisher to appear.
+    pub async fn acquire_track(
+        self: &Arc<Self>,
+        name: &FullTrackName,
+        rendezvous: Duration,
+    ) -> Result<Arc<TrackEntry>, Refusal> {
+        let deadline = tokio::time::Instant::now() + rendezvous;
+        loop {
+            // Register for wake-ups before looking, so a publish in between is not missed.
+            let changed = self.changed.notified();
+            match self.try_acquire(name) {
+                Ok(Some(entry)) => {
+                    let mut ready = entry.ready.subscribe();
+                    let outcome = ready
+                        .wait_for(|r| r.is_some())
+                        .await
+                        .map(|r| r.clone().expect("is_some"))
+                        .unwrap_or_else(|_| Err(Refusal::new(request_error::INTERNAL_ERROR, "upstream gone")));
+                    match outcome {
+                        Ok(()) => {
+                            entry.subscribers.fetch_add(1, Relaxed);
+                            return Ok(entry);
+                        }
+                        Err(r) => return Err(r),
+                    }
+                }
+                Ok(None) => {}
+                Err(r) => return Err(r),
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(if rendezvous.is_zero() {
+                    Refusal::new(request_error::DOES_NOT_EXIST, "no publisher for this track")
+                } else {
+                    Refusal::new(request_error::TIMEOUT, "no publisher within the rendezvous timeout")
+                });
+            }
+        }
+    }
+
+    /// One attempt: the existing entry, or a new pending one whose upstream
+    /// subscription is started; `None` when nobody publishes the namespace.
+    fn try_acquire(self: &Arc<Self>, name: &FullTrackName) -> Result<Option<Arc<TrackEntry>>, Refusal> {
+        let (entry, publisher) = {
+            let mut st = self.lock();
+            if let Some(e) = st.tracks.get(name) {
+                if !e.track.is_ended() {
+                    return Ok(Some(e.clone()));
+                }
+            }
+            let Some(publisher) = st
+                .namespaces
+                .iter()
+                .filter(|(n, _)| name.namespace.has_prefix(n))
+                .max_by_key(|(n, _)| n.fields().len())
+                .map(|(_, s)| s.clone())
+            else {
+                return Ok(None);
+            };
+            if st.tracks.len() >= self.config.max_tracks {
+                return Err(Refusal::new(request_error::EXCESSIVE_LOAD, "track limit"));
+            }
+            let track = Arc::new(Track::new(
+                name.clone(),
+                self.next_id(),
+                self.config.clone(),
+                self.metrics.clone(),
+            ));
+            let entry = Arc::new(TrackEntry {
+                track,
+                origin: Origin::Subscribed,
+                ready: watch::channel(None).0,
+                subscribers: AtomicUsize::new(0),
+                cancel: Notify::new(),
+            });
+            st.tracks.insert(name.clone(), entry.clone());
+            (entry, publisher)
+        };
+        self.metrics.tracks.fetch_add(1, Relaxed);
+        let relay = self.clone();
+        let e = entry.clone();
+        tokio::spawn(async move {
+            let outcome = publisher.subscribe_upstream(&relay, e.clone()).await;
+            if let Err(r) = outcome {
+                relay.drop_entry(&e);
+                e.ready.send_replace(Some(Err(r)));
+            }
+        });
+        Ok(Some(entry))
+    }
+
+    /// A downstream subscriber is done with a track; the last one out of a
+    /// relay-subscribed track cancels the upstream subscription.
+    pub fn release_track(&self, entry: &Arc<TrackEntry>) {
+        if entry.subscribers.fetch_sub(1, Relaxed) == 1 && entry.origin == Origin::Subscribed {
+            let removed = {
+                let mut st = self.lock();
+                // Re-check under the lock: a new subscriber may have arrived.
+                if entry.subscribers.load(Relaxed) == 0 {
+                    match st.tracks.get(&entry.track.name) {
+                        Some(e) if Arc::ptr_eq(e, entry) => {
+                            st.tracks.remove(&entry.track.name);
+                            true
+                        }
+                        _ => false,
+                    }
+                } else {
+                    false
+                }
+            };
+            if removed {
+                entry.cancel.notify_one();
+                entry.track.clear_cache();
+                self.metrics.tracks.fetch_sub(1, Relaxed);
+            }
+        }
+    }
+
+    /// Removes an entry whose upstream failed or ended.
+    pub fn drop_entry(&self, entry: &Arc<TrackEntry>) {
+        let removed = {
+            let mut st = self.lock();
+            match st.tracks.get(&entry.track.name) {
+                Some(e) if Arc::ptr_eq(e, entry) => {
+                    st.tracks.remove(&entry.track.name);
+                    true
+                }
+                _ => false,
+            }
+        };
+        if removed {
+            entry.track.clear_cache();
+            self.metrics.tracks.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// A live track by name, without subscribing upstream (for FETCH and TRACK_STATUS).
+    pub fn find_track(&self, name: &FullTrackName) -> Option<Arc<TrackEntry>> {
+        let st = self.lock();
+        st.tracks
+            .get(name)
+            .filter(|e| matches!(*e.ready.borrow(), Some(Ok(()))))
+            .cloned()
+    }
+}

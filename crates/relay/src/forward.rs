@@ -1,0 +1,349 @@
+//! Delivery of one subscription's objects to one session: subgroups on QUIC
+//! streams, datagram objects as QUIC datagrams, in the spec's priority order,
+//! with delivery timeouts, and without ever blocking the publisher or the
+//! other subscribers (the fan-out ring drops for a subscriber that lags).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use moqt::data::{ObjectStatus, SubgroupHeader, SubgroupId, SubgroupObject};
+use moqt::error::{publish_done, reset};
+use moqt::{GroupOrder, Location};
+use tokio::sync::{broadcast, watch};
+use web_transport_quinn::{SendStream, Session};
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::object::{Object, TrackEvent};
+use crate::track::{Joined, Track};
+
+/// What the subscriber asked for; updated by REQUEST_UPDATE.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// SUBSCRIBER_PRIORITY (lower is more urgent).
+    pub subscriber_priority: u8,
+    /// Group order for scheduling.
+    pub group_order: GroupOrder,
+    /// First Location that passes.
+    pub start: Location,
+    /// Last group that passes, if any.
+    pub end_group: Option<u64>,
+    /// Forward State.
+    pub forward: bool,
+    /// OBJECT_DELIVERY_TIMEOUT.
+    pub object_timeout: Option<Duration>,
+    /// SUBGROUP_DELIVERY_TIMEOUT.
+    pub subgroup_timeout: Option<Duration>,
+}
+
+/// How a subscription ended, for PUBLISH_DONE.
+#[derive(Debug, Clone, Copy)]
+pub struct Done {
+    /// PUBLISH_DONE status.
+    pub status: u64,
+    /// Data streams opened.
+    pub stream_count: u64,
+}
+
+struct OpenSubgroup {
+    stream: SendStream,
+    prev: Option<u64>,
+    opened: Instant,
+}
+
+/// Maps the spec's scheduling order (§7.2: subscriber priority, then publisher
+/// priority, then group order) onto quinn's stream priority, where larger runs
+/// first.
+pub fn stream_priority(subscriber: u8, publisher: u8, group: u64, order: GroupOrder) -> i32 {
+    let group_term = match order {
+        // Older groups first: a smaller group id gets a larger value.
+        GroupOrder::Ascending => 0x7fff - (group & 0x7fff) as i32,
+        GroupOrder::Descending => (group & 0x7fff) as i32,
+    };
+    ((255 - subscriber as i32) << 23) | ((255 - publisher as i32) << 15) | group_term
+}
+
+/// Forwards `joined` to `session` until the track ends, the filter's end is
+/// reached, the subscriber falls too far behind, or the session closes.
+pub struct Forwarder {
+    session: Session,
+    track: Arc<Track>,
+    settings: watch::Receiver<Settings>,
+    metrics: Arc<Metrics>,
+    config: Arc<Config>,
+    streams: HashMap<(u64, u64), OpenSubgroup>,
+    /// Subgroups we reset (gap or timeout): later objects of them are dropped,
+    /// as the next object can no longer be proven to be the next in the subgroup.
+    broken: Vec<(u64, u64)>,
+    stream_count: u64,
+    lagged: u64,
+    header: BytesMut,
+}
+
+impl Forwarder {
+    /// Prepares a forwarder.
+    pub fn new(
+        session: Session,
+        track: Arc<Track>,
+        settings: watch::Receiver<Settings>,
+        metrics: Arc<Metrics>,
+        config: Arc<Config>,
+    ) -> Self {
+        Self {
+            session,
+            track,
+            settings,
+            metrics,
+            config,
+            streams: HashMap::new(),
+            broken: Vec::new(),
+            stream_count: 0,
+            lagged: 0,
+            header: BytesMut::with_capacity(64),
+        }
+    }
+
+    /// Runs until done; returns the PUBLISH_DONE to send.
+    pub async fn run(mut self, joined: Joined) -> Done {
+        let Joined { mut rx, mut ended, .. } = joined;
+        let status = loop {
+            tokio::select! {
+                biased;
+                ev = rx.recv() => match ev {
+                    Ok(TrackEvent::Object(o)) => {
+                        if let Some(status) = self.on_object(&o).await {
+                            break status;
+                        }
+                    }
+                    Ok(TrackEvent::SubgroupEnd { group, subgroup, fin }) => {
+                        self.end_subgroup(group, subgroup, fin);
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        self.metrics.drops_lagged.fetch_add(n, Relaxed);
+                        self.lagged += n;
+                        // A gap: no open stream can be continued safely.
+                        self.reset_all(reset::TOO_FAR_BEHIND);
+                        if self.lagged > self.config.max_lag_objects {
+                            break publish_done::TOO_FAR_BEHIND;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break publish_done::TRACK_ENDED,
+                },
+                r = ended.changed() => {
+                    if r.is_err() || ended.borrow().is_some() {
+                        // Deliver what is already queued, then end.
+                        let status = ended.borrow().map(|e| e.status).unwrap_or(publish_done::TRACK_ENDED);
+                        while let Ok(ev) = rx.try_recv() {
+                            match ev {
+                                TrackEvent::Object(o) => { self.on_object(&o).await; }
+                                TrackEvent::SubgroupEnd { group, subgroup, fin } => self.end_subgroup(group, subgroup, fin),
+                            }
+                        }
+                        break status;
+                    }
+                }
+                r = self.settings.changed() => {
+                    if r.is_err() {
+                        break publish_done::SUBSCRIPTION_ENDED;
+                    }
+                    if !self.settings.borrow().forward {
+                        self.reset_all(reset::CANCELLED);
+                    }
+                }
+                _ = self.session.closed() => break publish_done::GOING_AWAY,
+            }
+        };
+        self.finish_all();
+        Done {
+            status,
+            stream_count: self.stream_count,
+        }
+    }
+
+    /// Handles one object; `Some(status)` ends the subscription.
+    async fn on_object(&mut self, o: &Arc<Object>) -> Option<u64> {
+        let s = self.settings.borrow().clone();
+        if let Some(end) = s.end_group {
+            if o.group > end {
+                return Some(publish_done::SUBSCRIPTION_ENDED);
+            }
+        }
+        if o.location() < s.start || !s.forward {
+            return None;
+        }
+        if let Some(t) = s.object_timeout {
+            if o.received.elapsed() > t {
+                self.metrics.drops_timeout.fetch_add(1, Relaxed);
+                if let Some(sg) = o.subgroup {
+                    self.reset_one((o.group, sg), reset::DELIVERY_TIMEOUT);
+                }
+                return None;
+            }
+        }
+        match o.subgroup {
+            None => {
+                let d = o.datagram(self.track.id);
+                if self.session.send_datagram(d).is_ok() {
+                    self.metrics.objects_out.fetch_add(1, Relaxed);
+                    self.metrics.bytes_out.fetch_add(o.payload.len() as u64, Relaxed);
+                } else {
+                    self.metrics.drops_datagram.fetch_add(1, Relaxed);
+                }
+            }
+            Some(sg) => self.send_subgroup_object(o, sg, &s).await,
+        }
+        let last_of_group = o.group == s.end_group.unwrap_or(u64::MAX)
+            && matches!(o.status, ObjectStatus::EndOfGroup | ObjectStatus::EndOfTrack);
+        last_of_group.then_some(publish_done::SUBSCRIPTION_ENDED)
+    }
+
+    async fn send_subgroup_object(&mut self, o: &Object, sg: u64, s: &Settings) {
+        let key = (o.group, sg);
+        if self.broken.contains(&key) {
+            self.metrics.drops_lagged.fetch_add(1, Relaxed);
+            return;
+        }
+        if let (Some(t), Some(open)) = (s.subgroup_timeout, self.streams.get(&key)) {
+            if open.opened.elapsed() > t {
+                self.metrics.drops_timeout.fetch_add(1, Relaxed);
+                self.reset_one(key, reset::DELIVERY_TIMEOUT);
+                return;
+            }
+        }
+        if !self.streams.contains_key(&key) {
+            let Ok(stream) = self.session.open_uni().await else {
+                return;
+            };
+            let _ = stream.set_priority(stream_priority(
+                s.subscriber_priority,
+                o.priority,
+                o.group,
+                s.group_order,
+            ));
+            self.header.clear();
+            SubgroupHeader {
+                track_alias: self.track.id,
+                group: o.group,
+                subgroup: if sg == 0 {
+                    SubgroupId::Zero
+                } else {
+                    SubgroupId::Explicit(sg)
+                },
+                priority: Some(o.priority),
+                has_properties: true,
+                end_of_group: false,
+                first_object: false,
+            }
+            .encode(&mut self.header);
+            self.stream_count += 1;
+            self.streams.insert(
+                key,
+                OpenSubgroup {
+                    stream,
+                    prev: None,
+                    opened: Instant::now(),
+                },
+            );
+            // Cap open streams: the oldest group's streams are finished.
+            if self.streams.len() > 64 {
+                if let Some(oldest) = self.streams.keys().min().copied() {
+                    if oldest != key {
+                        self.end_subgroup(oldest.0, oldest.1, true);
+                    }
+                }
+            }
+        }
+        let open = self.streams.get_mut(&key).expect("inserted");
+        let obj = SubgroupObject {
+            object_id: o.object_id,
+            properties: o.properties.clone(),
+            status: o.status,
+            payload: bytes::Bytes::new(),
+        };
+        // The header and object fields go in one write; the payload follows as
+        // its own chunk so its bytes are shared, not copied, per subscriber.
+        if obj.encode_header_with_len(&mut self.header, open.prev, true, o.payload.len()).is_err() {
+            // Not the next object of this subgroup: the stream cannot continue.
+            self.reset_one(key, reset::INTERNAL_ERROR);
+            return;
+        }
+        let head = self.header.split().freeze();
+        let ok = open.stream.write_chunk(head).await.is_ok()
+            && (o.payload.is_empty() || open.stream.write_chunk(o.payload.clone()).await.is_ok());
+        if !ok {
+            // STOP_SENDING from the subscriber, or the session is gone.
+            self.streams.remove(&key);
+            self.broken.push(key);
+            return;
+        }
+        open.prev = Some(o.object_id);
+        self.metrics.objects_out.fetch_add(1, Relaxed);
+        self.metrics.bytes_out.fetch_add(o.payload.len() as u64, Relaxed);
+        if matches!(o.status, ObjectStatus::EndOfGroup | ObjectStatus::EndOfTrack) {
+            self.end_subgroup(o.group, sg, true);
+        }
+    }
+
+    fn end_subgroup(&mut self, group: u64, subgroup: u64, fin: bool) {
+        if let Some(mut open) = self.streams.remove(&(group, subgroup)) {
+            if fin {
+                let _ = open.stream.finish();
+            } else {
+                let _ = open.stream.reset(reset::CANCELLED);
+                self.metrics.streams_reset.fetch_add(1, Relaxed);
+            }
+        }
+        self.broken.retain(|k| *k != (group, subgroup));
+    }
+
+    fn reset_one(&mut self, key: (u64, u64), code: u32) {
+        if let Some(mut open) = self.streams.remove(&key) {
+            let _ = open.stream.reset(code);
+            self.metrics.streams_reset.fetch_add(1, Relaxed);
+        }
+        if !self.broken.contains(&key) {
+            self.broken.push(key);
+            if self.broken.len() > 256 {
+                self.broken.remove(0);
+            }
+        }
+    }
+
+    fn reset_all(&mut self, code: u32) {
+        let keys: Vec<_> = self.streams.keys().copied().collect();
+        for k in keys {
+            self.reset_one(k, code);
+        }
+    }
+
+    fn finish_all(&mut self) {
+        for (_, mut open) in self.streams.drain() {
+            let _ = open.stream.finish();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priority_order_follows_the_spec() {
+        // Subscriber priority dominates publisher priority, which dominates group order.
+        let a = stream_priority(1, 200, 10, GroupOrder::Ascending);
+        let b = stream_priority(2, 0, 0, GroupOrder::Ascending);
+        assert!(a > b);
+        let c = stream_priority(1, 10, 10, GroupOrder::Ascending);
+        let d = stream_priority(1, 11, 0, GroupOrder::Ascending);
+        assert!(c > d);
+        assert!(
+            stream_priority(1, 1, 5, GroupOrder::Ascending) > stream_priority(1, 1, 6, GroupOrder::Ascending)
+        );
+        assert!(
+            stream_priority(1, 1, 6, GroupOrder::Descending) > stream_priority(1, 1, 5, GroupOrder::Descending)
+        );
+    }
+}

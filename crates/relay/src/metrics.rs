@@ -1,0 +1,69 @@
+//! Counters of the relay, rendered as Prometheus text.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+/// Relay-wide counters. All relaxed atomics: they are statistics, not synchronisation.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Sessions currently open.
+    pub sessions: AtomicI64,
+    /// Sessions accepted since start.
+    pub sessions_total: AtomicU64,
+    /// Downstream subscriptions currently open.
+    pub subscriptions: AtomicI64,
+    /// Tracks currently held.
+    pub tracks: AtomicI64,
+    /// Objects received from publishers.
+    pub objects_in: AtomicU64,
+    /// Payload bytes received from publishers.
+    pub bytes_in: AtomicU64,
+    /// Objects written to subscribers.
+    pub objects_out: AtomicU64,
+    /// Payload bytes written to subscribers.
+    pub bytes_out: AtomicU64,
+    /// Objects dropped because a subscriber fell behind the fan-out ring.
+    pub drops_lagged: AtomicU64,
+    /// Objects dropped because their delivery timeout passed.
+    pub drops_timeout: AtomicU64,
+    /// Datagrams the transport refused (too large, or no datagram support).
+    pub drops_datagram: AtomicU64,
+    /// Subgroup streams reset (timeouts, gaps, cancellations).
+    pub streams_reset: AtomicU64,
+    /// Bytes held in track caches.
+    pub cache_bytes: AtomicI64,
+    /// Sessions closed for protocol violations.
+    pub protocol_violations: AtomicU64,
+}
+
+impl Metrics {
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let mut g = |name: &str, help: &str, kind: &str, v: i128, labels: &str| {
+            let _ = writeln!(s, "# HELP quichub_{name} {help}");
+            let _ = writeln!(s, "# TYPE quichub_{name} {kind}");
+            let _ = writeln!(s, "quichub_{name}{labels} {v}");
+        };
+        g("sessions", "Open MoQT sessions.", "gauge", self.sessions.load(Relaxed) as i128, "");
+        g("sessions_total", "MoQT sessions accepted.", "counter", self.sessions_total.load(Relaxed) as i128, "");
+        g("subscriptions", "Open downstream subscriptions.", "gauge", self.subscriptions.load(Relaxed) as i128, "");
+        g("tracks", "Tracks held by the relay.", "gauge", self.tracks.load(Relaxed) as i128, "");
+        g("objects_total", "Objects by direction.", "counter", self.objects_in.load(Relaxed) as i128, "{direction=\"in\"}");
+        let _ = writeln!(s, "quichub_objects_total{{direction=\"out\"}} {}", self.objects_out.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_bytes_total Payload bytes by direction.\n# TYPE quichub_bytes_total counter");
+        let _ = writeln!(s, "quichub_bytes_total{{direction=\"in\"}} {}", self.bytes_in.load(Relaxed));
+        let _ = writeln!(s, "quichub_bytes_total{{direction=\"out\"}} {}", self.bytes_out.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_drops_total Objects not delivered, by reason.\n# TYPE quichub_drops_total counter");
+        let _ = writeln!(s, "quichub_drops_total{{reason=\"lagged\"}} {}", self.drops_lagged.load(Relaxed));
+        let _ = writeln!(s, "quichub_drops_total{{reason=\"delivery_timeout\"}} {}", self.drops_timeout.load(Relaxed));
+        let _ = writeln!(s, "quichub_drops_total{{reason=\"datagram\"}} {}", self.drops_datagram.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_streams_reset_total Subgroup streams reset.\n# TYPE quichub_streams_reset_total counter");
+        let _ = writeln!(s, "quichub_streams_reset_total {}", self.streams_reset.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_cache_bytes Bytes held in track caches.\n# TYPE quichub_cache_bytes gauge");
+        let _ = writeln!(s, "quichub_cache_bytes {}", self.cache_bytes.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_protocol_violations_total Sessions closed for protocol violations.\n# TYPE quichub_protocol_violations_total counter");
+        let _ = writeln!(s, "quichub_protocol_violations_total {}", self.protocol_violations.load(Relaxed));
+        s
+    }
+}

@@ -1,0 +1,366 @@
+//! Per-track state: the fan-out ring, the cache of recent groups, the largest
+//! Location, and what the publisher told us about the track.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use moqt::{FullTrackName, GroupOrder, KeyValue, Location};
+use tokio::sync::{broadcast, watch};
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::object::{Object, TrackEvent};
+
+/// What a track's fan-out ring carries (objects are shared, never copied).
+pub type Event = TrackEvent;
+
+/// Cached objects of one group.
+#[derive(Debug)]
+struct CachedGroup {
+    id: u64,
+    objects: Vec<Arc<Object>>,
+    bytes: usize,
+    first_received: Instant,
+}
+
+/// Publisher-side facts about a track.
+#[derive(Debug, Clone)]
+pub struct TrackInfo {
+    /// DEFAULT_PUBLISHER_PRIORITY.
+    pub default_priority: u8,
+    /// DEFAULT_PUBLISHER_GROUP_ORDER.
+    pub group_order: GroupOrder,
+    /// Track Properties to forward unchanged.
+    pub properties: Vec<KeyValue>,
+}
+
+impl Default for TrackInfo {
+    fn default() -> Self {
+        Self {
+            default_priority: 128,
+            group_order: GroupOrder::Ascending,
+            properties: Vec::new(),
+        }
+    }
+}
+
+impl TrackInfo {
+    /// Reads the relay-relevant Track Properties.
+    pub fn from_properties(properties: Vec<KeyValue>) -> Self {
+        let mut info = TrackInfo::default();
+        for kv in &properties {
+            if let moqt::KvValue::Int(v) = kv.value {
+                match kv.kind {
+                    0x0E if v <= 255 => info.default_priority = v as u8,
+                    0x22 if v == 2 => info.group_order = GroupOrder::Descending,
+                    _ => {}
+                }
+            }
+        }
+        info.properties = properties;
+        info
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    largest: Option<Location>,
+    cache: VecDeque<CachedGroup>,
+    cache_bytes: usize,
+    info: TrackInfo,
+}
+
+/// Why a track's upstream ended, for PUBLISH_DONE downstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// PUBLISH_DONE status code.
+    pub status: u64,
+}
+
+/// One track at the relay.
+#[derive(Debug)]
+pub struct Track {
+    /// Full name.
+    pub name: FullTrackName,
+    /// Relay-wide unique id, also the Track Alias used downstream.
+    pub id: u64,
+    tx: broadcast::Sender<TrackEvent>,
+    inner: Mutex<Inner>,
+    ended: watch::Sender<Option<Ended>>,
+    publisher: AtomicU64,
+    config: Arc<Config>,
+    metrics: Arc<Metrics>,
+}
+
+/// A subscriber's view of a track at the moment it joined.
+pub struct Joined {
+    /// Events from now on.
+    pub rx: broadcast::Receiver<TrackEvent>,
+    /// Largest Location when it joined (the Joining Location).
+    pub largest: Option<Location>,
+    /// Track facts.
+    pub info: TrackInfo,
+    /// Resolves when the upstream ends.
+    pub ended: watch::Receiver<Option<Ended>>,
+}
+
+impl Track {
+    /// Creates a track.
+    pub fn new(name: FullTrackName, id: u64, config: Arc<Config>, metrics: Arc<Metrics>) -> Self {
+        let (tx, _) = broadcast::channel(config.fanout_buffer.max(16));
+        let (ended, _) = watch::channel(None);
+        Self {
+            name,
+            id,
+            tx,
+            inner: Mutex::new(Inner::default()),
+            ended,
+            publisher: AtomicU64::new(0),
+            config,
+            metrics,
+        }
+    }
+
+    /// Sets what the publisher said about the track (SUBSCRIBE_OK or PUBLISH).
+    pub fn set_info(&self, info: TrackInfo, largest: Option<Location>) {
+        let mut g = self.inner.lock().expect("track lock");
+        g.info = info;
+        if largest > g.largest {
+            g.largest = largest;
+        }
+    }
+
+    /// Records which session feeds the track.
+    pub fn set_publisher_session(&self, id: u64) {
+        self.publisher.store(id, Relaxed);
+    }
+
+    /// The session feeding the track, once known.
+    pub fn publisher_session(&self) -> Option<u64> {
+        match self.publisher.load(Relaxed) {
+            0 => None,
+            id => Some(id),
+        }
+    }
+
+    /// Track facts.
+    pub fn info(&self) -> TrackInfo {
+        self.inner.lock().expect("track lock").info.clone()
+    }
+
+    /// Largest Location seen.
+    pub fn largest(&self) -> Option<Location> {
+        self.inner.lock().expect("track lock").largest
+    }
+
+    /// Joins the fan-out: the receiver and the largest Location are taken under
+    /// one lock so no object falls between them.
+    pub fn join(&self) -> Joined {
+        let g = self.inner.lock().expect("track lock");
+        Joined {
+            rx: self.tx.subscribe(),
+            largest: g.largest,
+            info: g.info.clone(),
+            ended: self.ended.subscribe(),
+        }
+    }
+
+    /// Number of live receivers.
+    pub fn receivers(&self) -> usize {
+        self.tx.receiver_count()
+    }
+
+    /// Accepts an object from upstream: caches it and fans it out.
+    pub fn publish(&self, object: Object) {
+        self.metrics.objects_in.fetch_add(1, Relaxed);
+        self.metrics.bytes_in.fetch_add(object.payload.len() as u64, Relaxed);
+        let object = Arc::new(object);
+        let mut g = self.inner.lock().expect("track lock");
+        let loc = object.location();
+        if g.largest.is_none_or(|l| loc > l) {
+            g.largest = Some(loc);
+        }
+        self.cache_insert(&mut g, object.clone());
+        // Sent under the lock so `join` sees a consistent (largest, receiver) pair.
+        let _ = self.tx.send(TrackEvent::Object(object));
+    }
+
+    /// Forwards the end of an upstream subgroup stream.
+    pub fn subgroup_end(&self, group: u64, subgroup: u64, fin: bool) {
+        let _g = self.inner.lock().expect("track lock");
+        let _ = self.tx.send(TrackEvent::SubgroupEnd {
+            group,
+            subgroup,
+            fin,
+        });
+    }
+
+    /// Marks the upstream as ended; subscribers send PUBLISH_DONE.
+    pub fn end(&self, status: u64) {
+        self.ended.send_replace(Some(Ended { status }));
+    }
+
+    /// Whether the upstream ended.
+    pub fn is_ended(&self) -> bool {
+        self.ended.borrow().is_some()
+    }
+
+    fn cache_insert(&self, g: &mut Inner, object: Arc<Object>) {
+        let size = object.cache_size();
+        let now = object.received;
+        let group = object.group;
+        match g.cache.iter_mut().rev().find(|c| c.id == group) {
+            Some(c) => {
+                c.objects.push(object);
+                c.bytes += size;
+            }
+            None => {
+                // Keep groups ordered by id; a late old group goes in its place.
+                let pos = g.cache.iter().rposition(|c| c.id < group).map_or(0, |p| p + 1);
+                g.cache.insert(
+                    pos,
+                    CachedGroup {
+                        id: group,
+                        objects: vec![object],
+                        bytes: size,
+                        first_received: now,
+                    },
+                );
+            }
+        }
+        g.cache_bytes += size;
+        self.metrics.cache_bytes.fetch_add(size as i64, Relaxed);
+        let max_age = self.config.cache_max_age();
+        while g.cache.len() > 1 {
+            let front = &g.cache[0];
+            let too_big = g.cache_bytes > self.config.cache_bytes_per_track
+                || self.metrics.cache_bytes.load(Relaxed) > self.config.cache_bytes_total as i64;
+            let too_old = now.saturating_duration_since(front.first_received) > max_age;
+            if !(too_big || too_old) {
+                break;
+            }
+            let gone = g.cache.pop_front().expect("len > 1");
+            g.cache_bytes -= gone.bytes;
+            self.metrics.cache_bytes.fetch_sub(gone.bytes as i64, Relaxed);
+        }
+    }
+
+    /// Cached objects with `start <= location <= end`, in FETCH order (groups
+    /// ascending or descending, objects ascending within a group).
+    pub fn cached_range(&self, start: Location, end: Location, descending: bool) -> Vec<Arc<Object>> {
+        let g = self.inner.lock().expect("track lock");
+        let max_age = self.config.cache_max_age();
+        let now = Instant::now();
+        let mut groups: Vec<Vec<Arc<Object>>> = g
+            .cache
+            .iter()
+            .filter(|c| c.id >= start.group && c.id <= end.group)
+            .map(|c| {
+                let mut v: Vec<Arc<Object>> = c
+                    .objects
+                    .iter()
+                    .filter(|o| {
+                        let l = o.location();
+                        l >= start && l <= end && now.saturating_duration_since(o.received) <= max_age
+                    })
+                    .cloned()
+                    .collect();
+                v.sort_by_key(|o| o.object_id);
+                v.dedup_by_key(|o| o.object_id);
+                v
+            })
+            .collect();
+        if descending {
+            groups.reverse();
+        }
+        groups.into_iter().flatten().collect()
+    }
+
+    /// Drops the cache (when the track is removed).
+    pub fn clear_cache(&self) {
+        let mut g = self.inner.lock().expect("track lock");
+        self.metrics.cache_bytes.fetch_sub(g.cache_bytes as i64, Relaxed);
+        g.cache.clear();
+        g.cache_bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use bytes::Bytes;
+    use moqt::data::{ObjectDatagram, ObjectStatus};
+
+    fn obj(group: u64, id: u64, len: usize) -> Object {
+        Object {
+            group,
+            subgroup: Some(0),
+            object_id: id,
+            priority: 0,
+            properties: Bytes::new(),
+            status: ObjectStatus::Normal,
+            payload: Bytes::from(vec![0u8; len]),
+            end_of_group: false,
+            received: Instant::now(),
+            datagram: Default::default(),
+        }
+    }
+
+    fn track(cfg: Config) -> Track {
+        Track::new(FullTrackName::new("a", "b"), 1, Arc::new(cfg), Arc::default())
+    }
+
+    #[test]
+    fn cache_serves_ranges_in_order() {
+        let t = track(Config::default());
+        for g in 0..3 {
+            for o in 0..4 {
+                t.publish(obj(g, o, 10));
+            }
+        }
+        let v = t.cached_range(Location::new(1, 2), Location::new(2, 1), false);
+        let locs: Vec<_> = v.iter().map(|o| (o.group, o.object_id)).collect();
+        assert_eq!(locs, [(1, 2), (1, 3), (2, 0), (2, 1)]);
+        let v = t.cached_range(Location::new(0, 0), Location::new(2, 0), true);
+        assert_eq!(v[0].group, 2);
+        assert_eq!(t.largest(), Some(Location::new(2, 3)));
+    }
+
+    #[test]
+    fn cache_is_bounded_in_bytes() {
+        let t = track(Config {
+            cache_bytes_per_track: 1000,
+            ..Config::default()
+        });
+        for g in 0..100 {
+            t.publish(obj(g, 0, 200));
+        }
+        let inner = t.inner.lock().unwrap();
+        assert!(inner.cache_bytes <= 1000 + 248, "{}", inner.cache_bytes);
+        assert_eq!(inner.cache.back().unwrap().id, 99);
+    }
+
+    #[test]
+    fn joiners_see_every_later_object() {
+        let t = track(Config::default());
+        t.publish(obj(0, 0, 1));
+        let mut j = t.join();
+        assert_eq!(j.largest, Some(Location::new(0, 0)));
+        t.publish(obj(0, 1, 1));
+        match j.rx.try_recv().unwrap() {
+            TrackEvent::Object(o) => assert_eq!(o.object_id, 1),
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn shared_datagram_encoding_roundtrips() {
+        let s = obj(3, 0, 5);
+        let b = s.datagram(7);
+        let d = ObjectDatagram::decode(&b).unwrap();
+        assert_eq!((d.track_alias, d.group, d.object_id, d.payload.len()), (7, 3, 0, 5));
+    }
+}
