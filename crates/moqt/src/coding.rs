@@ -209,7 +209,9 @@ pub fn get_kvps(buf: &mut &[u8], src: &Bytes) -> Result<Vec<KeyValue>, DecodeErr
             return Err(DecodeError::TooMany);
         }
         let delta = get_vi64(buf)?;
-        let kind = prev.checked_add(delta).ok_or(DecodeError::Invalid("key-value type overflow"))?;
+        let kind = prev
+            .checked_add(delta)
+            .ok_or(DecodeError::Invalid("key-value type overflow"))?;
         prev = kind;
         let value = if kind % 2 == 0 {
             KvValue::Int(get_vi64(buf)?)

@@ -267,10 +267,12 @@ impl SubgroupObject {
             Some(p) => p
                 .checked_add(1)
                 .and_then(|next| self.object_id.checked_sub(next))
-                .ok_or(DecodeError::Invalid("object IDs must increase in a subgroup"))?,
+                .ok_or(DecodeError::Invalid(
+                    "object IDs must increase in a subgroup",
+                ))?,
         };
         if self.status != ObjectStatus::Normal {
-            if !self.payload.is_empty() {
+            if payload_len != 0 {
                 return Err(DecodeError::Invalid("payload on a status object"));
             }
             if !self.properties.is_empty() {
@@ -390,9 +392,11 @@ impl ObjectDatagram {
             Some(ObjectStatus::Normal) if self.end_of_group => {
                 (None, true, !self.properties.is_empty())
             }
-            Some(ObjectStatus::Normal) => {
-                (Some(ObjectStatus::Normal), false, !self.properties.is_empty())
-            }
+            Some(ObjectStatus::Normal) => (
+                Some(ObjectStatus::Normal),
+                false,
+                !self.properties.is_empty(),
+            ),
             Some(s) => (Some(s), false, false),
         }
     }
@@ -594,6 +598,20 @@ impl FetchState {
         buf: &mut B,
         e: &FetchEntry,
     ) -> Result<(), DecodeError> {
+        self.try_encode_header(buf, e)?;
+        if let FetchEntry::Object(o) = e {
+            buf.put_slice(&o.payload);
+        }
+        Ok(())
+    }
+
+    /// Like [`Self::try_encode`] but stops after the Object Payload Length, so the
+    /// IO layer can write the payload `Bytes` without copying it.
+    pub fn try_encode_header<B: BufMut + ?Sized>(
+        &mut self,
+        buf: &mut B,
+        e: &FetchEntry,
+    ) -> Result<(), DecodeError> {
         match e {
             FetchEntry::EndOfNonExistentRange(l) | FetchEntry::EndOfUnknownRange(l) => {
                 let flag = if matches!(e, FetchEntry::EndOfNonExistentRange(_)) {
@@ -666,7 +684,6 @@ impl FetchState {
                     put_lp_bytes(buf, &o.properties);
                 }
                 put_vi64(buf, o.payload.len() as u64);
-                buf.put_slice(&o.payload);
                 self.prev_group = Some(o.group);
                 self.prev_object = Some(o.object_id);
                 if o.subgroup.is_some() {
@@ -686,11 +703,17 @@ impl FetchState {
             Some(p) if self.descending => p
                 .checked_sub(group)
                 .and_then(|d| d.checked_sub(1))
-                .ok_or(DecodeError::Invalid("groups must decrease in a descending fetch")),
-            Some(p) => group
-                .checked_sub(p)
-                .and_then(|d| d.checked_sub(1))
-                .ok_or(DecodeError::Invalid("groups must increase in an ascending fetch")),
+                .ok_or(DecodeError::Invalid(
+                    "groups must decrease in a descending fetch",
+                )),
+            Some(p) => {
+                group
+                    .checked_sub(p)
+                    .and_then(|d| d.checked_sub(1))
+                    .ok_or(DecodeError::Invalid(
+                        "groups must increase in an ascending fetch",
+                    ))
+            }
         }
     }
 
@@ -733,12 +756,15 @@ impl FetchState {
         }
         let first = self.prev_group.is_none();
         if first && (flags & 0x08 == 0 || flags & 0x04 == 0) {
-            return Err(DecodeError::Invalid("first fetch object must carry group and object"));
+            return Err(DecodeError::Invalid(
+                "first fetch object must carry group and object",
+            ));
         }
         let group = if flags & 0x08 != 0 {
             self.read_group(buf)?
         } else {
-            self.prev_group.ok_or(DecodeError::Invalid("no prior group"))?
+            self.prev_group
+                .ok_or(DecodeError::Invalid("no prior group"))?
         };
         let subgroup = if flags & 0x40 != 0 {
             None

@@ -39,10 +39,19 @@ pub fn fuzz_message(data: &[u8]) {
                 assert_eq!(n, enc.len());
                 assert_eq!(again, m);
                 // The message's own accessors must not panic either.
-                let _ = (m.name(), m.type_id(), m.request_id(), m.opens_request_stream());
+                let _ = (
+                    m.name(),
+                    m.type_id(),
+                    m.request_id(),
+                    m.opens_request_stream(),
+                );
             }
             Err(e) => {
-                assert_eq!(s.as_ptr(), before.as_ptr(), "failed decode moved the cursor");
+                assert_eq!(
+                    s.as_ptr(),
+                    before.as_ptr(),
+                    "failed decode moved the cursor"
+                );
                 assert_eq!(s.len(), before.len());
                 let _ = e.session_code();
                 return;

@@ -358,9 +358,7 @@ impl Message {
             Subscribe(m) | TrackStatus(m) => Some(m.request_id),
             Publish(m) => Some(m.request_id),
             Fetch(m) => Some(m.request_id),
-            PublishNamespace(m) | SubscribeNamespace(m) | SubscribeTracks(m) => {
-                Some(m.request_id)
-            }
+            PublishNamespace(m) | SubscribeNamespace(m) | SubscribeTracks(m) => Some(m.request_id),
             RequestUpdate(m) => Some(m.request_id),
             _ => None,
         }

@@ -377,7 +377,8 @@ pub mod allowed {
         NEW_GROUP_REQUEST,
     ]);
     pub const SUBSCRIBE_OK: Allowed = Allowed::of(&[EXPIRES, LARGEST_OBJECT]);
-    pub const PUBLISH: Allowed = Allowed::of(&[AUTHORIZATION_TOKEN, EXPIRES, LARGEST_OBJECT, FORWARD]);
+    pub const PUBLISH: Allowed =
+        Allowed::of(&[AUTHORIZATION_TOKEN, EXPIRES, LARGEST_OBJECT, FORWARD]);
     /// PUBLISH_OK (type 0x1E): the parameters whose definition lists PUBLISH_OK.
     pub const PUBLISH_OK: Allowed = Allowed::of(&[
         OBJECT_DELIVERY_TIMEOUT,
@@ -414,8 +415,12 @@ pub mod allowed {
         NEW_GROUP_REQUEST,
         TRACK_NAMESPACE_PREFIX,
     ]);
-    pub const FETCH: Allowed =
-        Allowed::of(&[AUTHORIZATION_TOKEN, FILL_TIMEOUT, SUBSCRIBER_PRIORITY, GROUP_ORDER]);
+    pub const FETCH: Allowed = Allowed::of(&[
+        AUTHORIZATION_TOKEN,
+        FILL_TIMEOUT,
+        SUBSCRIBER_PRIORITY,
+        GROUP_ORDER,
+    ]);
     pub const FETCH_OK: Allowed = Allowed::of(&[]);
     pub const TRACK_STATUS: Allowed = Allowed::of(&[AUTHORIZATION_TOKEN, RENDEZVOUS_TIMEOUT]);
     pub const PUBLISH_NAMESPACE: Allowed = Allowed::of(&[AUTHORIZATION_TOKEN]);
@@ -448,7 +453,10 @@ mod tests {
         p.encode(&mut b);
         let src = Bytes::from(b);
         let mut s = &src[..];
-        assert_eq!(Parameters::decode(&mut s, &src, allowed::SUBSCRIBE).unwrap(), p);
+        assert_eq!(
+            Parameters::decode(&mut s, &src, allowed::SUBSCRIBE).unwrap(),
+            p
+        );
         assert!(s.is_empty());
     }
 
@@ -474,8 +482,17 @@ mod tests {
     #[test]
     fn filter_start() {
         let l = Some(Location::new(4, 9));
-        assert_eq!(SubscriptionFilter::NextGroupStart.start(l), Location::new(5, 0));
-        assert_eq!(SubscriptionFilter::LargestObject.start(l), Location::new(4, 10));
-        assert_eq!(SubscriptionFilter::LargestObject.start(None), Location::new(0, 0));
+        assert_eq!(
+            SubscriptionFilter::NextGroupStart.start(l),
+            Location::new(5, 0)
+        );
+        assert_eq!(
+            SubscriptionFilter::LargestObject.start(l),
+            Location::new(4, 10)
+        );
+        assert_eq!(
+            SubscriptionFilter::LargestObject.start(None),
+            Location::new(0, 0)
+        );
     }
 }

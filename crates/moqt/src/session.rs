@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::coding::{get_u16, get_vi64, KeyValue};
 use crate::error::{DecodeError, SessionErrorCode};
 use crate::message::{setup_option, Message, Setup};
-use crate::coding::{get_u16, get_vi64, KeyValue};
 
 /// Which end of the connection we are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +75,7 @@ impl RequestIds {
     }
 
     /// Allocates our next Request ID.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         let id = self.next_local;
         self.next_local += 2;
@@ -142,6 +143,7 @@ impl FrameReader {
     /// Once a whole frame is buffered it is split off without copying and decoded,
     /// so byte fields of the message share the frame's allocation. After an error
     /// the session must be closed; the reader's contents are then unspecified.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Message>, DecodeError> {
         // Type and Length tell whether the whole frame is here.
         let mut s = &self.buf[..];
@@ -190,10 +192,7 @@ impl ControlState {
                 Ok(())
             }
             (Message::Setup(_), Some(_)) => Err(SessionError::protocol("second SETUP")),
-            (_, None) => Err(SessionError::protocol(format!(
-                "{} before SETUP",
-                m.name()
-            ))),
+            (_, None) => Err(SessionError::protocol(format!("{} before SETUP", m.name()))),
             (Message::GoAway(_), Some(_)) if self.goaway_received => {
                 Err(SessionError::protocol("second GOAWAY"))
             }
@@ -218,7 +217,10 @@ pub fn check_client_setup(setup: &Setup, webtransport: bool) -> Result<(), Sessi
                 SessionErrorCode::InvalidAuthority,
                 SessionErrorCode::MalformedAuthority,
             ),
-            setup_option::PATH => (SessionErrorCode::InvalidPath, SessionErrorCode::MalformedPath),
+            setup_option::PATH => (
+                SessionErrorCode::InvalidPath,
+                SessionErrorCode::MalformedPath,
+            ),
             _ => continue,
         };
         if webtransport {
@@ -248,7 +250,10 @@ pub fn check_client_setup(setup: &Setup, webtransport: bool) -> Result<(), Sessi
 pub fn make_setup(implementation: &str, authority: Option<&str>, path: Option<&str>) -> Setup {
     let mut options = Vec::new();
     if let Some(p) = path {
-        options.push(KeyValue::bytes(setup_option::PATH, Bytes::copy_from_slice(p.as_bytes())));
+        options.push(KeyValue::bytes(
+            setup_option::PATH,
+            Bytes::copy_from_slice(p.as_bytes()),
+        ));
     }
     if let Some(a) = authority {
         options.push(KeyValue::bytes(
@@ -278,8 +283,14 @@ mod tests {
         s.accept_peer(4).unwrap();
         s.accept_peer(2).unwrap();
         assert_eq!(s.peer_floor(), 6);
-        assert_eq!(s.accept_peer(2).unwrap_err().code, SessionErrorCode::InvalidRequestId);
-        assert_eq!(s.accept_peer(7).unwrap_err().code, SessionErrorCode::InvalidRequestId);
+        assert_eq!(
+            s.accept_peer(2).unwrap_err().code,
+            SessionErrorCode::InvalidRequestId
+        );
+        assert_eq!(
+            s.accept_peer(7).unwrap_err().code,
+            SessionErrorCode::InvalidRequestId
+        );
     }
 
     #[test]

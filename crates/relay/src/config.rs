@@ -27,6 +27,10 @@ pub struct Config {
     pub fanout_buffer: usize,
     /// Objects a subscriber may lose before it is ended with TOO_FAR_BEHIND.
     pub max_lag_objects: u64,
+    /// Longest a write to one subscriber's stream may block (flow control or a
+    /// full send buffer) before that stream is reset and its subscriber skips
+    /// ahead, in milliseconds. Keeps a stalled subscriber from pinning state.
+    pub write_stall_ms: u64,
     /// Longest RENDEZVOUS_TIMEOUT honoured, in milliseconds.
     pub max_rendezvous_ms: u64,
     /// GOAWAY timeout announced on shutdown, in milliseconds.
@@ -47,6 +51,7 @@ impl Default for Config {
             cache_max_age_ms: 30_000,
             fanout_buffer: 4096,
             max_lag_objects: 20_000,
+            write_stall_ms: 2_000,
             max_rendezvous_ms: 30_000,
             goaway_timeout_ms: 2_000,
             upstream_timeout_ms: 5_000,

@@ -271,14 +271,28 @@ impl Forwarder {
             return;
         }
         let head = self.header.split().freeze();
-        let ok = open.stream.write_chunk(head).await.is_ok()
-            && (o.payload.is_empty() || open.stream.write_chunk(o.payload.clone()).await.is_ok());
-        if !ok {
-            // STOP_SENDING from the subscriber, or the session is gone.
-            self.streams.remove(&key);
-            self.broken.push(key);
-            return;
+        let stall = Duration::from_millis(self.config.write_stall_ms);
+        let write = async {
+            open.stream.write_chunk(head).await.is_ok()
+                && (o.payload.is_empty() || open.stream.write_chunk(o.payload.clone()).await.is_ok())
+        };
+        match tokio::time::timeout(stall, write).await {
+            Ok(true) => {}
+            Ok(false) => {
+                // STOP_SENDING from the subscriber, or the session is gone.
+                self.streams.remove(&key);
+                self.broken.push(key);
+                return;
+            }
+            Err(_) => {
+                // The subscriber is not reading: give up this subgroup so the
+                // forwarder goes back to the ring (and skips what it missed).
+                self.metrics.drops_timeout.fetch_add(1, Relaxed);
+                self.reset_one(key, reset::TOO_FAR_BEHIND);
+                return;
+            }
         }
+        let open = self.streams.get_mut(&key).expect("still open");
         open.prev = Some(o.object_id);
         self.metrics.objects_out.fetch_add(1, Relaxed);
         self.metrics.bytes_out.fetch_add(o.payload.len() as u64, Relaxed);

@@ -107,7 +107,10 @@ fn spec_example_subgroup_with_properties() {
     ];
     let mut props = Vec::new();
     crate::coding::put_kvps(&mut props, &kvs);
-    assert_eq!(props, hex("04 f08257dcd3   49 0e 747261636549443a313233343536"));
+    assert_eq!(
+        props,
+        hex("04 f08257dcd3   49 0e 747261636549443a313233343536")
+    );
     assert_eq!(props.len(), 22);
 
     let objects = [
@@ -119,11 +122,9 @@ fn spec_example_subgroup_with_properties() {
         },
         obj(1, b"efgh"),
     ];
-    let bytes = hex(
-        "35 02 00 00
+    let bytes = hex("35 02 00 00
          00 16 04f08257dcd3 490e747261636549443a313233343536 04 61626364
-         00 00 04 65666768",
-    );
+         00 00 04 65666768");
     assert_eq!(encode_subgroup(&h, &objects), bytes);
     let (dh, dobjs) = decode_subgroup(&bytes).unwrap();
     assert_eq!(dh, h);
@@ -135,11 +136,9 @@ fn spec_example_subgroup_with_properties() {
     assert_eq!(get_kvps(&mut &pb[..], &pb).unwrap(), kvs);
 
     // The literal Length values from the draft (33 and 21) do not frame.
-    let literal = hex(
-        "35 02 00 00
+    let literal = hex("35 02 00 00
          00 21 04f08257dcd3 4915747261636549443a313233343536 04 61626364
-         00 00 04 65666768",
-    );
+         00 00 04 65666768");
     assert_ne!(decode_subgroup(&literal).ok(), Some((h, objects.to_vec())));
 }
 
@@ -226,7 +225,10 @@ fn every_valid_subgroup_type_roundtrips() {
                 payload: Bytes::new(),
             },
         ];
-        assert_eq!(decode_subgroup(&encode_subgroup(&h, &objs)).unwrap(), (h, objs));
+        assert_eq!(
+            decode_subgroup(&encode_subgroup(&h, &objs)).unwrap(),
+            (h, objs)
+        );
     }
 }
 
@@ -253,7 +255,10 @@ fn every_invalid_subgroup_type_is_rejected() {
         let mut b = Vec::new();
         put_vi64(&mut b, t);
         b.extend_from_slice(&[0; 4]);
-        assert_eq!(SubgroupHeader::decode(&mut &b[..]), Err(DecodeError::UnknownType(t)));
+        assert_eq!(
+            SubgroupHeader::decode(&mut &b[..]),
+            Err(DecodeError::UnknownType(t))
+        );
     }
 }
 
@@ -262,8 +267,24 @@ fn stream_types() {
     assert_eq!(StreamType::from_code(0x05), Ok(StreamType::Fetch));
     assert_eq!(StreamType::from_code(0x2F00), Ok(StreamType::Control));
     assert_eq!(StreamType::from_code(0x132B_3E28), Ok(StreamType::Padding));
-    for bad in [0x00u64, 0x01, 0x04, 0x06, 0x0F, 0x16, 0x20, 0x80, 0x2F01, 0x132B_3E29, u64::MAX] {
-        assert_eq!(StreamType::from_code(bad), Err(DecodeError::UnknownType(bad)), "{bad:#x}");
+    for bad in [
+        0x00u64,
+        0x01,
+        0x04,
+        0x06,
+        0x0F,
+        0x16,
+        0x20,
+        0x80,
+        0x2F01,
+        0x132B_3E29,
+        u64::MAX,
+    ] {
+        assert_eq!(
+            StreamType::from_code(bad),
+            Err(DecodeError::UnknownType(bad)),
+            "{bad:#x}"
+        );
     }
     // peek reports the type's length and consumes nothing.
     let mut b = Vec::new();
@@ -273,7 +294,10 @@ fn stream_types() {
     assert_eq!(StreamType::peek(&[0x05, 0x07]), Ok((StreamType::Fetch, 1)));
     assert_eq!(StreamType::peek(&[0xaf]), Err(DecodeError::Short));
     // A non-minimal type still classifies.
-    assert_eq!(StreamType::peek(&[0x80, 0x14]), Ok((StreamType::Subgroup(0x14), 2)));
+    assert_eq!(
+        StreamType::peek(&[0x80, 0x14]),
+        Ok((StreamType::Subgroup(0x14), 2))
+    );
 }
 
 #[test]
@@ -323,7 +347,11 @@ fn subgroup_object_status_rules() {
         SubgroupObject::decode(&mut &b[..], b, None, props, MAX_OBJECT_PAYLOAD)
     };
     // Zero-length payload: the status follows; Normal, EndOfGroup, EndOfTrack.
-    for (c, st) in [(0, ObjectStatus::Normal), (3, ObjectStatus::EndOfGroup), (4, ObjectStatus::EndOfTrack)] {
+    for (c, st) in [
+        (0, ObjectStatus::Normal),
+        (3, ObjectStatus::EndOfGroup),
+        (4, ObjectStatus::EndOfTrack),
+    ] {
         let b = src(&[5, 0, c]);
         let o = dec(&b, false).unwrap();
         assert_eq!((o.object_id, o.status, o.payload.len()), (5, st, 0));
@@ -331,7 +359,10 @@ fn subgroup_object_status_rules() {
     // A non-zero length has no status field: the next byte is payload.
     let b = src(&[0, 1, 4]);
     let o = dec(&b, false).unwrap();
-    assert_eq!((o.status, &o.payload[..]), (ObjectStatus::Normal, &[4u8][..]));
+    assert_eq!(
+        (o.status, &o.payload[..]),
+        (ObjectStatus::Normal, &[4u8][..])
+    );
     // Unknown status values.
     for c in [1u8, 2, 5, 0x7f] {
         assert!(dec(&src(&[0, 0, c]), false).is_err(), "{c}");
@@ -462,11 +493,22 @@ fn every_datagram_type_0x00_to_0x2f() {
         d.encode(&mut enc);
         assert_eq!(enc, bytes, "{t:#x}");
     }
-    for t in [0x30u64, 0x40, 0x7f, 0x80, 0x2F00, PADDING_DATAGRAM, u64::MAX] {
+    for t in [
+        0x30u64,
+        0x40,
+        0x7f,
+        0x80,
+        0x2F00,
+        PADDING_DATAGRAM,
+        u64::MAX,
+    ] {
         let mut b = Vec::new();
         put_vi64(&mut b, t);
         b.extend_from_slice(&[1, 1, 1, 1]);
-        assert_eq!(ObjectDatagram::decode(&Bytes::from(b)), Err(DecodeError::UnknownType(t)));
+        assert_eq!(
+            ObjectDatagram::decode(&Bytes::from(b)),
+            Err(DecodeError::UnknownType(t))
+        );
     }
 }
 
@@ -474,20 +516,39 @@ fn every_datagram_type_0x00_to_0x2f() {
 fn datagram_field_rules() {
     let dec = |b: &[u8]| ObjectDatagram::decode(&Bytes::copy_from_slice(b));
     // PROPERTIES bit with a zero Properties Length.
-    assert!(matches!(dec(&[0x0d, 1, 1, 0]), Err(DecodeError::Invalid(_))));
+    assert!(matches!(
+        dec(&[0x0d, 1, 1, 0]),
+        Err(DecodeError::Invalid(_))
+    ));
     // STATUS + PROPERTIES: only Normal may carry properties.
     assert!(dec(&[0x2d, 1, 1, 2, 0x0e, 5, 0]).is_ok());
-    assert!(matches!(dec(&[0x2d, 1, 1, 2, 0x0e, 5, 3]), Err(DecodeError::Invalid(_))));
-    assert!(matches!(dec(&[0x2d, 1, 1, 2, 0x0e, 5, 4]), Err(DecodeError::Invalid(_))));
+    assert!(matches!(
+        dec(&[0x2d, 1, 1, 2, 0x0e, 5, 3]),
+        Err(DecodeError::Invalid(_))
+    ));
+    assert!(matches!(
+        dec(&[0x2d, 1, 1, 2, 0x0e, 5, 4]),
+        Err(DecodeError::Invalid(_))
+    ));
     // Nothing may follow the status.
-    assert!(matches!(dec(&[0x2c, 1, 1, 3, 0]), Err(DecodeError::Invalid(_))));
+    assert!(matches!(
+        dec(&[0x2c, 1, 1, 3, 0]),
+        Err(DecodeError::Invalid(_))
+    ));
     // Unknown status values.
     assert!(dec(&[0x2c, 1, 1, 2]).is_err());
     // An empty payload is a valid (Normal) object.
     let d = dec(&[0x0c, 1, 1]).unwrap();
     assert!(d.payload.is_empty() && d.status.is_none());
     // Truncated headers.
-    for b in [&[][..], &[0x00], &[0x00, 1], &[0x00, 1, 1], &[0x00, 1, 1, 1], &[0x2c, 1, 1]] {
+    for b in [
+        &[][..],
+        &[0x00],
+        &[0x00, 1],
+        &[0x00, 1, 1],
+        &[0x00, 1, 1, 1],
+        &[0x2c, 1, 1],
+    ] {
         assert_eq!(dec(b), Err(DecodeError::Short), "{b:02x?}");
     }
 }
@@ -629,8 +690,7 @@ fn fetch_flags_ascending_byte_by_byte() {
         FetchEntry::EndOfUnknownRange(Location::new(9, 0)),
     ];
     let b = fetch_roundtrip(false, &entries);
-    let expected = hex(
-        "1c 04 00 07 01 70
+    let expected = hex("1c 04 00 07 01 70
          00 01 70
          02 01 70
          15 03 09 01 70
@@ -638,8 +698,7 @@ fn fetch_flags_ascending_byte_by_byte() {
          40 01 70
          808c 01 04
          00 01 70
-         810c 00 00",
-    );
+         810c 00 00");
     assert_eq!(b, expected);
 }
 
@@ -668,14 +727,12 @@ fn fetch_descending_order() {
 #[test]
 fn fetch_subgroup_modes() {
     // Every two-bit mode, read from hand-made bytes.
-    let b = hex(
-        "1f 02 05 00 01 00
+    let b = hex("1f 02 05 00 01 00
          03 06 00
          01 00
          02 00
          00 00
-         43 00",
-    );
+         43 00");
     let got = decode_fetch(false, &b).unwrap();
     let subs: Vec<Option<u64>> = got
         .iter()
@@ -747,7 +804,11 @@ fn fetch_overflow_is_rejected() {
 
 #[test]
 fn fetch_state_is_untouched_by_failed_decode() {
-    let entries = [fobj(1, Some(3), 0, 5), fobj(1, Some(3), 1, 5), fobj(2, Some(4), 0, 6)];
+    let entries = [
+        fobj(1, Some(3), 0, 5),
+        fobj(1, Some(3), 1, 5),
+        fobj(2, Some(4), 0, 6),
+    ];
     let b = encode_fetch(false, &entries);
     let src = Bytes::from(b);
     // Feed the stream one byte longer each time, as a reader does.
@@ -810,6 +871,20 @@ fn fetch_try_encode_refuses_unencodable_entries() {
 }
 
 #[test]
+fn fetch_header_only_encoding() {
+    let entries = [fobj(1, Some(0), 0, 1), fobj(1, Some(0), 1, 1)];
+    let mut st = FetchState::new(false);
+    let mut b = Vec::new();
+    for e in &entries {
+        st.try_encode_header(&mut b, e).unwrap();
+        if let FetchEntry::Object(o) = e {
+            b.extend_from_slice(&o.payload);
+        }
+    }
+    assert_eq!(b, encode_fetch(false, &entries));
+}
+
+#[test]
 #[should_panic(expected = "unencodable fetch entry")]
 fn fetch_encode_panics_on_unencodable_entries() {
     encode_fetch(false, &[fobj(5, Some(0), 3, 1), fobj(4, Some(0), 3, 1)]);
@@ -819,7 +894,11 @@ fn fetch_encode_panics_on_unencodable_entries() {
 fn fetch_encoder_does_not_refer_across_datagram_objects() {
     // After a datagram object the "prior Subgroup ID" is ambiguous, so the encoder
     // spells the subgroup out even though it equals the last one it sent.
-    let entries = [fobj(1, Some(4), 0, 1), fobj(1, None, 1, 1), fobj(1, Some(4), 2, 1)];
+    let entries = [
+        fobj(1, Some(4), 0, 1),
+        fobj(1, None, 1, 1),
+        fobj(1, Some(4), 2, 1),
+    ];
     let b = fetch_roundtrip(false, &entries);
     assert_eq!(&b[b.len() - 4..], &[0x03, 0x04, 0x01, b'p']);
     // Our decoder accepts a reference to the last known Subgroup ID there.
@@ -854,15 +933,17 @@ fn header_s() -> impl Strategy<Value = SubgroupHeader> {
         any::<bool>(),
         any::<bool>(),
     )
-        .prop_map(|(track_alias, group, subgroup, priority, p, e, f)| SubgroupHeader {
-            track_alias,
-            group,
-            subgroup,
-            priority,
-            has_properties: p,
-            end_of_group: e,
-            first_object: f,
-        })
+        .prop_map(
+            |(track_alias, group, subgroup, priority, p, e, f)| SubgroupHeader {
+                track_alias,
+                group,
+                subgroup,
+                priority,
+                has_properties: p,
+                end_of_group: e,
+                first_object: f,
+            },
+        )
 }
 
 /// A header and objects with increasing IDs, statuses and properties consistent
@@ -895,7 +976,11 @@ fn subgroup_stream_s() -> impl Strategy<Value = (SubgroupHeader, Vec<SubgroupObj
                 let normal = status == ObjectStatus::Normal;
                 out.push(SubgroupObject {
                     object_id: id,
-                    properties: if h.has_properties && normal { props } else { Bytes::new() },
+                    properties: if h.has_properties && normal {
+                        props
+                    } else {
+                        Bytes::new()
+                    },
                     status,
                     payload: if normal { payload } else { Bytes::new() },
                 });
@@ -909,7 +994,10 @@ fn datagram_s() -> impl Strategy<Value = ObjectDatagram> {
     (
         (vint(), vint(), prop_oneof![Just(0u64), vint()]),
         proptest::option::of(any::<u8>()),
-        prop_oneof![Just(Bytes::new()), vec(any::<u8>(), 1..8).prop_map(Bytes::from)],
+        prop_oneof![
+            Just(Bytes::new()),
+            vec(any::<u8>(), 1..8).prop_map(Bytes::from)
+        ],
         any::<bool>(),
         proptest::option::of(prop_oneof![
             Just(ObjectStatus::Normal),
@@ -918,25 +1006,27 @@ fn datagram_s() -> impl Strategy<Value = ObjectDatagram> {
         ]),
         small_bytes(32),
     )
-        .prop_map(|((track_alias, group, object_id), priority, properties, eog, status, payload)| {
-            // Only what the wire can say: a status excludes END_OF_GROUP and a
-            // payload, and only Normal carries properties.
-            let (end_of_group, properties, payload) = match status {
-                None => (eog, properties, payload),
-                Some(ObjectStatus::Normal) => (false, properties, Bytes::new()),
-                Some(_) => (false, Bytes::new(), Bytes::new()),
-            };
-            ObjectDatagram {
-                track_alias,
-                group,
-                object_id,
-                priority,
-                properties,
-                end_of_group,
-                status,
-                payload,
-            }
-        })
+        .prop_map(
+            |((track_alias, group, object_id), priority, properties, eog, status, payload)| {
+                // Only what the wire can say: a status excludes END_OF_GROUP and a
+                // payload, and only Normal carries properties.
+                let (end_of_group, properties, payload) = match status {
+                    None => (eog, properties, payload),
+                    Some(ObjectStatus::Normal) => (false, properties, Bytes::new()),
+                    Some(_) => (false, Bytes::new(), Bytes::new()),
+                };
+                ObjectDatagram {
+                    track_alias,
+                    group,
+                    object_id,
+                    priority,
+                    properties,
+                    end_of_group,
+                    status,
+                    payload,
+                }
+            },
+        )
 }
 
 #[derive(Debug, Clone)]
@@ -960,17 +1050,24 @@ fn fetch_stream_s() -> impl Strategy<Value = (bool, Vec<FetchEntry>)> {
         prop_oneof![
             Just(None),
             Just(Some(0u64)),
-            Just(Some(u64::MAX)), // "same as the previous object's subgroup"
+            Just(Some(u64::MAX)),     // "same as the previous object's subgroup"
             Just(Some(u64::MAX - 1)), // "previous + 1"
             vint().prop_map(Some)
         ],
         prop_oneof![3 => Just(None), 1 => any::<u8>().prop_map(Some)],
-        prop_oneof![Just(Bytes::new()), vec(any::<u8>(), 1..6).prop_map(Bytes::from)],
+        prop_oneof![
+            Just(Bytes::new()),
+            vec(any::<u8>(), 1..6).prop_map(Bytes::from)
+        ],
         small_bytes(12),
     );
     (any::<bool>(), vint(), vint(), vec((step, meta), 0..12)).prop_map(
         |(descending, g0, o0, steps)| {
-            let mut group = if descending { g0.saturating_add(1000) } else { g0 };
+            let mut group = if descending {
+                g0.saturating_add(1000)
+            } else {
+                g0
+            };
             let mut object = o0;
             let mut sub: Option<u64> = None;
             let mut prio = 128u8;

@@ -40,7 +40,12 @@ fn roundtrip(m: Message) -> Bytes {
     let mut s = &b[..];
     assert_eq!(get_vi64(&mut s).unwrap(), m.type_id());
     let len = get_u16(&mut s).unwrap() as usize;
-    assert_eq!(len, s.len(), "{}: Length must equal the payload size", m.name());
+    assert_eq!(
+        len,
+        s.len(),
+        "{}: Length must equal the payload size",
+        m.name()
+    );
     let (d, used) = Message::decode_bytes(&b).unwrap();
     assert_eq!(used, b.len());
     assert_eq!(d, m);
@@ -103,7 +108,10 @@ fn setup_roundtrip() {
     let s = Setup {
         options: vec![
             KeyValue::bytes(setup_option::PATH, b("/moq?x=1")),
-            KeyValue::bytes(setup_option::AUTHORIZATION_TOKEN, Bytes::from_static(b"\x03\x00t")),
+            KeyValue::bytes(
+                setup_option::AUTHORIZATION_TOKEN,
+                Bytes::from_static(b"\x03\x00t"),
+            ),
             KeyValue::int(setup_option::MAX_AUTH_TOKEN_CACHE_SIZE, 4096),
             KeyValue::bytes(setup_option::AUTHORITY, b("relay.example:4443")),
             KeyValue::bytes(setup_option::MOQT_IMPLEMENTATION, b("quichub/0.1")),
@@ -358,9 +366,13 @@ fn namespace_requests_roundtrip() {
 
 #[test]
 fn namespace_and_done_roundtrip() {
-    roundtrip(Message::Namespace(TrackNamespace::from_path("participant=100")));
+    roundtrip(Message::Namespace(TrackNamespace::from_path(
+        "participant=100",
+    )));
     roundtrip(Message::Namespace(TrackNamespace::default()));
-    roundtrip(Message::NamespaceDone(TrackNamespace::from_strs(&["a", "b\0c"])));
+    roundtrip(Message::NamespaceDone(TrackNamespace::from_strs(&[
+        "a", "b\0c",
+    ])));
     let max = TrackNamespace((0..32).map(|i| Bytes::from(vec![i as u8 + 1; 3])).collect());
     roundtrip(Message::NamespaceDone(max));
 }
@@ -521,10 +533,7 @@ fn vector_setup_non_minimal_and_unknown() {
     assert_eq!(
         decode(&bytes).unwrap(),
         Message::Setup(Setup {
-            options: vec![
-                KeyValue::bytes(7, b("q")),
-                KeyValue::int(0x40, 1),
-            ],
+            options: vec![KeyValue::bytes(7, b("q")), KeyValue::int(0x40, 1),],
         })
     );
 }
@@ -598,7 +607,10 @@ fn vector_moqnet_subscribe_draft18() {
     let Message::Subscribe(s) = decode(&frame(ty::SUBSCRIBE, &payload)).unwrap() else {
         panic!()
     };
-    assert_eq!(s.params.authorization_tokens, [Bytes::from_static(&[3, 0, 0xaa])]);
+    assert_eq!(
+        s.params.authorization_tokens,
+        [Bytes::from_static(&[3, 0, 0xaa])]
+    );
 }
 
 #[test]
@@ -617,13 +629,15 @@ fn vector_moqnet_subscribe_ok_draft18() {
         })
     );
     // `test_subscribe_ok_largest_object_multibyte_group_draft18`: group 427.
-    let Message::SubscribeOk(ok) = decode(&frame(ty::SUBSCRIBE_OK, &hex("04 01 09 81ab 00"))).unwrap()
+    let Message::SubscribeOk(ok) =
+        decode(&frame(ty::SUBSCRIBE_OK, &hex("04 01 09 81ab 00"))).unwrap()
     else {
         panic!()
     };
     assert_eq!(ok.params.largest_object, Some(Location::new(427, 0)));
     // `test_param_location_wire_vectors` (draft-18): {255, 128}.
-    let Message::SubscribeOk(ok) = decode(&frame(ty::SUBSCRIBE_OK, &hex("00 01 09 80ff 8080"))).unwrap()
+    let Message::SubscribeOk(ok) =
+        decode(&frame(ty::SUBSCRIBE_OK, &hex("00 01 09 80ff 8080"))).unwrap()
     else {
         panic!()
     };
@@ -685,7 +699,10 @@ fn vector_fetch_joining() {
         Err(DecodeError::UnknownParameter(0x25))
     );
     // Fetch Type 4 does not exist.
-    assert!(matches!(decode(&hex("16 0004 01 04 03 00")), Err(DecodeError::Invalid(_))));
+    assert!(matches!(
+        decode(&hex("16 0004 01 04 03 00")),
+        Err(DecodeError::Invalid(_))
+    ));
 }
 
 #[test]
@@ -708,7 +725,10 @@ fn vector_goaway() {
         })
     );
     // Two trailing vi64s is one too many.
-    assert_eq!(decode(&hex("10 0004 00 00 00 00")), Err(DecodeError::LengthMismatch));
+    assert_eq!(
+        decode(&hex("10 0004 00 00 00 00")),
+        Err(DecodeError::LengthMismatch)
+    );
 }
 
 #[test]
@@ -740,7 +760,10 @@ fn vector_request_error() {
     assert_eq!(decode(&bytes).unwrap(), m);
     // A REDIRECT without its structure is short (length mismatch), and a Redirect
     // after another code is trailing garbage.
-    assert_eq!(decode(&hex("05 0003 34 00 00")), Err(DecodeError::LengthMismatch));
+    assert_eq!(
+        decode(&hex("05 0003 34 00 00")),
+        Err(DecodeError::LengthMismatch)
+    );
     assert_eq!(
         decode(&hex("05 0009 10 00 00 00 01 01 61 01 62")),
         Err(DecodeError::LengthMismatch)
@@ -858,7 +881,11 @@ fn length_mismatch() {
         ty::REQUEST_OK,
         ty::REQUEST_ERROR,
     ] {
-        assert_eq!(decode(&frame(t, &[])), Err(DecodeError::LengthMismatch), "{t:#x}");
+        assert_eq!(
+            decode(&frame(t, &[])),
+            Err(DecodeError::LengthMismatch),
+            "{t:#x}"
+        );
     }
     // An empty SETUP is fine: no options.
     assert_eq!(
@@ -880,15 +907,37 @@ fn incomplete_frames_are_short() {
     for n in 0..full.len() {
         let src = full.slice(..n);
         let mut s = &src[..];
-        assert_eq!(Message::decode(&mut s, &src), Err(DecodeError::Short), "{n}");
+        assert_eq!(
+            Message::decode(&mut s, &src),
+            Err(DecodeError::Short),
+            "{n}"
+        );
         assert_eq!(s.len(), n, "Short must not consume");
     }
 }
 
 #[test]
 fn unknown_message_types() {
-    for t in [0x0, 0x1, 0x9, 0xA, 0x11, 0x20, 0x21, 0x40, 0x41, 0x1F, 0x52, 0x2F01, u64::MAX] {
-        assert_eq!(decode(&frame(t, &[0])), Err(DecodeError::UnknownMessage(t)), "{t:#x}");
+    for t in [
+        0x0,
+        0x1,
+        0x9,
+        0xA,
+        0x11,
+        0x20,
+        0x21,
+        0x40,
+        0x41,
+        0x1F,
+        0x52,
+        0x2F01,
+        u64::MAX,
+    ] {
+        assert_eq!(
+            decode(&frame(t, &[0])),
+            Err(DecodeError::UnknownMessage(t)),
+            "{t:#x}"
+        );
     }
 }
 
@@ -903,7 +952,10 @@ fn reason_phrase_limit() {
     };
     roundtrip(ok(MAX_REASON));
     // 1025 bytes: PROTOCOL_VIOLATION, in PUBLISH_DONE and REQUEST_ERROR.
-    assert_eq!(decode(&ok(MAX_REASON + 1).to_bytes()), Err(DecodeError::TooLong));
+    assert_eq!(
+        decode(&ok(MAX_REASON + 1).to_bytes()),
+        Err(DecodeError::TooLong)
+    );
     let e = Message::RequestError(RequestError {
         code: 0,
         retry_interval: 0,
@@ -911,7 +963,10 @@ fn reason_phrase_limit() {
         redirect: None,
     });
     assert_eq!(decode(&e.to_bytes()), Err(DecodeError::TooLong));
-    assert_eq!(DecodeError::TooLong.session_code(), crate::SessionErrorCode::ProtocolViolation);
+    assert_eq!(
+        DecodeError::TooLong.session_code(),
+        crate::SessionErrorCode::ProtocolViolation
+    );
 }
 
 #[test]
@@ -946,10 +1001,18 @@ fn namespace_field_limits() {
             params: Parameters::default(),
         }),
     ] {
-        assert_eq!(decode(&m.to_bytes()), Err(DecodeError::TooLong), "{}", m.name());
+        assert_eq!(
+            decode(&m.to_bytes()),
+            Err(DecodeError::TooLong),
+            "{}",
+            m.name()
+        );
     }
     // An empty field is a PROTOCOL_VIOLATION.
-    assert!(matches!(decode(&hex("08 0004 02 01 61 00")), Err(DecodeError::Invalid(_))));
+    assert!(matches!(
+        decode(&hex("08 0004 02 01 61 00")),
+        Err(DecodeError::Invalid(_))
+    ));
     // A Full Track Name over 4096 bytes.
     let big = Message::Subscribe(Subscribe {
         request_id: 0,
@@ -1006,10 +1069,18 @@ fn disallowed_parameters() {
     for (t, payload) in cases {
         let r = decode(&frame(t, &payload));
         assert!(
-            matches!(r, Err(DecodeError::Invalid("parameter not allowed in this message"))),
+            matches!(
+                r,
+                Err(DecodeError::Invalid(
+                    "parameter not allowed in this message"
+                ))
+            ),
             "{t:#x} {payload:02x?}: {r:?}"
         );
-        assert_eq!(r.unwrap_err().session_code(), crate::SessionErrorCode::ProtocolViolation);
+        assert_eq!(
+            r.unwrap_err().session_code(),
+            crate::SessionErrorCode::ProtocolViolation
+        );
     }
 }
 
@@ -1020,9 +1091,16 @@ fn unknown_and_malformed_parameters() {
         (ty::SUBSCRIBE, hex("00 00 00 01 0c 00"), 0x0c),
         (ty::SUBSCRIBE, hex("00 00 00 01 00 00"), 0x00),
         (ty::REQUEST_OK, hex("01 8123 00"), 0x123),
-        (ty::FETCH, hex("00 02 00 00 01 ff ffffffffffffffff 00"), u64::MAX),
+        (
+            ty::FETCH,
+            hex("00 02 00 00 01 ff ffffffffffffffff 00"),
+            u64::MAX,
+        ),
     ] {
-        assert_eq!(decode(&frame(t, &payload)), Err(DecodeError::UnknownParameter(k)));
+        assert_eq!(
+            decode(&frame(t, &payload)),
+            Err(DecodeError::UnknownParameter(k))
+        );
     }
     // Duplicate parameter (delta 0) other than AUTHORIZATION_TOKEN.
     assert!(matches!(
@@ -1031,7 +1109,10 @@ fn unknown_and_malformed_parameters() {
     ));
     // Type overflow: 0x10 + (2^64 - 1).
     assert!(matches!(
-        decode(&frame(ty::SUBSCRIBE, &hex("00 00 00 02 10 01 ff ffffffffffffffff 00"))),
+        decode(&frame(
+            ty::SUBSCRIBE,
+            &hex("00 00 00 02 10 01 ff ffffffffffffffff 00")
+        )),
         Err(DecodeError::Invalid(_))
     ));
     // Out-of-range uint8 values.
@@ -1057,7 +1138,10 @@ fn setup_option_errors() {
     // A value running past the end of the message: KEY_VALUE_FORMATTING_ERROR.
     let e = decode(&frame(ty::SETUP, &hex("01 05 2f"))).unwrap_err();
     assert_eq!(e, DecodeError::KeyValueFormat);
-    assert_eq!(e.session_code(), crate::SessionErrorCode::KeyValueFormattingError);
+    assert_eq!(
+        e.session_code(),
+        crate::SessionErrorCode::KeyValueFormattingError
+    );
     let e = decode(&frame(ty::SETUP, &hex("04"))).unwrap_err();
     assert_eq!(e, DecodeError::KeyValueFormat);
     // A byte value longer than 2^16-1: PROTOCOL_VIOLATION (§1.4.3).
@@ -1095,7 +1179,10 @@ fn auth_token_limit() {
         })
     };
     roundtrip(tok(crate::params::MAX_TOKEN));
-    assert_eq!(decode(&tok(crate::params::MAX_TOKEN + 1).to_bytes()), Err(DecodeError::TooLong));
+    assert_eq!(
+        decode(&tok(crate::params::MAX_TOKEN + 1).to_bytes()),
+        Err(DecodeError::TooLong)
+    );
 }
 
 #[test]
@@ -1181,7 +1268,11 @@ fn location_s() -> impl Strategy<Value = Location> {
 
 /// Key-Value-Pairs sorted by type (the encoder writes deltas), duplicates allowed.
 pub(crate) fn kvps_s() -> impl Strategy<Value = Vec<KeyValue>> {
-    vec((prop_oneof![0u64..0x80, any::<u64>()], vint(), bytes_s(12)), 0..6).prop_map(|mut v| {
+    vec(
+        (prop_oneof![0u64..0x80, any::<u64>()], vint(), bytes_s(12)),
+        0..6,
+    )
+    .prop_map(|mut v| {
         v.sort_by_key(|(k, _, _)| *k);
         v.into_iter()
             .map(|(k, i, b)| {
@@ -1222,28 +1313,37 @@ fn params_s(set: Allowed) -> impl Strategy<Value = Parameters> {
         proptest::option::of(any::<bool>()),
         proptest::option::of(any::<u8>()),
         proptest::option::of(filter_s()),
-        proptest::option::of(prop_oneof![Just(GroupOrder::Ascending), Just(GroupOrder::Descending)]),
+        proptest::option::of(prop_oneof![
+            Just(GroupOrder::Ascending),
+            Just(GroupOrder::Descending)
+        ]),
         proptest::option::of(vint()),
         proptest::option::of(namespace_s()),
     );
-    (a, b).prop_map(move |((odt, tokens, rt, sdt, exp, lo), (ft, fw, sp, sf, go, ngr, tnp))| {
-        let k = |kind: u64| set.contains(kind);
-        Parameters {
-            object_delivery_timeout: odt.filter(|_| k(kind::OBJECT_DELIVERY_TIMEOUT)),
-            authorization_tokens: if k(kind::AUTHORIZATION_TOKEN) { tokens } else { vec![] },
-            rendezvous_timeout: rt.filter(|_| k(kind::RENDEZVOUS_TIMEOUT)),
-            subgroup_delivery_timeout: sdt.filter(|_| k(kind::SUBGROUP_DELIVERY_TIMEOUT)),
-            expires: exp.filter(|_| k(kind::EXPIRES)),
-            largest_object: lo.filter(|_| k(kind::LARGEST_OBJECT)),
-            fill_timeout: ft.filter(|_| k(kind::FILL_TIMEOUT)),
-            forward: fw.filter(|_| k(kind::FORWARD)),
-            subscriber_priority: sp.filter(|_| k(kind::SUBSCRIBER_PRIORITY)),
-            subscription_filter: sf.filter(|_| k(kind::SUBSCRIPTION_FILTER)),
-            group_order: go.filter(|_| k(kind::GROUP_ORDER)),
-            new_group_request: ngr.filter(|_| k(kind::NEW_GROUP_REQUEST)),
-            track_namespace_prefix: tnp.filter(|_| k(kind::TRACK_NAMESPACE_PREFIX)),
-        }
-    })
+    (a, b).prop_map(
+        move |((odt, tokens, rt, sdt, exp, lo), (ft, fw, sp, sf, go, ngr, tnp))| {
+            let k = |kind: u64| set.contains(kind);
+            Parameters {
+                object_delivery_timeout: odt.filter(|_| k(kind::OBJECT_DELIVERY_TIMEOUT)),
+                authorization_tokens: if k(kind::AUTHORIZATION_TOKEN) {
+                    tokens
+                } else {
+                    vec![]
+                },
+                rendezvous_timeout: rt.filter(|_| k(kind::RENDEZVOUS_TIMEOUT)),
+                subgroup_delivery_timeout: sdt.filter(|_| k(kind::SUBGROUP_DELIVERY_TIMEOUT)),
+                expires: exp.filter(|_| k(kind::EXPIRES)),
+                largest_object: lo.filter(|_| k(kind::LARGEST_OBJECT)),
+                fill_timeout: ft.filter(|_| k(kind::FILL_TIMEOUT)),
+                forward: fw.filter(|_| k(kind::FORWARD)),
+                subscriber_priority: sp.filter(|_| k(kind::SUBSCRIBER_PRIORITY)),
+                subscription_filter: sf.filter(|_| k(kind::SUBSCRIPTION_FILTER)),
+                group_order: go.filter(|_| k(kind::GROUP_ORDER)),
+                new_group_request: ngr.filter(|_| k(kind::NEW_GROUP_REQUEST)),
+                track_namespace_prefix: tnp.filter(|_| k(kind::TRACK_NAMESPACE_PREFIX)),
+            }
+        },
+    )
 }
 
 fn ns_request_s(set: Allowed) -> impl Strategy<Value = NamespaceRequest> {
@@ -1302,8 +1402,14 @@ pub(crate) fn message_s() -> BoxedStrategy<Message> {
                 properties: k,
             })
         }),
-        (vint(), track_s(), vint(), params_s(allowed::PUBLISH), kvps_s()).prop_map(
-            |(request_id, track, track_alias, params, properties)| {
+        (
+            vint(),
+            track_s(),
+            vint(),
+            params_s(allowed::PUBLISH),
+            kvps_s()
+        )
+            .prop_map(|(request_id, track, track_alias, params, properties)| {
                 Message::Publish(Publish {
                     request_id,
                     track,
@@ -1311,8 +1417,7 @@ pub(crate) fn message_s() -> BoxedStrategy<Message> {
                     params,
                     properties,
                 })
-            }
-        ),
+            }),
         params_s(allowed::PUBLISH_OK).prop_map(|params| Message::PublishOk(RequestOk {
             params,
             properties: vec![]
@@ -1324,13 +1429,15 @@ pub(crate) fn message_s() -> BoxedStrategy<Message> {
                 reason,
             })
         }),
-        (vint(), fetch_kind_s(), params_s(allowed::FETCH)).prop_map(|(request_id, kind, params)| {
-            Message::Fetch(Fetch {
-                request_id,
-                kind,
-                params,
-            })
-        }),
+        (vint(), fetch_kind_s(), params_s(allowed::FETCH)).prop_map(
+            |(request_id, kind, params)| {
+                Message::Fetch(Fetch {
+                    request_id,
+                    kind,
+                    params,
+                })
+            }
+        ),
         (any::<bool>(), location_s(), kvps_s()).prop_map(|(e, l, k)| {
             Message::FetchOk(FetchOk {
                 end_of_track: e,

@@ -1,0 +1,87 @@
+//! Shared helpers for end-to-end tests: an in-process relay on an OS-assigned
+//! loopback port, client sessions, and raw transport sessions for sending
+//! malformed input.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quichub_client::{ClientSession, ConnectOptions, Verify};
+use quichub_net::server::Server;
+use quichub_net::tls::Identity;
+use quichub_relay::{Config, Relay};
+
+pub struct TestRelay {
+    pub addr: SocketAddr,
+    pub relay: Arc<Relay>,
+    pub server: Arc<Server>,
+    pub fingerprint: Vec<u8>,
+}
+
+impl TestRelay {
+    pub async fn start() -> Self {
+        Self::with_config(Config::default()).await
+    }
+
+    pub async fn with_config(config: Config) -> Self {
+        let id = Identity::self_signed(&["localhost"]).unwrap();
+        let server = Arc::new(Server::bind("127.0.0.1:0".parse().unwrap(), &id).unwrap());
+        let addr = server.local_addr().unwrap();
+        let relay = Relay::new(config);
+        tokio::spawn(quichub_relay::endpoint::accept_loop(relay.clone(), server.clone()));
+        Self {
+            addr,
+            relay,
+            server,
+            fingerprint: id.fingerprint().to_vec(),
+        }
+    }
+
+    pub fn url(&self, scheme: &str) -> String {
+        format!("{scheme}://127.0.0.1:{}/test", self.addr.port())
+    }
+
+    pub fn opts(&self) -> ConnectOptions {
+        ConnectOptions {
+            verify: Verify::Fingerprints(vec![self.fingerprint.clone()]),
+            bind: "127.0.0.1:0".parse().unwrap(),
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    pub async fn client(&self, scheme: &str) -> ClientSession {
+        ClientSession::connect(&self.url(scheme), self.opts()).await.unwrap()
+    }
+
+    /// A raw transport session with no MoQT on it, for hand-made bytes.
+    pub async fn raw(&self, scheme: &str) -> web_transport_quinn::Session {
+        let c = quichub_net::client::Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure).unwrap();
+        let url = url::Url::parse(&self.url(scheme)).unwrap();
+        let s = c.connect(&url).await.unwrap().session;
+        // Keep the endpoint alive as long as the session (leaked on purpose in tests).
+        std::mem::forget(c);
+        s
+    }
+}
+
+/// Runs `f` with a deadline so a hung test fails instead of blocking CI.
+pub async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .expect("test step timed out")
+}
+
+/// The application close code of a closed session, for raw QUIC and WebTransport.
+pub fn close_code(e: &web_transport_quinn::SessionError) -> Option<u64> {
+    use web_transport_quinn::{SessionError, WebTransportError};
+    match e {
+        SessionError::ConnectionError(quinn_err) => match quinn_err {
+            web_transport_quinn::quinn::ConnectionError::ApplicationClosed(c) => Some(c.error_code.into_inner()),
+            _ => None,
+        },
+        SessionError::WebTransportError(WebTransportError::Closed(code, _)) => Some(*code as u64),
+        _ => None,
+    }
+}

@@ -1,0 +1,237 @@
+//! End to end through an in-process relay: fan-out to 50 subscribers, joining
+//! FETCH from the cache, and a stuck subscriber that must not cost the others.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{within, TestRelay};
+use moqt::message::FetchKind;
+use moqt::{FullTrackName, Location, Parameters, SubscriptionFilter};
+use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
+use quichub_relay::Config;
+
+fn payload(g: u64, o: u64, size: usize) -> Bytes {
+    let mut v = format!("{g}:{o}:").into_bytes();
+    v.resize(size, b'x');
+    Bytes::from(v)
+}
+
+/// 1 publisher, 50 subscribers: every object of a stream track arrives exactly
+/// once and in order within its subgroup; a datagram track arrives without loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fanout_to_50_subscribers() {
+    let relay = TestRelay::start().await;
+    let publisher = relay.client("moqt").await;
+    let video = publisher
+        .create_track(FullTrackName::new("e2e", "video"), 2, TrackMode::Push)
+        .await
+        .unwrap();
+    let audio = publisher
+        .create_track(FullTrackName::new("e2e", "audio"), 1, TrackMode::Push)
+        .await
+        .unwrap();
+
+    const SUBS: usize = 50;
+    const GROUPS: u64 = 5;
+    const PER_GROUP: u64 = 20;
+    const DATAGRAMS: u64 = 100;
+    let mut tasks = Vec::new();
+    for i in 0..SUBS {
+        // Half over raw QUIC, half over WebTransport.
+        let scheme = if i % 2 == 0 { "moqt" } else { "https" };
+        let s = relay.client(scheme).await;
+        let mut v = s.subscribe(FullTrackName::new("e2e", "video"), SubscribeOptions::default()).await.unwrap();
+        let mut a = s.subscribe(FullTrackName::new("e2e", "audio"), SubscribeOptions::default()).await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let _keep = s;
+            let mut stream_objs: Vec<(u64, u64, u64)> = Vec::new();
+            let mut datagrams = std::collections::HashSet::new();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while stream_objs.len() < (GROUPS * PER_GROUP) as usize || datagrams.len() < DATAGRAMS as usize {
+                let ev = tokio::select! {
+                    e = v.next() => e,
+                    e = a.next() => e,
+                    _ = tokio::time::sleep_until(deadline) => break,
+                };
+                if let Some(SubscriptionEvent::Object(o)) = ev {
+                    match o.subgroup {
+                        Some(sg) => stream_objs.push((o.group, sg, o.object_id)),
+                        None => {
+                            datagrams.insert((o.group, o.object_id));
+                        }
+                    }
+                }
+            }
+            (stream_objs, datagrams.len())
+        }));
+    }
+
+    let send_video = async {
+        for g in 0..GROUPS {
+            let mut w = video.open_subgroup(g, 0).await.unwrap().expect("forwarding");
+            for o in 0..PER_GROUP {
+                w.write(o, payload(g, o, 800)).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            w.finish();
+        }
+    };
+    let send_audio = async {
+        for n in 0..DATAGRAMS {
+            assert!(audio.send_datagram(n, 0, payload(n, 0, 120)));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    within(30, async { tokio::join!(send_video, send_audio) }).await;
+
+    for t in tasks {
+        let (objs, dgrams) = within(30, t).await.unwrap();
+        assert_eq!(objs.len(), (GROUPS * PER_GROUP) as usize, "every stream object exactly once");
+        let unique: std::collections::HashSet<_> = objs.iter().collect();
+        assert_eq!(unique.len(), objs.len(), "no duplicates");
+        let mut last: HashMap<(u64, u64), u64> = HashMap::new();
+        for (g, sg, o) in objs {
+            if let Some(prev) = last.insert((g, sg), o) {
+                assert!(o > prev, "in order within subgroup ({g},{sg}): {o} after {prev}");
+            }
+        }
+        assert_eq!(dgrams, DATAGRAMS as usize, "no datagram lost on loopback");
+    }
+    // One upstream per track however many subscribers.
+    assert_eq!(relay.relay.metrics.objects_in.load(Relaxed), GROUPS * PER_GROUP + DATAGRAMS);
+}
+
+/// A joining FETCH returns the current group from the relay's cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_fetch_serves_current_group_from_cache() {
+    let relay = TestRelay::start().await;
+    let publisher = relay.client("moqt").await;
+    let name = FullTrackName::new("e2e", "cam");
+    let track = publisher.create_track(name.clone(), 2, TrackMode::Push).await.unwrap();
+    for (g, n) in [(0u64, 10u64), (1, 5)] {
+        let mut w = track.open_subgroup(g, 0).await.unwrap().unwrap();
+        for o in 0..n {
+            w.write(o, payload(g, o, 300)).await.unwrap();
+        }
+        if g == 0 {
+            w.finish();
+        } else {
+            // Group 1 is still being published: leave its stream open.
+            std::mem::forget(w);
+        }
+    }
+    within(5, async {
+        loop {
+            if relay.relay.find_track(&name).and_then(|e| e.track.largest()) == Some(Location::new(1, 4)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+
+    let sub = relay.client("https").await;
+    let s = sub
+        .subscribe(name.clone(), SubscribeOptions { filter: Some(SubscriptionFilter::LargestObject), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(s.largest, Some(Location::new(1, 4)));
+    let r = within(5, sub.fetch(FetchKind::RelativeJoining { joining_request_id: s.request_id, joining_start: 0 }, Parameters::default()))
+        .await
+        .unwrap();
+    let got: Vec<(u64, u64)> = r.objects.iter().map(|o| (o.group, o.object_id)).collect();
+    assert_eq!(got, (0..5).map(|o| (1, o)).collect::<Vec<_>>(), "current group, in order");
+    for o in &r.objects {
+        assert_eq!(o.payload, payload(o.group, o.object_id, 300));
+    }
+    assert_eq!(r.ok.end_location, Location::new(1, 5));
+
+    // An absolute joining fetch from group 0 returns both groups.
+    let r = sub
+        .fetch(FetchKind::AbsoluteJoining { joining_request_id: s.request_id, joining_start: 0 }, Parameters::default())
+        .await
+        .unwrap();
+    assert_eq!(r.objects.len(), 15);
+
+    // A joining fetch naming no subscription is refused.
+    let e = sub
+        .fetch(FetchKind::RelativeJoining { joining_request_id: 998, joining_start: 0 }, Parameters::default())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("0x32"), "{e}");
+}
+
+/// A subscriber that stops reading does not lower the count the others get.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stuck_subscriber_does_not_slow_the_others() {
+    let relay = TestRelay::with_config(Config { fanout_buffer: 256, write_stall_ms: 300, ..Config::default() }).await;
+    let publisher = relay.client("moqt").await;
+    let name = FullTrackName::new("e2e", "bulk");
+    let track = publisher.create_track(name.clone(), 2, TrackMode::Push).await.unwrap();
+
+    // The stuck subscriber: subscribes, then never reads a data stream.
+    let stuck = relay.raw("moqt").await;
+    {
+        let mut ctl = stuck.open_uni().await.unwrap();
+        ctl.write_all(&moqt::Message::Setup(moqt::session::make_setup("stuck", Some("127.0.0.1"), Some("/"))).to_bytes())
+            .await
+            .unwrap();
+        std::mem::forget(ctl);
+        let (mut send, _recv) = stuck.open_bi().await.unwrap();
+        let sub = moqt::Message::Subscribe(moqt::message::Subscribe { request_id: 0, track: name.clone(), params: Parameters::default() });
+        send.write_all(&sub.to_bytes()).await.unwrap();
+        std::mem::forget(send);
+        std::mem::forget(_recv);
+    }
+    const N: u64 = 800;
+    let mut healthy = Vec::new();
+    for _ in 0..3 {
+        let s = relay.client("moqt").await;
+        let mut sub = s.subscribe(name.clone(), SubscribeOptions::default()).await.unwrap();
+        healthy.push(tokio::spawn(async move {
+            let _keep = s;
+            let mut n = 0u64;
+            while n < N {
+                match tokio::time::timeout(Duration::from_secs(20), sub.next()).await {
+                    Ok(Some(SubscriptionEvent::Object(_))) => n += 1,
+                    Ok(Some(_)) => {}
+                    _ => break,
+                }
+            }
+            n
+        }));
+    }
+    // Wait until the stuck subscription is established at the relay.
+    within(5, async {
+        while relay.relay.metrics.subscriptions.load(Relaxed) < 4 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // One subgroup of 16 MB: beyond the stuck peer's stream window plus the
+    // relay's per-connection send buffer (about 5 MB, some 260 objects), so
+    // its forwarder must fall more than the 256-object ring behind.
+    let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
+    for o in 0..N {
+        w.write(o, payload(0, o, 20_000)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    w.finish();
+    for h in healthy {
+        assert_eq!(within(40, h).await.unwrap(), N, "a healthy subscriber lost objects");
+    }
+    // The stuck subscriber's stream was given up and it skipped what it missed.
+    let m = &relay.relay.metrics;
+    within(10, async {
+        while m.streams_reset.load(Relaxed) == 0 || m.drops_lagged.load(Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(m.objects_out.load(Relaxed) < 4 * N, "the stuck subscriber cannot have received everything");
+    drop(stuck);
+}

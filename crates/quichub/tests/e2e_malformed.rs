@@ -1,0 +1,185 @@
+//! Bad input closes only the offending session, with PROTOCOL_VIOLATION,
+//! while a concurrent healthy session keeps receiving.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use common::{close_code, within, TestRelay};
+use moqt::coding::put_vi64;
+use moqt::message::{Message, Publish};
+use moqt::session::make_setup;
+use moqt::{FullTrackName, Parameters};
+use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
+
+const PROTOCOL_VIOLATION: u64 = 0x3;
+
+fn setup_bytes() -> Bytes {
+    Message::Setup(make_setup("bad-client", Some("127.0.0.1"), Some("/test"))).to_bytes()
+}
+
+/// Starts a publisher sending a datagram every 5 ms and a healthy subscriber
+/// counting them; returns the count.
+async fn healthy_flow(relay: &TestRelay) -> Arc<AtomicU64> {
+    let publisher = relay.client("moqt").await;
+    let track = publisher.create_track(FullTrackName::new("ok", "beat"), 1, TrackMode::Push).await.unwrap();
+    tokio::spawn(async move {
+        let _keep = &publisher;
+        for n in 0.. {
+            track.send_datagram(n, 0, Bytes::from_static(b"beat"));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    let sub = relay.client("https").await;
+    let mut s = sub.subscribe(FullTrackName::new("ok", "beat"), SubscribeOptions::default()).await.unwrap();
+    let count = Arc::new(AtomicU64::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        let _keep = sub;
+        while let Some(ev) = s.next().await {
+            if let SubscriptionEvent::Object(_) = ev {
+                c.fetch_add(1, Relaxed);
+            }
+        }
+    });
+    count
+}
+
+async fn still_flowing(count: &AtomicU64) {
+    let before = count.load(Relaxed);
+    within(5, async {
+        while count.load(Relaxed) < before + 20 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// Opens a raw session, sends SETUP, then `bad`; asserts the relay closes it
+/// with PROTOCOL_VIOLATION.
+async fn expect_violation<F, Fut>(relay: &TestRelay, bad: F)
+where
+    F: FnOnce(web_transport_quinn::Session, web_transport_quinn::SendStream) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let s = relay.raw("moqt").await;
+    let mut ctl = s.open_uni().await.unwrap();
+    ctl.write_all(&setup_bytes()).await.unwrap();
+    bad(s.clone(), ctl).await;
+    let err = within(5, s.closed()).await;
+    assert_eq!(close_code(&err), Some(PROTOCOL_VIOLATION), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_input_closes_only_that_session() {
+    let relay = TestRelay::start().await;
+    let count = healthy_flow(&relay).await;
+    still_flowing(&count).await;
+
+    // 1. Garbage on the control stream (a GOAWAY whose body is not a GOAWAY).
+    expect_violation(&relay, |_, mut ctl| async move {
+        ctl.write_all(&[0x10, 0x00, 0x03, 0xff, 0xff, 0xff]).await.unwrap();
+        std::mem::forget(ctl);
+    })
+    .await;
+    still_flowing(&count).await;
+
+    // 2. An oversized length: a namespace field of 5000 bytes (limit 4096).
+    expect_violation(&relay, |s, ctl| async move {
+        let mut body = BytesMut::new();
+        put_vi64(&mut body, 0); // request id
+        put_vi64(&mut body, 1); // one namespace field
+        put_vi64(&mut body, 5000);
+        body.put_bytes(b'a', 5000);
+        put_vi64(&mut body, 0); // empty track name
+        put_vi64(&mut body, 0); // no parameters
+        let mut msg = BytesMut::new();
+        put_vi64(&mut msg, 0x3);
+        msg.put_u16(body.len() as u16);
+        msg.extend_from_slice(&body);
+        let (mut send, recv) = s.open_bi().await.unwrap();
+        send.write_all(&msg).await.unwrap();
+        std::mem::forget((send, recv, ctl));
+    })
+    .await;
+    still_flowing(&count).await;
+
+    // 3. An unknown message type on the control stream.
+    expect_violation(&relay, |_, mut ctl| async move {
+        ctl.write_all(&[0x55, 0x00, 0x00]).await.unwrap();
+        std::mem::forget(ctl);
+    })
+    .await;
+    still_flowing(&count).await;
+
+    // 4. A truncated object: the subgroup stream ends inside an object.
+    expect_violation(&relay, |s, ctl| async move {
+        let (mut send, recv) = s.open_bi().await.unwrap();
+        let publish = Message::Publish(Publish {
+            request_id: 0,
+            track: FullTrackName::new("bad", "truncated"),
+            track_alias: 7,
+            params: Parameters::default(),
+            properties: vec![],
+        });
+        send.write_all(&publish.to_bytes()).await.unwrap();
+        let mut data = s.open_uni().await.unwrap();
+        // SUBGROUP_HEADER type 0x10: alias 7, group 0, priority 0; then an
+        // object promising 100 bytes and carrying 10.
+        data.write_all(&[0x10, 7, 0, 0, 0, 100]).await.unwrap();
+        data.write_all(&[1u8; 10]).await.unwrap();
+        data.finish().unwrap();
+        std::mem::forget((send, recv, ctl, data));
+    })
+    .await;
+    still_flowing(&count).await;
+
+    // 5. A second SETUP on the control stream.
+    expect_violation(&relay, |_, mut ctl| async move {
+        ctl.write_all(&setup_bytes()).await.unwrap();
+        std::mem::forget(ctl);
+    })
+    .await;
+    still_flowing(&count).await;
+
+    // 6. A second control stream (another SETUP on a new stream).
+    expect_violation(&relay, |s, ctl| async move {
+        let mut c2 = s.open_uni().await.unwrap();
+        c2.write_all(&setup_bytes()).await.unwrap();
+        std::mem::forget((ctl, c2));
+    })
+    .await;
+    still_flowing(&count).await;
+
+    // 7. A request stream opened with a message that cannot open one.
+    expect_violation(&relay, |s, ctl| async move {
+        let (mut send, recv) = s.open_bi().await.unwrap();
+        send.write_all(&Message::RequestOk(Default::default()).to_bytes()).await.unwrap();
+        std::mem::forget((send, recv, ctl));
+    })
+    .await;
+    still_flowing(&count).await;
+
+    assert!(relay.relay.metrics.protocol_violations.load(Relaxed) >= 7);
+}
+
+/// A Request ID with the wrong parity closes the session with INVALID_REQUEST_ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_request_id_parity() {
+    let relay = TestRelay::start().await;
+    let s = relay.raw("moqt").await;
+    let mut ctl = s.open_uni().await.unwrap();
+    ctl.write_all(&setup_bytes()).await.unwrap();
+    let (mut send, _recv) = s.open_bi().await.unwrap();
+    let m = Message::Subscribe(moqt::message::Subscribe {
+        request_id: 1,
+        track: FullTrackName::new("a", "b"),
+        params: Parameters::default(),
+    });
+    send.write_all(&m.to_bytes()).await.unwrap();
+    let err = within(5, s.closed()).await;
+    assert_eq!(close_code(&err), Some(0x4), "{err}");
+}

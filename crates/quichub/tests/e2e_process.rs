@@ -1,0 +1,104 @@
+//! Tests that run the real `quichub` binary: the interop client against the
+//! relay over both ways in, and GOAWAY on SIGTERM.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::within;
+use quichub_client::{ClientSession, ConnectOptions};
+
+const BIN: &str = env!("CARGO_BIN_EXE_quichub");
+
+struct RelayProcess {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_relay() -> RelayProcess {
+    let mut child = Command::new(BIN)
+        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn relay");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().expect("relay printed nothing").unwrap();
+    let addr = first
+        .split_whitespace()
+        .find(|w| w.starts_with("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"));
+    let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+    // Keep draining stdout so the relay never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    RelayProcess { child, port }
+}
+
+fn interop(url: &str) -> (bool, String) {
+    let out = Command::new(BIN)
+        .args(["interop-client", "--relay", url, "--tls-disable-verify"])
+        .output()
+        .expect("run interop-client");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn interop_client_passes_every_case_over_quic_and_webtransport() {
+    let relay = start_relay();
+    for scheme in ["moqt", "https"] {
+        let url = format!("{scheme}://127.0.0.1:{}/interop", relay.port);
+        let (ok, tap) = interop(&url);
+        assert!(ok, "interop-client failed over {scheme}:\n{tap}");
+        assert!(tap.starts_with("TAP version 14"), "{tap}");
+        assert!(tap.contains("1..6"), "{tap}");
+        assert_eq!(tap.lines().filter(|l| l.starts_with("ok ")).count(), 6, "{tap}");
+        assert!(!tap.contains("not ok"), "{tap}");
+    }
+}
+
+#[test]
+fn interop_client_lists_and_rejects_unknown_tests() {
+    let out = Command::new(BIN).args(["interop-client", "--list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(list.lines().count(), 6);
+    assert!(list.contains("subscribe-before-announce"));
+    let out = Command::new(BIN)
+        .args(["interop-client", "--tls-disable-verify", "-t", "no-such-test", "-r", "moqt://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_sends_goaway_before_exit() {
+    let mut relay = start_relay();
+    let url = format!("moqt://127.0.0.1:{}/x", relay.port);
+    let session = ClientSession::connect(&url, ConnectOptions::default()).await.unwrap();
+    let status = Command::new("kill").args(["-TERM", &relay.child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let goaway = within(5, session.goaway()).await.expect("GOAWAY");
+    assert!(goaway.new_session_uri.is_empty());
+    assert!(goaway.request_id.is_some(), "GOAWAY on the control stream carries a Request ID");
+    // The relay then exits by itself (the client leaves; the drain ends).
+    session.close(0, "bye");
+    let exit = within(10, async {
+        loop {
+            if let Some(s) = relay.child.try_wait().unwrap() {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(exit.success(), "relay exit status {exit:?}");
+}
