@@ -7,11 +7,13 @@
 //! crate only moves bytes.
 #![warn(missing_docs)]
 
+mod namespace;
 mod publish;
 mod session;
 mod subscribe;
 pub mod synth;
 
+pub use namespace::NamespaceSubscription;
 pub use publish::{LocalTrack, SubgroupWriter, TrackMode};
 pub use session::{ClientSession, ConnectOptions, NamespaceHandle};
 pub use subscribe::{FetchResult, ReceivedObject, SubscribeOptions, Subscription, SubscriptionEvent};

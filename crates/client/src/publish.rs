@@ -1,6 +1,6 @@
 //! Publishing: tracks we serve, written as datagrams or subgroup streams.
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use anyhow::bail;
@@ -32,6 +32,7 @@ pub struct LocalTrack {
     pub priority: u8,
     session: Session,
     forward: AtomicBool,
+    subscriptions: AtomicU64,
     largest: Mutex<Option<Location>>,
     properties: Vec<KeyValue>,
     publish_stream: tokio::sync::Mutex<Option<(SendStream, MessageReader)>>,
@@ -41,6 +42,16 @@ impl LocalTrack {
     /// Whether objects are currently being forwarded to a subscriber.
     pub fn is_forwarding(&self) -> bool {
         self.forward.load(Relaxed)
+    }
+
+    /// SUBSCRIBEs this track has answered (a relay sends one however many
+    /// subscribers it has).
+    pub fn subscriptions_served(&self) -> u64 {
+        self.subscriptions.load(Relaxed)
+    }
+
+    pub(crate) fn note_subscription(&self) {
+        self.subscriptions.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn set_forward(&self, f: bool) {
@@ -188,6 +199,7 @@ impl ClientSession {
             priority,
             session: inner.session.clone(),
             forward: AtomicBool::new(false),
+            subscriptions: AtomicU64::new(0),
             largest: Mutex::new(None),
             properties: vec![KeyValue::int(0x0E, priority as u64)],
             publish_stream: tokio::sync::Mutex::new(None),

@@ -62,15 +62,18 @@ pub(crate) struct Inner {
     /// Tracks we publish, by name.
     pub(crate) tracks: Mutex<HashMap<FullTrackName, Arc<LocalTrack>>>,
     pub(crate) next_alias: AtomicU64,
+    /// Tracks the relay PUBLISHed to us, waiting for the application.
+    pub(crate) publishes_tx: mpsc::UnboundedSender<(FullTrackName, crate::Subscription)>,
+    pub(crate) publishes: tokio::sync::Mutex<mpsc::UnboundedReceiver<(FullTrackName, crate::Subscription)>>,
     pub(crate) transport: Transport,
     pub(crate) max_object: usize,
+    pub(crate) endpoint: Client,
 }
 
 /// A MoQT session from the client side.
 #[derive(Clone)]
 pub struct ClientSession {
     pub(crate) inner: Arc<Inner>,
-    endpoint: Client,
 }
 
 impl ClientSession {
@@ -90,6 +93,7 @@ impl ClientSession {
             make_setup(IMPLEMENTATION, None, None)
         };
         write_message(&mut control, &Message::Setup(setup)).await?;
+        let (publishes_tx, publishes) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             session,
             ids: Mutex::new(RequestIds::new(Role::Client)),
@@ -101,8 +105,11 @@ impl ClientSession {
             fetches: Mutex::default(),
             tracks: Mutex::default(),
             next_alias: AtomicU64::new(1),
+            publishes_tx,
+            publishes: tokio::sync::Mutex::new(publishes),
             transport: connected.transport,
             max_object: 16 * 1024 * 1024,
+            endpoint,
         });
         spawn_routers(&inner);
         let mut rx = inner.peer_setup.subscribe();
@@ -110,7 +117,11 @@ impl ClientSession {
             .await
             .context("no SETUP from the server")?
             .context("session closed before SETUP")?;
-        Ok(Self { inner, endpoint })
+        Ok(Self { inner })
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
+        Self { inner }
     }
 
     /// The transport session.
@@ -169,7 +180,7 @@ impl ClientSession {
     /// Closes the session.
     pub fn close(&self, code: u32, reason: &str) {
         self.inner.session.close(code, reason.as_bytes());
-        self.endpoint.close();
+        self.inner.endpoint.close();
     }
 
     /// Resolves when the session is closed, with the reason.
@@ -319,7 +330,7 @@ async fn on_bi(inner: &Arc<Inner>, mut send: SendStream, recv: RecvStream) -> an
             let _ = send.finish();
             Ok(())
         }
-        Message::Publish(p) => subscribe::on_publish(inner, send, reader, p).await,
+        Message::Publish(p) => subscribe::on_publish(inner, send, reader, p),
         other => {
             refuse(&mut send, moqt::error::request_error::NOT_SUPPORTED, other.name()).await;
             Ok(())
@@ -349,6 +360,7 @@ async fn serve_subscribe(
         refuse(&mut send, moqt::error::request_error::DOES_NOT_EXIST, "unknown track").await;
         return Ok(());
     };
+    track.note_subscription();
     let ok = Message::SubscribeOk(SubscribeOk {
         track_alias: track.alias,
         params: Parameters {

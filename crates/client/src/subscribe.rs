@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use moqt::data::{FetchEntry, FetchObject, FetchState, ObjectDatagram, ObjectStatus, SubgroupHeader, SubgroupId, SubgroupObject};
 use moqt::message::{Fetch, FetchKind, FetchOk, Message, Publish, RequestOk, RequestUpdate};
 use moqt::{DecodeError, FullTrackName, GroupOrder, Location, Parameters, SubscriptionFilter};
-use quichub_net::io::{write_message, MessageReader, ReadError};
+use quichub_net::io::{write_message, MessageReader};
 use tokio::sync::{mpsc, oneshot};
 use web_transport_quinn::{RecvStream, SendStream};
 
@@ -332,20 +332,28 @@ pub(crate) async fn on_subgroup(inner: &Arc<Inner>, t: u8, mut stream: RecvStrea
     }
 }
 
-/// A PUBLISH from the relay (after SUBSCRIBE_TRACKS): accepted, and its
-/// objects dropped unless the application subscribed the alias.
-pub(crate) async fn on_publish(inner: &Arc<Inner>, mut send: SendStream, mut reader: MessageReader, p: Publish) -> anyhow::Result<()> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
+/// A PUBLISH from the relay (after SUBSCRIBE_TRACKS): answered with
+/// PUBLISH_OK and handed to the application as a [`Subscription`].
+pub(crate) fn on_publish(inner: &Arc<Inner>, mut send: SendStream, reader: MessageReader, p: Publish) -> anyhow::Result<()> {
+    let (tx, rx) = mpsc::unbounded_channel();
     inner.aliases.lock().expect("aliases").insert(p.track_alias, tx);
     inner.alias_added.notify_waiters();
-    write_message(&mut send, &Message::PublishOk(RequestOk::default())).await?;
-    tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    loop {
-        match reader.next().await {
-            Ok(Message::PublishDone(_)) | Err(ReadError::Finished) | Err(_) => break,
-            Ok(_) => {}
+    let inner2 = inner.clone();
+    tokio::spawn(async move {
+        if write_message(&mut send, &Message::PublishOk(RequestOk::default())).await.is_err() {
+            return;
         }
-    }
-    inner.aliases.lock().expect("aliases").remove(&p.track_alias);
+        let sub = Subscription {
+            request_id: p.request_id,
+            alias: p.track_alias,
+            largest: p.params.largest_object,
+            rx,
+            send,
+            reader: Some(reader),
+            session: ClientSession::from_inner(inner2.clone()),
+            pending_done: None,
+        };
+        let _ = inner2.publishes_tx.send((p.track, sub));
+    });
     Ok(())
 }
