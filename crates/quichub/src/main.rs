@@ -2,6 +2,7 @@
 //! `interop-client`. Logic lives in the crates; this file parses arguments.
 
 mod demo;
+mod fanout_bench;
 mod interop;
 mod pubsub;
 mod relay_cmd;
@@ -27,6 +28,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// The moq-interop-runner test client (TAP 14 output).
     InteropClient(interop::InteropArgs),
+    /// Relay fan-out benchmark: one publisher, N subscribers, relay CPU per object.
+    BenchFanout(fanout_bench::BenchFanoutArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -49,6 +52,7 @@ fn main() -> std::process::ExitCode {
             Command::Sub(a) => pubsub::run_sub(a).await.map(|_| 0),
             Command::Demo(a) => demo::run(a).await.map(|_| 0),
             Command::InteropClient(a) => interop::run(a).await,
+            Command::BenchFanout(a) => fanout_bench::run(a).await.map(|_| 0),
         }
     });
     match result {

@@ -1,0 +1,177 @@
+//! `quichub bench-fanout`: one publisher, N subscribers through a relay, for
+//! the relay's fan-out cost. Reads the relay's CPU time from `/proc/PID/stat`
+//! before and after, and reports relay CPU per delivered object, loss and
+//! one-way latency (publisher and subscribers share this machine's clock).
+//! The full draft-evens-moq-bench tool is a separate command.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use moqt::{FullTrackName, TrackNamespace};
+use quichub_client::synth::{self, Profile};
+use quichub_client::{ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent, TrackMode};
+
+/// Options.
+#[derive(clap::Args, Debug)]
+pub struct BenchFanoutArgs {
+    /// Relay URL.
+    #[arg(long, default_value = "moqt://127.0.0.1:4443/bench")]
+    pub relay: String,
+    /// PID of the relay process (for its CPU time); omit to skip CPU figures.
+    #[arg(long)]
+    pub relay_pid: Option<u32>,
+    /// Subscriber sessions (each its own QUIC connection).
+    #[arg(long, default_value_t = 100)]
+    pub subscribers: usize,
+    /// Profile: audio (datagrams) or video (streams).
+    #[arg(long, default_value = "audio")]
+    pub profile: String,
+    /// Seconds of publishing measured.
+    #[arg(long, default_value_t = 20.0)]
+    pub duration: f64,
+    /// Print the result as JSON too.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("read /proc/{pid}/stat"))?;
+    // Fields after the command name (which may contain spaces) start after ')'.
+    let rest = s.rsplit_once(')').context("bad stat")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat; 12 and 13 after ')'.
+    Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
+}
+
+fn ticks_per_sec() -> u64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100)
+}
+
+pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
+    let profile = Profile::by_name(&a.profile).context("profile must be audio, video or imu")?;
+    let opts = ConnectOptions::default();
+    let name = FullTrackName {
+        namespace: TrackNamespace::from_path("bench"),
+        name: Bytes::from_static(profile.name.as_bytes()),
+    };
+    let publisher = ClientSession::connect(&a.relay, opts.clone()).await?;
+    let track = publisher.create_track(name.clone(), profile.priority, TrackMode::Push).await?;
+
+    let received = Arc::new(AtomicU64::new(0));
+    let hist = Arc::new(Mutex::new(hdrhistogram::Histogram::<u64>::new(3)?));
+    let measuring = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut sessions = Vec::with_capacity(a.subscribers);
+    let mut tasks = Vec::with_capacity(a.subscribers);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let t0 = Instant::now();
+    for i in 0..a.subscribers {
+        let s = ClientSession::connect(&a.relay, opts.clone())
+            .await
+            .with_context(|| format!("subscriber {i}"))?;
+        let mut sub = s.subscribe(name.clone(), SubscribeOptions::default()).await?;
+        let (received, hist, measuring) = (received.clone(), hist.clone(), measuring.clone());
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut local = hdrhistogram::Histogram::<u64>::new(3).expect("hist");
+            let mut n = 0u64;
+            loop {
+                let ev = tokio::select! {
+                    ev = sub.next() => ev,
+                    _ = stop.changed() => break,
+                };
+                match ev {
+                    Some(SubscriptionEvent::Object(o)) if measuring.load(Relaxed) => {
+                        n += 1;
+                        if let Some((sent, _)) = synth::stamp(&o.payload) {
+                            let _ = local.record(synth::now_micros().saturating_sub(sent).max(1));
+                        }
+                    }
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            received.fetch_add(n, Relaxed);
+            hist.lock().expect("hist").add(&local).ok();
+        }));
+        sessions.push(s);
+    }
+    eprintln!("{} subscribers connected in {:.1} s", a.subscribers, t0.elapsed().as_secs_f64());
+
+    // Warm up one second, then measure.
+    let warm_until = tokio::time::Instant::now() + Duration::from_secs(1);
+    synth::run(&track, &profile, None, warm_until).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    measuring.store(true, Relaxed);
+    let cpu0 = a.relay_pid.map(cpu_ticks).transpose()?;
+    let wall0 = Instant::now();
+    let until = tokio::time::Instant::now() + Duration::from_secs_f64(a.duration);
+    let sent = synth::run(&track, &profile, None, until).await?;
+    let wall = wall0.elapsed();
+    let cpu1 = a.relay_pid.map(cpu_ticks).transpose()?;
+    // Let in-flight objects land.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    measuring.store(false, Relaxed);
+    stop_tx.send_replace(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    for s in &sessions {
+        s.close(0, "bench done");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let expected = sent * a.subscribers as u64;
+    let got = received.load(Relaxed);
+    let loss = if expected > 0 { 100.0 * (expected.saturating_sub(got)) as f64 / expected as f64 } else { 0.0 };
+    let h = hist.lock().expect("hist").clone();
+    let cpu = match (cpu0, cpu1) {
+        (Some(c0), Some(c1)) => {
+            let secs = (c1 - c0) as f64 / ticks_per_sec() as f64;
+            Some((secs, secs * 1e6 / got.max(1) as f64, 100.0 * secs / wall.as_secs_f64()))
+        }
+        _ => None,
+    };
+    println!(
+        "profile {} subscribers {} duration {:.1}s sent {} expected {} received {} loss {:.3}%",
+        profile.name,
+        a.subscribers,
+        wall.as_secs_f64(),
+        sent,
+        expected,
+        got,
+        loss
+    );
+    println!(
+        "latency one-way p50 {:.2} ms p99 {:.2} ms max {:.2} ms",
+        h.value_at_quantile(0.5) as f64 / 1000.0,
+        h.value_at_quantile(0.99) as f64 / 1000.0,
+        h.max() as f64 / 1000.0
+    );
+    if let Some((secs, per_obj, pct)) = cpu {
+        println!("relay cpu {secs:.2} s ({pct:.1}% of one core), {per_obj:.2} us per delivered object");
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "profile": profile.name, "subscribers": a.subscribers, "duration_s": wall.as_secs_f64(),
+                "sent": sent, "expected": expected, "received": got, "loss_pct": loss,
+                "latency_p50_ms": h.value_at_quantile(0.5) as f64 / 1000.0,
+                "latency_p99_ms": h.value_at_quantile(0.99) as f64 / 1000.0,
+                "relay_cpu_s": cpu.map(|c| c.0), "relay_us_per_object": cpu.map(|c| c.1),
+                "relay_cpu_pct": cpu.map(|c| c.2),
+            })
+        );
+    }
+    publisher.close(0, "bench done");
+    Ok(())
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Relay fan-out benchmark (seed 004 scenarios on this machine): the relay pinned
+# to CPU 0, the publisher and subscribers (one process) pinned to CPU 1.
+#
+#   scripts/bench-fanout.sh [SUBSCRIBERS] [PROFILE] [SECONDS]
+#   scripts/bench-fanout.sh 1000 audio 20     # scenario 1: 120-byte datagram every 20 ms
+#   scripts/bench-fanout.sh 200 video 20      # scenario 2 video profile on streams
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N="${1:-1000}"
+PROFILE="${2:-audio}"
+SECS="${3:-20}"
+PORT="${PORT:-14443}"
+cargo build --release --quiet
+BIN=target/release/quichub
+taskset -c 0 "$BIN" relay --bind "127.0.0.1:$PORT" --metrics off >/tmp/quichub-bench-relay.log 2>&1 &
+RELAY=$!
+trap 'kill $RELAY 2>/dev/null || true' EXIT
+sleep 1
+ulimit -n 65536 2>/dev/null || true
+taskset -c 1 "$BIN" bench-fanout --relay "moqt://127.0.0.1:$PORT/bench" --relay-pid "$RELAY" \
+	--subscribers "$N" --profile "$PROFILE" --duration "$SECS" --json

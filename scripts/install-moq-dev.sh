@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Install moq-dev's independent MoQT implementation (crates.io) into ./.tools/bin
+# for interop tests against quichub. See docs/interop-moq-dev.md.
+#
+#   scripts/install-moq-dev.sh                # moq-clock only (publisher + subscriber), ~5.5 min on 2 cores
+#   scripts/install-moq-dev.sh --with-relay   # also moq-relay (a second, independent relay), ~15 min more
+#   MOQ_DEV_WITH_RELAY=1 scripts/install-moq-dev.sh
+#
+# Idempotent: a binary already in .tools/bin that reports the pinned version is kept.
+# Versions are pinned, and every build uses the crate's own Cargo.lock (--locked).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="$ROOT/.tools"
+BIN="$TOOLS/bin"
+
+MOQ_CLOCK_VERSION="0.10.21"   # built on moq-net 0.1.3 (speaks moqt-18)
+MOQ_RELAY_VERSION="0.17.10"   # built on moq-net 0.3.18 (speaks moqt-14..22)
+# moq-relay 0.17.10's Cargo.lock pins webpki-roots 1.0.11, which the crates.io index
+# reachable here does not have; fall back to the lock with just that crate at 1.0.10.
+MOQ_RELAY_WEBPKI_ROOTS_FALLBACK="1.0.10"
+# iroh, mDNS clustering, WebSocket and unix sockets are not needed for interop and
+# roughly double the build; noq is the QUIC/WebTransport backend.
+MOQ_RELAY_FEATURES="noq"
+
+with_relay="${MOQ_DEV_WITH_RELAY:-0}"
+for arg in "$@"; do
+	case "$arg" in
+	--with-relay) with_relay=1 ;;
+	-h | --help)
+		sed -n '2,11p' "$0"
+		exit 0
+		;;
+	*)
+		echo "unknown argument: $arg" >&2
+		exit 2
+		;;
+	esac
+done
+
+command -v cargo >/dev/null || {
+	echo "cargo not found: install a Rust toolchain (1.95 or newer for moq-relay)" >&2
+	exit 1
+}
+
+mkdir -p "$BIN"
+
+# has_version BINARY VERSION: true when .tools/bin/BINARY --version prints exactly VERSION.
+has_version() {
+	local bin="$BIN/$1" want="$2" got
+	[ -x "$bin" ] || return 1
+	got="$("$bin" --version 2>/dev/null | awk '{print $2}' | head -n1)" || return 1
+	[ "$got" = "$want" ]
+}
+
+install_clock() {
+	if has_version moq-clock "$MOQ_CLOCK_VERSION"; then
+		echo "moq-clock $MOQ_CLOCK_VERSION already installed"
+		return
+	fi
+	echo "installing moq-clock $MOQ_CLOCK_VERSION (about 5-6 min on 2 cores)"
+	if ! cargo install --locked --force --root "$TOOLS" "moq-clock@$MOQ_CLOCK_VERSION"; then
+		echo "--locked install failed; retrying with fresh dependency resolution" >&2
+		cargo install --force --root "$TOOLS" "moq-clock@$MOQ_CLOCK_VERSION"
+	fi
+}
+
+# Download the moq-relay crate source (not its dependencies' build) into $1.
+fetch_relay_source() {
+	local dest="$1" tmp src
+	tmp="$(mktemp -d)"
+	# A throwaway manifest makes cargo download and unpack the exact crate version.
+	mkdir -p "$tmp/src"
+	cat >"$tmp/Cargo.toml" <<EOF
+[package]
+name = "fetch-moq-relay"
+version = "0.0.0"
+edition = "2021"
+
+[dependencies]
+moq-relay = { version = "=$MOQ_RELAY_VERSION", default-features = false }
+EOF
+	: >"$tmp/src/lib.rs"
+	(cd "$tmp" && cargo fetch --quiet)
+	src="$(find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -maxdepth 2 -type d -name "moq-relay-$MOQ_RELAY_VERSION" | head -n1)"
+	rm -rf "$tmp"
+	[ -n "$src" ] || {
+		echo "could not find moq-relay-$MOQ_RELAY_VERSION source after cargo fetch" >&2
+		return 1
+	}
+	rm -rf "$dest"
+	cp -r "$src" "$dest"
+}
+
+install_relay() {
+	if has_version moq-relay "$MOQ_RELAY_VERSION"; then
+		echo "moq-relay $MOQ_RELAY_VERSION already installed"
+		return
+	fi
+	echo "installing moq-relay $MOQ_RELAY_VERSION (about 15 min on 2 cores)"
+	if cargo install --locked --force --root "$TOOLS" --no-default-features \
+		--features "$MOQ_RELAY_FEATURES" "moq-relay@$MOQ_RELAY_VERSION"; then
+		return
+	fi
+	echo "--locked install failed; building from the crate's lockfile with webpki-roots $MOQ_RELAY_WEBPKI_ROOTS_FALLBACK" >&2
+	local src="$TOOLS/src/moq-relay-$MOQ_RELAY_VERSION"
+	mkdir -p "$TOOLS/src"
+	fetch_relay_source "$src"
+	(cd "$src" && cargo update --quiet -p webpki-roots --precise "$MOQ_RELAY_WEBPKI_ROOTS_FALLBACK")
+	cargo install --locked --force --root "$TOOLS" --no-default-features \
+		--features "$MOQ_RELAY_FEATURES" --path "$src"
+}
+
+install_clock
+if [ "$with_relay" = "1" ]; then
+	install_relay
+fi
+
+echo
+echo "moq-dev tools in $BIN:"
+for b in moq-clock moq-relay; do
+	if [ -x "$BIN/$b" ]; then
+		echo "  $BIN/$b ($("$BIN/$b" --version 2>/dev/null | head -n1))"
+	fi
+done
