@@ -60,6 +60,16 @@ impl Identity {
         })
     }
 
+    /// Writes the chain and key as PEM files (for peers that load a trust root
+    /// from a file, and for `--cert/--key`).
+    pub fn write_pem(&self, cert: &Path, key: &Path) -> anyhow::Result<()> {
+        let pem = |tag: &str, der: &[u8]| pem::encode(&pem::Pem::new(tag, der.to_vec()));
+        let chain: String = self.chain.iter().map(|c| pem("CERTIFICATE", c)).collect();
+        std::fs::write(cert, chain)?;
+        std::fs::write(key, pem("PRIVATE KEY", self.key.secret_der()))?;
+        Ok(())
+    }
+
     /// SHA-256 of the leaf certificate.
     pub fn fingerprint(&self) -> [u8; 32] {
         sha256(&self.chain[0])
@@ -192,5 +202,18 @@ mod tests {
         let id = Identity::self_signed(&["localhost"]).unwrap();
         assert_eq!(id.fingerprint_hex().len(), 64);
         assert_eq!(unhex(&id.fingerprint_hex()).unwrap(), id.fingerprint());
+    }
+
+    #[test]
+    fn pem_roundtrip() {
+        let id = Identity::self_signed(&["localhost", "127.0.0.1"]).unwrap();
+        let dir = std::env::temp_dir().join(format!("quichub-pem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+        id.write_pem(&c, &k).unwrap();
+        let back = Identity::from_pem_files(&c, &k).unwrap();
+        assert_eq!(back.chain, id.chain);
+        assert_eq!(back.key.secret_der(), id.key.secret_der());
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

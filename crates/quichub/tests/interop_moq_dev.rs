@@ -1,0 +1,169 @@
+//! Our relay against an independent draft-18 MoQT implementation: moq-dev's
+//! `moq-relay` (crates.io, built on moq-net) dials quichub as a draft-18 client
+//! on each side, once over raw QUIC and once over WebTransport:
+//!
+//! ```text
+//! moq-clock publish --(moq-lite)--> moq-relay P --(moqt-18)--> quichub
+//! moq-clock subscribe <--(moq-lite)-- moq-relay S --(moqt-18)--> quichub
+//! ```
+//!
+//! Every MoQT byte quichub sees or sends is draft-18 and comes from or goes to
+//! moq-net. `scripts/install-moq-dev.sh` installs the tools into `.tools/bin`;
+//! `scripts/test.sh` sets `QUICHUB_MOQ_DEV_BIN` so a missing tool fails the
+//! test there instead of skipping it.
+
+use std::io::{BufRead, BufReader};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use quichub_net::tls::Identity;
+
+const QUICHUB: &str = env!("CARGO_BIN_EXE_quichub");
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn tools() -> Option<PathBuf> {
+    match std::env::var("QUICHUB_MOQ_DEV_BIN") {
+        Ok(dir) => {
+            let dir = PathBuf::from(dir);
+            for b in ["moq-relay", "moq-clock"] {
+                assert!(dir.join(b).exists(), "{b} missing in {}: run scripts/install-moq-dev.sh", dir.display());
+            }
+            Some(dir)
+        }
+        Err(_) => {
+            eprintln!("SKIPPED: set QUICHUB_MOQ_DEV_BIN (scripts/test.sh does) to run the moq-dev interop test");
+            None
+        }
+    }
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn start_quichub(cert: &Path, key: &Path) -> (Proc, u16) {
+    let mut child = Command::new(QUICHUB)
+        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off", "--cert"])
+        .arg(cert)
+        .arg("--key")
+        .arg(key)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let port = first
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("127.0.0.1:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {first:?}"));
+    std::thread::spawn(move || for _ in lines {});
+    (Proc(child), port)
+}
+
+fn moq_relay(bin: &Path, dir: &Path, listen: u16, upstream: &str, log: &str) -> Proc {
+    let out = std::fs::File::create(dir.join(log)).unwrap();
+    Proc(
+        Command::new(bin.join("moq-relay"))
+            .args(["--listen", &format!("127.0.0.1:{listen}")])
+            .arg("--listen-tls-cert")
+            .arg(dir.join("cert.pem"))
+            .arg("--listen-tls-key")
+            .arg(dir.join("key.pem"))
+            .args(["--auth-public", "**", "--cluster-connect", upstream, "--connect-version", "moq-transport-18"])
+            .arg("--connect-tls-root")
+            .arg(dir.join("cert.pem"))
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn clock(bin: &Path, dir: &Path, port: u16, mode: &str, log: &str) -> Command {
+    let mut c = Command::new(bin.join("moq-clock"));
+    c.args(["--url", &format!("moqt://127.0.0.1:{port}"), "--broadcast", "clock"])
+        .arg("--tls-root")
+        .arg(dir.join("cert.pem"))
+        .arg(mode)
+        .stderr(std::fs::File::create(dir.join(log)).unwrap());
+    c
+}
+
+/// Lines like `2026-11-22 13:35:51`: one per clock object.
+fn ticks(out: &str) -> usize {
+    out.lines()
+        .filter(|l| l.len() == 19 && l.as_bytes()[4] == b'-' && l.as_bytes()[13] == b':')
+        .count()
+}
+
+fn run_case(bin: &Path, publisher_scheme: &str, subscriber_scheme: &str) {
+    let dir = std::env::temp_dir().join(format!("quichub-moqdev-{}-{publisher_scheme}-{subscriber_scheme}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let id = Identity::self_signed(&["localhost", "127.0.0.1"]).unwrap();
+    id.write_pem(&dir.join("cert.pem"), &dir.join("key.pem")).unwrap();
+    let (_quichub, port) = start_quichub(&dir.join("cert.pem"), &dir.join("key.pem"));
+    let url = |scheme: &str| match scheme {
+        "moqt" => format!("moqt://127.0.0.1:{port}"),
+        _ => format!("https://127.0.0.1:{port}/"),
+    };
+    let (pp, sp) = (free_udp_port(), free_udp_port());
+    let _p = moq_relay(bin, &dir, pp, &url(publisher_scheme), "relay-p.log");
+    let _s = moq_relay(bin, &dir, sp, &url(subscriber_scheme), "relay-s.log");
+    std::thread::sleep(Duration::from_secs(2));
+    let _publisher = Proc(clock(bin, &dir, pp, "publish", "clock-pub.log").stdout(Stdio::null()).spawn().unwrap());
+    std::thread::sleep(Duration::from_secs(2));
+
+    // moq-clock's subscriber can race its own broadcast discovery ("not found"):
+    // retry it a few times within the budget.
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let mut seen = 0;
+    while Instant::now() < deadline && seen < 5 {
+        let mut sub = clock(bin, &dir, sp, "subscribe", "clock-sub.log").stdout(Stdio::piped()).spawn().unwrap();
+        let stdout = sub.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+                s.push_str(&l);
+                s.push('\n');
+                if ticks(&s) >= 5 {
+                    break;
+                }
+            }
+            s
+        });
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(12) && !reader.is_finished() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = sub.kill();
+        let _ = sub.wait();
+        seen = ticks(&reader.join().unwrap());
+    }
+    let logs: String = ["relay-p.log", "relay-s.log", "clock-sub.log"]
+        .iter()
+        .map(|f| format!("--- {f}\n{}\n", std::fs::read_to_string(dir.join(f)).unwrap_or_default().lines().rev().take(15).collect::<Vec<_>>().join("\n")))
+        .collect();
+    assert!(
+        seen >= 5,
+        "moq-dev subscriber through quichub ({publisher_scheme} publisher, {subscriber_scheme} subscriber) saw {seen} objects\n{logs}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn moq_dev_relays_publish_and_subscribe_through_quichub() {
+    let Some(bin) = tools() else { return };
+    run_case(&bin, "moqt", "https");
+    run_case(&bin, "https", "moqt");
+}
