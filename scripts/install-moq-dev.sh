@@ -11,7 +11,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TOOLS="$ROOT/.tools"
+# QUICHUB_TOOLS lets several checkouts share one build of the tools.
+TOOLS="${QUICHUB_TOOLS:-$ROOT/.tools}"
 BIN="$TOOLS/bin"
 
 MOQ_CLOCK_VERSION="0.10.21"   # built on moq-net 0.1.3 (speaks moqt-18)

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test of quichub on a fresh machine: installs the independent MoQT
 # implementation used by the interop tests (moq-dev's moq-relay and moq-clock,
-# from crates.io, into ./.tools; about 25 minutes on 2 cores the first time,
+# from crates.io, into ~/.cache/quichub/tools; about 25 minutes on 2 cores the first time,
 # instant afterwards), then the whole workspace's test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Tools are built once per machine and shared by every checkout.
+export QUICHUB_TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
 ./scripts/install-moq-dev.sh --with-relay
 
 # The interop test fails (rather than skips) when this is set and a tool is missing.
-export QUICHUB_MOQ_DEV_BIN="$PWD/.tools/bin"
+export QUICHUB_MOQ_DEV_BIN="$QUICHUB_TOOLS/bin"
 
 cargo test --workspace --locked
