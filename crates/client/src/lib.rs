@@ -16,6 +16,8 @@ pub mod synth;
 pub use namespace::NamespaceSubscription;
 pub use publish::{LocalTrack, SubgroupWriter, TrackMode};
 pub use session::{ClientSession, ConnectOptions, NamespaceHandle};
-pub use subscribe::{FetchResult, ReceivedObject, SubscribeOptions, Subscription, SubscriptionEvent};
+pub use subscribe::{
+    FetchResult, ReceivedObject, SubscribeOptions, Subscription, SubscriptionEvent,
+};
 
 pub use quichub_net::tls::Verify;

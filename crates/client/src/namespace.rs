@@ -30,7 +30,12 @@ impl NamespaceSubscription {
 }
 
 impl ClientSession {
-    async fn namespace_request(&self, tracks: bool, prefix: TrackNamespace, params: Parameters) -> anyhow::Result<NamespaceSubscription> {
+    async fn namespace_request(
+        &self,
+        tracks: bool,
+        prefix: TrackNamespace,
+        params: Parameters,
+    ) -> anyhow::Result<NamespaceSubscription> {
         let (mut send, recv) = self.inner.session.open_bi().await?;
         let m = NamespaceRequest {
             request_id: self.next_request_id(),
@@ -57,13 +62,21 @@ impl ClientSession {
     }
 
     /// SUBSCRIBE_NAMESPACE: namespaces under `prefix`, now and later.
-    pub async fn subscribe_namespace(&self, prefix: TrackNamespace) -> anyhow::Result<NamespaceSubscription> {
-        self.namespace_request(false, prefix, Parameters::default()).await
+    pub async fn subscribe_namespace(
+        &self,
+        prefix: TrackNamespace,
+    ) -> anyhow::Result<NamespaceSubscription> {
+        self.namespace_request(false, prefix, Parameters::default())
+            .await
     }
 
     /// SUBSCRIBE_TRACKS: the relay PUBLISHes every track under `prefix` to us;
     /// take them with [`ClientSession::next_publish`].
-    pub async fn subscribe_tracks(&self, prefix: TrackNamespace, forward: bool) -> anyhow::Result<NamespaceSubscription> {
+    pub async fn subscribe_tracks(
+        &self,
+        prefix: TrackNamespace,
+        forward: bool,
+    ) -> anyhow::Result<NamespaceSubscription> {
         let params = Parameters {
             forward: (!forward).then_some(false),
             ..Default::default()

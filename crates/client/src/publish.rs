@@ -97,7 +97,11 @@ impl LocalTrack {
     }
 
     /// Opens a subgroup stream. Returns `None` when nobody subscribes.
-    pub async fn open_subgroup(&self, group: u64, subgroup: u64) -> anyhow::Result<Option<SubgroupWriter<'_>>> {
+    pub async fn open_subgroup(
+        &self,
+        group: u64,
+        subgroup: u64,
+    ) -> anyhow::Result<Option<SubgroupWriter<'_>>> {
         if !self.is_forwarding() {
             return Ok(None);
         }
@@ -153,11 +157,17 @@ pub struct SubgroupWriter<'a> {
 impl SubgroupWriter<'_> {
     /// Writes one object.
     pub async fn write(&mut self, object_id: u64, payload: Bytes) -> anyhow::Result<()> {
-        self.write_status(object_id, payload, ObjectStatus::Normal).await
+        self.write_status(object_id, payload, ObjectStatus::Normal)
+            .await
     }
 
     /// Writes an object with a status (payload must be empty unless Normal).
-    pub async fn write_status(&mut self, object_id: u64, payload: Bytes, status: ObjectStatus) -> anyhow::Result<()> {
+    pub async fn write_status(
+        &mut self,
+        object_id: u64,
+        payload: Bytes,
+        status: ObjectStatus,
+    ) -> anyhow::Result<()> {
         let o = SubgroupObject {
             object_id,
             properties: Bytes::new(),
@@ -204,7 +214,11 @@ impl ClientSession {
             properties: vec![KeyValue::int(0x0E, priority as u64)],
             publish_stream: tokio::sync::Mutex::new(None),
         });
-        inner.tracks.lock().expect("tracks").insert(name.clone(), track.clone());
+        inner
+            .tracks
+            .lock()
+            .expect("tracks")
+            .insert(name.clone(), track.clone());
         if mode == TrackMode::Push {
             let (mut send, recv) = inner.session.open_bi().await?;
             let msg = Message::Publish(Publish {
@@ -221,7 +235,11 @@ impl ClientSession {
                     track.set_forward(ok.params.forward.unwrap_or(true));
                 }
                 Message::RequestError(e) => {
-                    bail!("PUBLISH refused: {:#x} {}", e.code, String::from_utf8_lossy(&e.reason))
+                    bail!(
+                        "PUBLISH refused: {:#x} {}",
+                        e.code,
+                        String::from_utf8_lossy(&e.reason)
+                    )
                 }
                 other => bail!("unexpected {} in reply to PUBLISH", other.name()),
             }

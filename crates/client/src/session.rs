@@ -64,7 +64,8 @@ pub(crate) struct Inner {
     pub(crate) next_alias: AtomicU64,
     /// Tracks the relay PUBLISHed to us, waiting for the application.
     pub(crate) publishes_tx: mpsc::UnboundedSender<(FullTrackName, crate::Subscription)>,
-    pub(crate) publishes: tokio::sync::Mutex<mpsc::UnboundedReceiver<(FullTrackName, crate::Subscription)>>,
+    pub(crate) publishes:
+        tokio::sync::Mutex<mpsc::UnboundedReceiver<(FullTrackName, crate::Subscription)>>,
     pub(crate) transport: Transport,
     pub(crate) max_object: usize,
     pub(crate) endpoint: Client,
@@ -88,7 +89,11 @@ impl ClientSession {
         let session = connected.session.clone();
         let mut control = session.open_uni().await.context("open control stream")?;
         let setup = if connected.transport == Transport::Quic {
-            make_setup(IMPLEMENTATION, Some(&connected.authority), Some(&connected.path))
+            make_setup(
+                IMPLEMENTATION,
+                Some(&connected.authority),
+                Some(&connected.path),
+            )
         } else {
             make_setup(IMPLEMENTATION, None, None)
         };
@@ -142,7 +147,10 @@ impl ClientSession {
     /// Resolves when the server sends GOAWAY.
     pub async fn goaway(&self) -> Option<GoAway> {
         let mut rx = self.inner.goaway.subscribe();
-        rx.wait_for(|g| g.is_some()).await.ok().and_then(|g| g.clone())
+        rx.wait_for(|g| g.is_some())
+            .await
+            .ok()
+            .and_then(|g| g.clone())
     }
 
     /// Allocates the next Request ID.
@@ -151,7 +159,10 @@ impl ClientSession {
     }
 
     /// Announces a namespace; it stays published while the handle lives.
-    pub async fn publish_namespace(&self, namespace: TrackNamespace) -> anyhow::Result<NamespaceHandle> {
+    pub async fn publish_namespace(
+        &self,
+        namespace: TrackNamespace,
+    ) -> anyhow::Result<NamespaceHandle> {
         let (mut send, recv) = self.inner.session.open_bi().await?;
         let request_id = self.next_request_id();
         let msg = Message::PublishNamespace(NamespaceRequest {
@@ -216,7 +227,10 @@ fn spawn_routers(inner: &Arc<Inner>) {
             tokio::spawn(async move {
                 if let Err(e) = on_uni(&i, stream).await {
                     tracing::warn!("closing session: {e}");
-                    i.session.close(moqt::SessionErrorCode::ProtocolViolation.code(), e.to_string().as_bytes());
+                    i.session.close(
+                        moqt::SessionErrorCode::ProtocolViolation.code(),
+                        e.to_string().as_bytes(),
+                    );
                 }
             });
         }
@@ -325,14 +339,26 @@ async fn on_bi(inner: &Arc<Inner>, mut send: SendStream, recv: RecvStream) -> an
                     });
                     write_message(&mut send, &ok).await?;
                 }
-                None => refuse(&mut send, moqt::error::request_error::DOES_NOT_EXIST, "unknown track").await,
+                None => {
+                    refuse(
+                        &mut send,
+                        moqt::error::request_error::DOES_NOT_EXIST,
+                        "unknown track",
+                    )
+                    .await
+                }
             }
             let _ = send.finish();
             Ok(())
         }
         Message::Publish(p) => subscribe::on_publish(inner, send, reader, p),
         other => {
-            refuse(&mut send, moqt::error::request_error::NOT_SUPPORTED, other.name()).await;
+            refuse(
+                &mut send,
+                moqt::error::request_error::NOT_SUPPORTED,
+                other.name(),
+            )
+            .await;
             Ok(())
         }
     }
@@ -357,7 +383,12 @@ async fn serve_subscribe(
 ) -> anyhow::Result<()> {
     let track = inner.tracks.lock().expect("tracks").get(&m.track).cloned();
     let Some(track) = track else {
-        refuse(&mut send, moqt::error::request_error::DOES_NOT_EXIST, "unknown track").await;
+        refuse(
+            &mut send,
+            moqt::error::request_error::DOES_NOT_EXIST,
+            "unknown track",
+        )
+        .await;
         return Ok(());
     };
     track.note_subscription();

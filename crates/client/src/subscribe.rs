@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use bytes::{Bytes, BytesMut};
-use moqt::data::{FetchEntry, FetchObject, FetchState, ObjectDatagram, ObjectStatus, SubgroupHeader, SubgroupId, SubgroupObject};
+use moqt::data::{
+    FetchEntry, FetchObject, FetchState, ObjectDatagram, ObjectStatus, SubgroupHeader, SubgroupId,
+    SubgroupObject,
+};
 use moqt::message::{Fetch, FetchKind, FetchOk, Message, Publish, RequestOk, RequestUpdate};
 use moqt::{DecodeError, FullTrackName, GroupOrder, Location, Parameters, SubscriptionFilter};
 use quichub_net::io::{write_message, MessageReader};
@@ -99,7 +102,10 @@ impl Subscription {
             }
             self.pending_done = None;
             self.reader = None;
-            return Some(SubscriptionEvent::Done { status, stream_count });
+            return Some(SubscriptionEvent::Done {
+                status,
+                stream_count,
+            });
         }
         loop {
             let control = async {
@@ -135,7 +141,14 @@ impl Subscription {
     /// Sends REQUEST_UPDATE with new parameters and waits for the answer.
     pub async fn update(&mut self, params: Parameters) -> anyhow::Result<()> {
         let id = self.session.next_request_id();
-        write_message(&mut self.send, &Message::RequestUpdate(RequestUpdate { request_id: id, params })).await?;
+        write_message(
+            &mut self.send,
+            &Message::RequestUpdate(RequestUpdate {
+                request_id: id,
+                params,
+            }),
+        )
+        .await?;
         Ok(())
     }
 
@@ -145,7 +158,12 @@ impl Subscription {
         if let Some(r) = self.reader.as_mut() {
             r.stop(moqt::error::reset::CANCELLED);
         }
-        self.session.inner.aliases.lock().expect("aliases").remove(&self.alias);
+        self.session
+            .inner
+            .aliases
+            .lock()
+            .expect("aliases")
+            .remove(&self.alias);
     }
 }
 
@@ -160,7 +178,11 @@ pub struct FetchResult {
 
 impl ClientSession {
     /// Subscribes to a track.
-    pub async fn subscribe(&self, track: FullTrackName, opts: SubscribeOptions) -> anyhow::Result<Subscription> {
+    pub async fn subscribe(
+        &self,
+        track: FullTrackName,
+        opts: SubscribeOptions,
+    ) -> anyhow::Result<Subscription> {
         let params = Parameters {
             subscription_filter: opts.filter,
             subscriber_priority: opts.priority,
@@ -177,7 +199,11 @@ impl ClientSession {
         match reply {
             Message::SubscribeOk(ok) => {
                 let (tx, rx) = mpsc::unbounded_channel();
-                self.inner.aliases.lock().expect("aliases").insert(ok.track_alias, tx);
+                self.inner
+                    .aliases
+                    .lock()
+                    .expect("aliases")
+                    .insert(ok.track_alias, tx);
                 self.inner.alias_added.notify_waiters();
                 Ok(Subscription {
                     request_id,
@@ -204,15 +230,35 @@ impl ClientSession {
         let (mut send, recv) = self.inner.session.open_bi().await?;
         let request_id = self.next_request_id();
         let (tx, rx) = oneshot::channel();
-        self.inner.fetches.lock().expect("fetches").insert(request_id, tx);
+        self.inner
+            .fetches
+            .lock()
+            .expect("fetches")
+            .insert(request_id, tx);
         let descending = params.group_order == Some(GroupOrder::Descending);
-        write_message(&mut send, &Message::Fetch(Fetch { request_id, kind, params })).await?;
+        write_message(
+            &mut send,
+            &Message::Fetch(Fetch {
+                request_id,
+                kind,
+                params,
+            }),
+        )
+        .await?;
         let mut reader = MessageReader::new(recv, &[]);
         let ok = match reader.next().await? {
             Message::FetchOk(ok) => ok,
             Message::RequestError(e) => {
-                self.inner.fetches.lock().expect("fetches").remove(&request_id);
-                bail!("FETCH refused: code {:#x} {}", e.code, String::from_utf8_lossy(&e.reason))
+                self.inner
+                    .fetches
+                    .lock()
+                    .expect("fetches")
+                    .remove(&request_id);
+                bail!(
+                    "FETCH refused: code {:#x} {}",
+                    e.code,
+                    String::from_utf8_lossy(&e.reason)
+                )
             }
             other => bail!("unexpected {} in reply to FETCH", other.name()),
         };
@@ -230,9 +276,10 @@ impl ClientSession {
         let mut state = FetchState::new(descending);
         let mut objects = Vec::new();
         while !s.is_empty() {
-            match state.decode(&mut s, &src, self.inner.max_object)? {
-                FetchEntry::Object(o) => objects.push(o),
-                _ => {}
+            // End-of-range markers say which objects are absent; the caller
+            // sees the gaps in the object list.
+            if let FetchEntry::Object(o) = state.decode(&mut s, &src, self.inner.max_object)? {
+                objects.push(o);
             }
         }
         Ok(FetchResult { ok, objects })
@@ -243,7 +290,12 @@ pub(crate) fn on_datagram(inner: &Arc<Inner>, d: Bytes) {
     let Ok(dg) = ObjectDatagram::decode(&d) else {
         return;
     };
-    let tx = inner.aliases.lock().expect("aliases").get(&dg.track_alias).cloned();
+    let tx = inner
+        .aliases
+        .lock()
+        .expect("aliases")
+        .get(&dg.track_alias)
+        .cloned();
     if let Some(tx) = tx {
         let _ = tx.send(SubscriptionEvent::Object(ReceivedObject {
             group: dg.group,
@@ -257,7 +309,12 @@ pub(crate) fn on_datagram(inner: &Arc<Inner>, d: Bytes) {
     }
 }
 
-pub(crate) async fn on_subgroup(inner: &Arc<Inner>, t: u8, mut stream: RecvStream, first: Bytes) -> anyhow::Result<()> {
+pub(crate) async fn on_subgroup(
+    inner: &Arc<Inner>,
+    t: u8,
+    mut stream: RecvStream,
+    first: Bytes,
+) -> anyhow::Result<()> {
     let mut buf = BytesMut::from(&first[..]);
     let header = loop {
         let mut s = &buf[..];
@@ -278,7 +335,13 @@ pub(crate) async fn on_subgroup(inner: &Arc<Inner>, t: u8, mut stream: RecvStrea
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     let tx = loop {
         let wait = inner.alias_added.notified();
-        if let Some(tx) = inner.aliases.lock().expect("aliases").get(&header.track_alias).cloned() {
+        if let Some(tx) = inner
+            .aliases
+            .lock()
+            .expect("aliases")
+            .get(&header.track_alias)
+            .cloned()
+        {
             break tx;
         }
         if tokio::time::timeout_at(deadline, wait).await.is_err() {
@@ -321,11 +384,19 @@ pub(crate) async fn on_subgroup(inner: &Arc<Inner>, t: u8, mut stream: RecvStrea
                 if !buf.is_empty() {
                     bail!("subgroup stream ended mid-object");
                 }
-                let _ = tx.send(SubscriptionEvent::SubgroupEnd { group: header.group, subgroup: sg.unwrap_or(0), fin: true });
+                let _ = tx.send(SubscriptionEvent::SubgroupEnd {
+                    group: header.group,
+                    subgroup: sg.unwrap_or(0),
+                    fin: true,
+                });
                 return Ok(());
             }
             Err(_) => {
-                let _ = tx.send(SubscriptionEvent::SubgroupEnd { group: header.group, subgroup: sg.unwrap_or(0), fin: false });
+                let _ = tx.send(SubscriptionEvent::SubgroupEnd {
+                    group: header.group,
+                    subgroup: sg.unwrap_or(0),
+                    fin: false,
+                });
                 return Ok(());
             }
         }
@@ -334,13 +405,25 @@ pub(crate) async fn on_subgroup(inner: &Arc<Inner>, t: u8, mut stream: RecvStrea
 
 /// A PUBLISH from the relay (after SUBSCRIBE_TRACKS): answered with
 /// PUBLISH_OK and handed to the application as a [`Subscription`].
-pub(crate) fn on_publish(inner: &Arc<Inner>, mut send: SendStream, reader: MessageReader, p: Publish) -> anyhow::Result<()> {
+pub(crate) fn on_publish(
+    inner: &Arc<Inner>,
+    mut send: SendStream,
+    reader: MessageReader,
+    p: Publish,
+) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::unbounded_channel();
-    inner.aliases.lock().expect("aliases").insert(p.track_alias, tx);
+    inner
+        .aliases
+        .lock()
+        .expect("aliases")
+        .insert(p.track_alias, tx);
     inner.alias_added.notify_waiters();
     let inner2 = inner.clone();
     tokio::spawn(async move {
-        if write_message(&mut send, &Message::PublishOk(RequestOk::default())).await.is_err() {
+        if write_message(&mut send, &Message::PublishOk(RequestOk::default()))
+            .await
+            .is_err()
+        {
             return;
         }
         let sub = Subscription {

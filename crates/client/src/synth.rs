@@ -131,21 +131,6 @@ impl Profile {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stamp_roundtrip() {
-        let p = payload(42, 120);
-        assert_eq!(p.len(), 120);
-        let (t, s) = stamp(&p).unwrap();
-        assert_eq!(s, 42);
-        assert!(t > 0);
-        assert!(stamp(&p[..10]).is_none());
-    }
-}
-
 /// Publishes `profile` on `track` until `count` objects or `until`, pacing by
 /// the profile's interval. Returns the number of objects handed to the
 /// transport (objects generated while nobody subscribes are not counted).
@@ -202,4 +187,19 @@ pub async fn run(
         w.finish();
     }
     Ok(sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamp_roundtrip() {
+        let p = payload(42, 120);
+        assert_eq!(p.len(), 120);
+        let (t, s) = stamp(&p).unwrap();
+        assert_eq!(s, 42);
+        assert!(t > 0);
+        assert!(stamp(&p[..10]).is_none());
+    }
 }

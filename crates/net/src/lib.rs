@@ -40,6 +40,10 @@ pub fn transport_config() -> quinn::TransportConfig {
     t.keep_alive_interval(Some(std::time::Duration::from_secs(4)));
     // Bounds what a subscriber that stops reading can make us buffer.
     t.send_window(4 << 20);
-    t.max_idle_timeout(Some(std::time::Duration::from_secs(30).try_into().expect("valid")));
+    t.max_idle_timeout(Some(
+        std::time::Duration::from_secs(30)
+            .try_into()
+            .expect("valid"),
+    ));
     t
 }

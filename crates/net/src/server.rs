@@ -41,8 +41,8 @@ impl Server {
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         config.transport_config(Arc::new(crate::transport_config()));
-        let endpoint = quinn::Endpoint::server(config, addr)
-            .with_context(|| format!("bind UDP {addr}"))?;
+        let endpoint =
+            quinn::Endpoint::server(config, addr).with_context(|| format!("bind UDP {addr}"))?;
         Ok(Self { endpoint })
     }
 
@@ -85,7 +85,11 @@ pub async fn establish(incoming: quinn::Incoming) -> anyhow::Result<Accepted> {
             remote,
         });
     }
-    anyhow::ensure!(alpn == b"h3", "unexpected ALPN {:?}", String::from_utf8_lossy(&alpn));
+    anyhow::ensure!(
+        alpn == b"h3",
+        "unexpected ALPN {:?}",
+        String::from_utf8_lossy(&alpn)
+    );
     let request = web_transport_quinn::Request::accept(conn)
         .await
         .context("WebTransport CONNECT")?;
@@ -94,18 +98,21 @@ pub async fn establish(incoming: quinn::Incoming) -> anyhow::Result<Accepted> {
     // A client that offers subprotocols must offer ours; one that offers none
     // (older browsers) gets moqt-18 by the URL's say-so.
     if !offered.is_empty() && !offered.iter().any(|p| p == moqt::ALPN) {
-        request
-            .reject(http::StatusCode::BAD_REQUEST)
-            .await
-            .ok();
-        anyhow::bail!("WebTransport client offered {offered:?}, not {}", moqt::ALPN);
+        request.reject(http::StatusCode::BAD_REQUEST).await.ok();
+        anyhow::bail!(
+            "WebTransport client offered {offered:?}, not {}",
+            moqt::ALPN
+        );
     }
     let response = if offered.is_empty() {
         ConnectResponse::OK
     } else {
         ConnectResponse::OK.with_protocol(moqt::ALPN)
     };
-    let session = request.respond(response).await.context("WebTransport respond")?;
+    let session = request
+        .respond(response)
+        .await
+        .context("WebTransport respond")?;
     Ok(Accepted {
         session,
         transport: Transport::WebTransport,

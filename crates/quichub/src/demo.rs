@@ -9,7 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use moqt::{FullTrackName, TrackNamespace};
 use quichub_client::synth::{self, Profile};
-use quichub_client::{ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent, TrackMode};
+use quichub_client::{
+    ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent, TrackMode,
+};
 
 use crate::relay_cmd::{self, RelayArgs};
 
@@ -45,30 +47,54 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     .await?;
     let scheme = if a.webtransport { "https" } else { "moqt" };
     let url = format!("{scheme}://127.0.0.1:{}/demo", relay.addr.port());
-    println!("quichub demo: relay on udp {} ({}), certificate sha256 {}", relay.addr, scheme, relay.fingerprint);
-    let verify = quichub_client::Verify::Fingerprints(vec![quichub_net::tls::unhex(&relay.fingerprint).expect("hex")]);
-    let opts = ConnectOptions { verify, ..Default::default() };
+    println!(
+        "quichub demo: relay on udp {} ({}), certificate sha256 {}",
+        relay.addr, scheme, relay.fingerprint
+    );
+    let verify =
+        quichub_client::Verify::Fingerprints(vec![
+            quichub_net::tls::unhex(&relay.fingerprint).expect("hex")
+        ]);
+    let opts = ConnectOptions {
+        verify,
+        ..Default::default()
+    };
 
     let profiles = [Profile::audio(), Profile::video(), Profile::imu()];
     let ns = TrackNamespace::from_path("quichub/demo");
     let publisher = ClientSession::connect(&url, opts.clone()).await?;
     let mut tracks = Vec::new();
     for p in &profiles {
-        let name = FullTrackName { namespace: ns.clone(), name: Bytes::from_static(p.name.as_bytes()) };
-        tracks.push(publisher.create_track(name, p.priority, TrackMode::Push).await?);
+        let name = FullTrackName {
+            namespace: ns.clone(),
+            name: Bytes::from_static(p.name.as_bytes()),
+        };
+        tracks.push(
+            publisher
+                .create_track(name, p.priority, TrackMode::Push)
+                .await?,
+        );
     }
 
     // stats[subscriber][track]
     let stats: Arc<Vec<Vec<Mutex<Stats>>>> = Arc::new(
         (0..a.subscribers)
-            .map(|_| profiles.iter().map(|_| Mutex::new(Stats::default())).collect())
+            .map(|_| {
+                profiles
+                    .iter()
+                    .map(|_| Mutex::new(Stats::default()))
+                    .collect()
+            })
             .collect(),
     );
     let mut subs = Vec::new();
     for s in 0..a.subscribers {
         let session = ClientSession::connect(&url, opts.clone()).await?;
         for (t, p) in profiles.iter().enumerate() {
-            let name = FullTrackName { namespace: ns.clone(), name: Bytes::from_static(p.name.as_bytes()) };
+            let name = FullTrackName {
+                namespace: ns.clone(),
+                name: Bytes::from_static(p.name.as_bytes()),
+            };
             let mut sub = session.subscribe(name, SubscribeOptions::default()).await?;
             let stats = stats.clone();
             subs.push(tokio::spawn(async move {
@@ -80,7 +106,9 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
                         }
                         continue;
                     };
-                    let Some((sent, seq)) = synth::stamp(&o.payload) else { continue };
+                    let Some((sent, seq)) = synth::stamp(&o.payload) else {
+                        continue;
+                    };
                     let mut st = stats[s][t].lock().expect("stats");
                     st.received += 1;
                     if let Some(l) = last {
@@ -102,7 +130,9 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     for (t, p) in profiles.iter().enumerate() {
         let track = tracks[t].clone();
         let p = p.clone();
-        pubs.push(tokio::spawn(async move { synth::run(&track, &p, None, until).await }));
+        pubs.push(tokio::spawn(async move {
+            synth::run(&track, &p, None, until).await
+        }));
     }
 
     // Live table.
@@ -119,7 +149,10 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
                     p50 = p50.max(h.value_at_quantile(0.5) as f64 / 1000.0);
                 }
             }
-            line.push_str(&format!("  {:<5} {:>7} objs p50 {:>6.2} ms", p.name, n, p50));
+            line.push_str(&format!(
+                "  {:<5} {:>7} objs p50 {:>6.2} ms",
+                p.name, n, p50
+            ));
         }
         println!("{line}");
         std::io::stdout().flush()?;
@@ -146,7 +179,11 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
             }
         }
         let per_sub = total as f64 / a.subscribers.max(1) as f64;
-        let loss = if sent[t] > 0 { 100.0 * (1.0 - per_sub / sent[t] as f64) } else { 0.0 };
+        let loss = if sent[t] > 0 {
+            100.0 * (1.0 - per_sub / sent[t] as f64)
+        } else {
+            0.0
+        };
         println!(
             "{:<6} {:<9} {:>8} {:>14.1} {:>8.2} {:>10.2} {:>10.2}",
             p.name,

@@ -12,7 +12,9 @@ use anyhow::Context;
 use bytes::Bytes;
 use moqt::{FullTrackName, TrackNamespace};
 use quichub_client::synth::{self, Profile};
-use quichub_client::{ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent, TrackMode};
+use quichub_client::{
+    ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent, TrackMode,
+};
 
 /// Options.
 #[derive(clap::Args, Debug)]
@@ -38,7 +40,8 @@ pub struct BenchFanoutArgs {
 }
 
 fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("read /proc/{pid}/stat"))?;
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("read /proc/{pid}/stat"))?;
     // Fields after the command name (which may contain spaces) start after ')'.
     let rest = s.rsplit_once(')').context("bad stat")?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -64,7 +67,9 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
         name: Bytes::from_static(profile.name.as_bytes()),
     };
     let publisher = ClientSession::connect(&a.relay, opts.clone()).await?;
-    let track = publisher.create_track(name.clone(), profile.priority, TrackMode::Push).await?;
+    let track = publisher
+        .create_track(name.clone(), profile.priority, TrackMode::Push)
+        .await?;
 
     let received = Arc::new(AtomicU64::new(0));
     let hist = Arc::new(Mutex::new(hdrhistogram::Histogram::<u64>::new(3)?));
@@ -77,7 +82,9 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
         let s = ClientSession::connect(&a.relay, opts.clone())
             .await
             .with_context(|| format!("subscriber {i}"))?;
-        let mut sub = s.subscribe(name.clone(), SubscribeOptions::default()).await?;
+        let mut sub = s
+            .subscribe(name.clone(), SubscribeOptions::default())
+            .await?;
         let (received, hist, measuring) = (received.clone(), hist.clone(), measuring.clone());
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
@@ -104,7 +111,11 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
         }));
         sessions.push(s);
     }
-    eprintln!("{} subscribers connected in {:.1} s", a.subscribers, t0.elapsed().as_secs_f64());
+    eprintln!(
+        "{} subscribers connected in {:.1} s",
+        a.subscribers,
+        t0.elapsed().as_secs_f64()
+    );
 
     // Warm up one second, then measure.
     let warm_until = tokio::time::Instant::now() + Duration::from_secs(1);
@@ -131,12 +142,20 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
 
     let expected = sent * a.subscribers as u64;
     let got = received.load(Relaxed);
-    let loss = if expected > 0 { 100.0 * (expected.saturating_sub(got)) as f64 / expected as f64 } else { 0.0 };
+    let loss = if expected > 0 {
+        100.0 * (expected.saturating_sub(got)) as f64 / expected as f64
+    } else {
+        0.0
+    };
     let h = hist.lock().expect("hist").clone();
     let cpu = match (cpu0, cpu1) {
         (Some(c0), Some(c1)) => {
             let secs = (c1 - c0) as f64 / ticks_per_sec() as f64;
-            Some((secs, secs * 1e6 / got.max(1) as f64, 100.0 * secs / wall.as_secs_f64()))
+            Some((
+                secs,
+                secs * 1e6 / got.max(1) as f64,
+                100.0 * secs / wall.as_secs_f64(),
+            ))
         }
         _ => None,
     };
@@ -157,7 +176,9 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
         h.max() as f64 / 1000.0
     );
     if let Some((secs, per_obj, pct)) = cpu {
-        println!("relay cpu {secs:.2} s ({pct:.1}% of one core), {per_obj:.2} us per delivered object");
+        println!(
+            "relay cpu {secs:.2} s ({pct:.1}% of one core), {per_obj:.2} us per delivered object"
+        );
     }
     if a.json {
         println!(

@@ -70,7 +70,9 @@ pub async fn run(a: InteropArgs) -> anyhow::Result<u8> {
         .relay
         .or_else(|| std::env::var("RELAY_URL").ok())
         .unwrap_or_else(|| "https://localhost:4443".into());
-    let test = a.test.or_else(|| std::env::var("TESTCASE").ok().filter(|s| !s.is_empty()));
+    let test = a
+        .test
+        .or_else(|| std::env::var("TESTCASE").ok().filter(|s| !s.is_empty()));
     let insecure = a.tls_disable_verify || env_flag("TLS_DISABLE_VERIFY");
     let verbose = a.verbose || env_flag("VERBOSE");
     let verify = match (&a.fingerprint, insecure) {
@@ -81,7 +83,9 @@ pub async fn run(a: InteropArgs) -> anyhow::Result<u8> {
         }
     };
     let selected: Vec<&str> = match &test {
-        Some(t) if TESTS.contains(&t.as_str()) => vec![TESTS.iter().find(|x| **x == t).expect("listed")],
+        Some(t) if TESTS.contains(&t.as_str()) => {
+            vec![TESTS.iter().find(|x| **x == t).expect("listed")]
+        }
         Some(t) => {
             println!("TAP version 14");
             println!("1..0 # SKIP test {t} not supported");
@@ -126,7 +130,10 @@ pub async fn run(a: InteropArgs) -> anyhow::Result<u8> {
             Err(e) => {
                 failed += 1;
                 println!("not ok {} - {name}", i + 1);
-                println!("  ---\n  duration_ms: {ms}\n  message: {:?}\n  ...", format!("{e:#}"));
+                println!(
+                    "  ---\n  duration_ms: {ms}\n  message: {:?}\n  ...",
+                    format!("{e:#}")
+                );
             }
         }
     }
@@ -140,9 +147,14 @@ async fn run_one(ctx: &Ctx, name: &str) -> anyhow::Result<String> {
         "setup-only" => {
             let s = ctx.connect().await?;
             let peer = s.peer_setup().ok_or_else(|| anyhow::anyhow!("no SETUP"))?;
-            let imp = peer.implementation().map(|b| String::from_utf8_lossy(b).into_owned());
+            let imp = peer
+                .implementation()
+                .map(|b| String::from_utf8_lossy(b).into_owned());
             s.close(0, "done");
-            Ok(format!("peer implementation {}", imp.unwrap_or_else(|| "unknown".into())))
+            Ok(format!(
+                "peer implementation {}",
+                imp.unwrap_or_else(|| "unknown".into())
+            ))
         }
         "announce-only" => {
             let s = ctx.connect().await?;
@@ -163,21 +175,30 @@ async fn run_one(ctx: &Ctx, name: &str) -> anyhow::Result<String> {
         "subscribe-error" => {
             let s = ctx.connect().await?;
             let r = s
-                .subscribe(FullTrackName::new("nonexistent/namespace", TRACK), SubscribeOptions::default())
+                .subscribe(
+                    FullTrackName::new("nonexistent/namespace", TRACK),
+                    SubscribeOptions::default(),
+                )
                 .await;
             s.close(0, "done");
             match r {
-                Err(e) if e.to_string().contains("SUBSCRIBE refused") => Ok(format!("expected error: {e}")),
+                Err(e) if e.to_string().contains("SUBSCRIBE refused") => {
+                    Ok(format!("expected error: {e}"))
+                }
                 Err(e) => Err(e),
                 Ok(_) => anyhow::bail!("expected REQUEST_ERROR, received SUBSCRIBE_OK"),
             }
         }
         "announce-subscribe" => {
             let publisher = ctx.connect().await?;
-            let _track = publisher.create_track(track.clone(), 128, TrackMode::Announce).await?;
+            let _track = publisher
+                .create_track(track.clone(), 128, TrackMode::Announce)
+                .await?;
             let _h = publisher.publish_namespace(ns).await?;
             let subscriber = ctx.connect().await?;
-            let sub = subscriber.subscribe(track, SubscribeOptions::default()).await?;
+            let sub = subscriber
+                .subscribe(track, SubscribeOptions::default())
+                .await?;
             sub.cancel();
             subscriber.close(0, "done");
             publisher.close(0, "done");
@@ -190,13 +211,21 @@ async fn run_one(ctx: &Ctx, name: &str) -> anyhow::Result<String> {
                 let track = track.clone();
                 tokio::spawn(async move {
                     subscriber
-                        .subscribe(track, SubscribeOptions { rendezvous_ms: Some(2500), ..Default::default() })
+                        .subscribe(
+                            track,
+                            SubscribeOptions {
+                                rendezvous_ms: Some(2500),
+                                ..Default::default()
+                            },
+                        )
                         .await
                 })
             };
             tokio::time::sleep(Duration::from_millis(500)).await;
             let publisher = ctx.connect().await?;
-            let _track = publisher.create_track(track, 128, TrackMode::Announce).await?;
+            let _track = publisher
+                .create_track(track, 128, TrackMode::Announce)
+                .await?;
             let _h = publisher.publish_namespace(ns).await?;
             let r = sub_task.await?;
             subscriber.close(0, "done");
@@ -206,8 +235,10 @@ async fn run_one(ctx: &Ctx, name: &str) -> anyhow::Result<String> {
                     sub.cancel();
                     Ok("SUBSCRIBE_OK after the publisher arrived".into())
                 }
-                Err(e) if e.to_string().contains(&format!("{:#x}", request_error::DOES_NOT_EXIST))
-                    || e.to_string().contains("SUBSCRIBE refused") =>
+                Err(e)
+                    if e.to_string()
+                        .contains(&format!("{:#x}", request_error::DOES_NOT_EXIST))
+                        || e.to_string().contains("SUBSCRIBE refused") =>
                 {
                     Ok(format!("relay does not hold pending subscriptions: {e}"))
                 }

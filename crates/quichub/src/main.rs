@@ -10,7 +10,11 @@ mod relay_cmd;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "quichub", version, about = "MoQT relay and toolkit for media and IoT over QUIC")]
+#[command(
+    name = "quichub",
+    version,
+    about = "MoQT relay and toolkit for media and IoT over QUIC"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,8 +40,9 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,web_transport_quinn=error")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,web_transport_quinn=error")
+            }),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -7,7 +7,9 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use moqt::{FullTrackName, SubscriptionFilter, TrackNamespace};
 use quichub_client::synth::{self, Profile};
-use quichub_client::{ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent, TrackMode};
+use quichub_client::{
+    ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent, TrackMode,
+};
 
 /// Publisher options.
 #[derive(clap::Args, Debug)]
@@ -69,7 +71,9 @@ pub struct SubArgs {
 }
 
 fn deadline(d: Option<f64>) -> tokio::time::Instant {
-    tokio::time::Instant::now() + d.map(Duration::from_secs_f64).unwrap_or(Duration::from_secs(86_400 * 365))
+    tokio::time::Instant::now()
+        + d.map(Duration::from_secs_f64)
+            .unwrap_or(Duration::from_secs(86_400 * 365))
 }
 
 pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
@@ -91,7 +95,10 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
     };
     let until = deadline(a.duration);
     if a.profile == "stdin" {
-        let name = FullTrackName { namespace: ns, name: Bytes::from(a.track.unwrap_or_else(|| "stdin".into())) };
+        let name = FullTrackName {
+            namespace: ns,
+            name: Bytes::from(a.track.unwrap_or_else(|| "stdin".into())),
+        };
         let track = session.create_track(name, 128, mode).await?;
         let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
         std::thread::spawn(move || {
@@ -122,7 +129,8 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
         track.finish(1).await?;
         eprintln!("published {id} objects from stdin");
     } else {
-        let profile = Profile::by_name(&a.profile).with_context(|| format!("unknown profile {:?}", a.profile))?;
+        let profile = Profile::by_name(&a.profile)
+            .with_context(|| format!("unknown profile {:?}", a.profile))?;
         let name = FullTrackName {
             namespace: ns,
             name: Bytes::from(a.track.unwrap_or_else(|| profile.name.to_string())),

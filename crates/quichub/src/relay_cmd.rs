@@ -47,8 +47,10 @@ pub struct Running {
 /// Binds and starts the relay's tasks.
 pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
     let config: Config = match &args.config {
-        Some(p) => toml::from_str(&std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?)
-            .with_context(|| format!("parse {}", p.display()))?,
+        Some(p) => toml::from_str(
+            &std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?,
+        )
+        .with_context(|| format!("parse {}", p.display()))?,
         None => Config::default(),
     };
     let identity = match (&args.cert, &args.key) {
@@ -58,17 +60,26 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
     let server = Arc::new(Server::bind(args.bind, &identity)?);
     let addr = server.local_addr()?;
     let relay = Relay::new(config);
-    tokio::spawn(quichub_relay::endpoint::accept_loop(relay.clone(), server.clone()));
+    tokio::spawn(quichub_relay::endpoint::accept_loop(
+        relay.clone(),
+        server.clone(),
+    ));
     let metrics = if args.metrics == "off" {
         None
     } else {
-        let a: SocketAddr = args.metrics.parse().context("--metrics must be ADDR:PORT or off")?;
+        let a: SocketAddr = args
+            .metrics
+            .parse()
+            .context("--metrics must be ADDR:PORT or off")?;
         let listener = quichub_net::metrics_http::bind(a)
             .await
             .with_context(|| format!("bind metrics {a}"))?;
         let bound = listener.local_addr()?;
         let m = relay.metrics.clone();
-        tokio::spawn(quichub_net::metrics_http::serve(listener, Arc::new(move || m.render())));
+        tokio::spawn(quichub_net::metrics_http::serve(
+            listener,
+            Arc::new(move || m.render()),
+        ));
         Some(bound)
     };
     Ok(Running {
@@ -85,7 +96,11 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
     let r = start(&args).await?;
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "quichub relay listening on udp {} (raw QUIC moqt-18, WebTransport h3)", r.addr)?;
+        writeln!(
+            out,
+            "quichub relay listening on udp {} (raw QUIC moqt-18, WebTransport h3)",
+            r.addr
+        )?;
         writeln!(out, "certificate sha256 {}", r.fingerprint)?;
         if let Some(m) = r.metrics {
             writeln!(out, "metrics http://{m}/metrics")?;
@@ -97,7 +112,10 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
         _ = term.recv() => {},
         _ = tokio::signal::ctrl_c() => {},
     }
-    eprintln!("shutting down: GOAWAY sent to {} sessions", r.relay.sessions().len());
+    eprintln!(
+        "shutting down: GOAWAY sent to {} sessions",
+        r.relay.sessions().len()
+    );
     quichub_relay::endpoint::shutdown(&r.relay, &r.server).await;
     Ok(())
 }

@@ -44,14 +44,28 @@ async fn fanout_to_50_subscribers() {
         // Half over raw QUIC, half over WebTransport.
         let scheme = if i % 2 == 0 { "moqt" } else { "https" };
         let s = relay.client(scheme).await;
-        let mut v = s.subscribe(FullTrackName::new("e2e", "video"), SubscribeOptions::default()).await.unwrap();
-        let mut a = s.subscribe(FullTrackName::new("e2e", "audio"), SubscribeOptions::default()).await.unwrap();
+        let mut v = s
+            .subscribe(
+                FullTrackName::new("e2e", "video"),
+                SubscribeOptions::default(),
+            )
+            .await
+            .unwrap();
+        let mut a = s
+            .subscribe(
+                FullTrackName::new("e2e", "audio"),
+                SubscribeOptions::default(),
+            )
+            .await
+            .unwrap();
         tasks.push(tokio::spawn(async move {
             let _keep = s;
             let mut stream_objs: Vec<(u64, u64, u64)> = Vec::new();
             let mut datagrams = std::collections::HashSet::new();
             let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-            while stream_objs.len() < (GROUPS * PER_GROUP) as usize || datagrams.len() < DATAGRAMS as usize {
+            while stream_objs.len() < (GROUPS * PER_GROUP) as usize
+                || datagrams.len() < DATAGRAMS as usize
+            {
                 let ev = tokio::select! {
                     e = v.next() => e,
                     e = a.next() => e,
@@ -72,7 +86,11 @@ async fn fanout_to_50_subscribers() {
 
     let send_video = async {
         for g in 0..GROUPS {
-            let mut w = video.open_subgroup(g, 0).await.unwrap().expect("forwarding");
+            let mut w = video
+                .open_subgroup(g, 0)
+                .await
+                .unwrap()
+                .expect("forwarding");
             for o in 0..PER_GROUP {
                 w.write(o, payload(g, o, 800)).await.unwrap();
                 tokio::time::sleep(Duration::from_millis(2)).await;
@@ -90,19 +108,29 @@ async fn fanout_to_50_subscribers() {
 
     for t in tasks {
         let (objs, dgrams) = within(30, t).await.unwrap();
-        assert_eq!(objs.len(), (GROUPS * PER_GROUP) as usize, "every stream object exactly once");
+        assert_eq!(
+            objs.len(),
+            (GROUPS * PER_GROUP) as usize,
+            "every stream object exactly once"
+        );
         let unique: std::collections::HashSet<_> = objs.iter().collect();
         assert_eq!(unique.len(), objs.len(), "no duplicates");
         let mut last: HashMap<(u64, u64), u64> = HashMap::new();
         for (g, sg, o) in objs {
             if let Some(prev) = last.insert((g, sg), o) {
-                assert!(o > prev, "in order within subgroup ({g},{sg}): {o} after {prev}");
+                assert!(
+                    o > prev,
+                    "in order within subgroup ({g},{sg}): {o} after {prev}"
+                );
             }
         }
         assert_eq!(dgrams, DATAGRAMS as usize, "no datagram lost on loopback");
     }
     // One upstream per track however many subscribers.
-    assert_eq!(relay.relay.metrics.objects_in.load(Relaxed), GROUPS * PER_GROUP + DATAGRAMS);
+    assert_eq!(
+        relay.relay.metrics.objects_in.load(Relaxed),
+        GROUPS * PER_GROUP + DATAGRAMS
+    );
 }
 
 /// A joining FETCH returns the current group from the relay's cache.
@@ -111,7 +139,10 @@ async fn joining_fetch_serves_current_group_from_cache() {
     let relay = TestRelay::start().await;
     let publisher = relay.client("moqt").await;
     let name = FullTrackName::new("e2e", "cam");
-    let track = publisher.create_track(name.clone(), 2, TrackMode::Push).await.unwrap();
+    let track = publisher
+        .create_track(name.clone(), 2, TrackMode::Push)
+        .await
+        .unwrap();
     for (g, n) in [(0u64, 10u64), (1, 5)] {
         let mut w = track.open_subgroup(g, 0).await.unwrap().unwrap();
         for o in 0..n {
@@ -126,7 +157,12 @@ async fn joining_fetch_serves_current_group_from_cache() {
     }
     within(5, async {
         loop {
-            if relay.relay.find_track(&name).and_then(|e| e.track.largest()) == Some(Location::new(1, 4)) {
+            if relay
+                .relay
+                .find_track(&name)
+                .and_then(|e| e.track.largest())
+                == Some(Location::new(1, 4))
+            {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -136,15 +172,34 @@ async fn joining_fetch_serves_current_group_from_cache() {
 
     let sub = relay.client("https").await;
     let s = sub
-        .subscribe(name.clone(), SubscribeOptions { filter: Some(SubscriptionFilter::LargestObject), ..Default::default() })
+        .subscribe(
+            name.clone(),
+            SubscribeOptions {
+                filter: Some(SubscriptionFilter::LargestObject),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     assert_eq!(s.largest, Some(Location::new(1, 4)));
-    let r = within(5, sub.fetch(FetchKind::RelativeJoining { joining_request_id: s.request_id, joining_start: 0 }, Parameters::default()))
-        .await
-        .unwrap();
+    let r = within(
+        5,
+        sub.fetch(
+            FetchKind::RelativeJoining {
+                joining_request_id: s.request_id,
+                joining_start: 0,
+            },
+            Parameters::default(),
+        ),
+    )
+    .await
+    .unwrap();
     let got: Vec<(u64, u64)> = r.objects.iter().map(|o| (o.group, o.object_id)).collect();
-    assert_eq!(got, (0..5).map(|o| (1, o)).collect::<Vec<_>>(), "current group, in order");
+    assert_eq!(
+        got,
+        (0..5).map(|o| (1, o)).collect::<Vec<_>>(),
+        "current group, in order"
+    );
     for o in &r.objects {
         assert_eq!(o.payload, payload(o.group, o.object_id, 300));
     }
@@ -152,14 +207,26 @@ async fn joining_fetch_serves_current_group_from_cache() {
 
     // An absolute joining fetch from group 0 returns both groups.
     let r = sub
-        .fetch(FetchKind::AbsoluteJoining { joining_request_id: s.request_id, joining_start: 0 }, Parameters::default())
+        .fetch(
+            FetchKind::AbsoluteJoining {
+                joining_request_id: s.request_id,
+                joining_start: 0,
+            },
+            Parameters::default(),
+        )
         .await
         .unwrap();
     assert_eq!(r.objects.len(), 15);
 
     // A joining fetch naming no subscription is refused.
     let e = sub
-        .fetch(FetchKind::RelativeJoining { joining_request_id: 998, joining_start: 0 }, Parameters::default())
+        .fetch(
+            FetchKind::RelativeJoining {
+                joining_request_id: 998,
+                joining_start: 0,
+            },
+            Parameters::default(),
+        )
         .await
         .unwrap_err();
     assert!(e.to_string().contains("0x32"), "{e}");
@@ -168,21 +235,40 @@ async fn joining_fetch_serves_current_group_from_cache() {
 /// A subscriber that stops reading does not lower the count the others get.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stuck_subscriber_does_not_slow_the_others() {
-    let relay = TestRelay::with_config(Config { fanout_buffer: 256, write_stall_ms: 300, ..Config::default() }).await;
+    let relay = TestRelay::with_config(Config {
+        fanout_buffer: 256,
+        write_stall_ms: 300,
+        ..Config::default()
+    })
+    .await;
     let publisher = relay.client("moqt").await;
     let name = FullTrackName::new("e2e", "bulk");
-    let track = publisher.create_track(name.clone(), 2, TrackMode::Push).await.unwrap();
+    let track = publisher
+        .create_track(name.clone(), 2, TrackMode::Push)
+        .await
+        .unwrap();
 
     // The stuck subscriber: subscribes, then never reads a data stream.
     let stuck = relay.raw("moqt").await;
     {
         let mut ctl = stuck.open_uni().await.unwrap();
-        ctl.write_all(&moqt::Message::Setup(moqt::session::make_setup("stuck", Some("127.0.0.1"), Some("/"))).to_bytes())
-            .await
-            .unwrap();
+        ctl.write_all(
+            &moqt::Message::Setup(moqt::session::make_setup(
+                "stuck",
+                Some("127.0.0.1"),
+                Some("/"),
+            ))
+            .to_bytes(),
+        )
+        .await
+        .unwrap();
         std::mem::forget(ctl);
         let (mut send, _recv) = stuck.open_bi().await.unwrap();
-        let sub = moqt::Message::Subscribe(moqt::message::Subscribe { request_id: 0, track: name.clone(), params: Parameters::default() });
+        let sub = moqt::Message::Subscribe(moqt::message::Subscribe {
+            request_id: 0,
+            track: name.clone(),
+            params: Parameters::default(),
+        });
         send.write_all(&sub.to_bytes()).await.unwrap();
         std::mem::forget(send);
         std::mem::forget(_recv);
@@ -191,7 +277,10 @@ async fn stuck_subscriber_does_not_slow_the_others() {
     let mut healthy = Vec::new();
     for _ in 0..3 {
         let s = relay.client("moqt").await;
-        let mut sub = s.subscribe(name.clone(), SubscribeOptions::default()).await.unwrap();
+        let mut sub = s
+            .subscribe(name.clone(), SubscribeOptions::default())
+            .await
+            .unwrap();
         healthy.push(tokio::spawn(async move {
             let _keep = s;
             let mut n = 0u64;
@@ -222,7 +311,11 @@ async fn stuck_subscriber_does_not_slow_the_others() {
     }
     w.finish();
     for h in healthy {
-        assert_eq!(within(40, h).await.unwrap(), N, "a healthy subscriber lost objects");
+        assert_eq!(
+            within(40, h).await.unwrap(),
+            N,
+            "a healthy subscriber lost objects"
+        );
     }
     // The stuck subscriber's stream was given up and it skipped what it missed.
     let m = &relay.relay.metrics;
@@ -232,6 +325,9 @@ async fn stuck_subscriber_does_not_slow_the_others() {
         }
     })
     .await;
-    assert!(m.objects_out.load(Relaxed) < 4 * N, "the stuck subscriber cannot have received everything");
+    assert!(
+        m.objects_out.load(Relaxed) < 4 * N,
+        "the stuck subscriber cannot have received everything"
+    );
     drop(stuck);
 }

@@ -25,7 +25,10 @@ fn setup_bytes() -> Bytes {
 /// counting them; returns the count.
 async fn healthy_flow(relay: &TestRelay) -> Arc<AtomicU64> {
     let publisher = relay.client("moqt").await;
-    let track = publisher.create_track(FullTrackName::new("ok", "beat"), 1, TrackMode::Push).await.unwrap();
+    let track = publisher
+        .create_track(FullTrackName::new("ok", "beat"), 1, TrackMode::Push)
+        .await
+        .unwrap();
     tokio::spawn(async move {
         let _keep = &publisher;
         for n in 0.. {
@@ -34,7 +37,13 @@ async fn healthy_flow(relay: &TestRelay) -> Arc<AtomicU64> {
         }
     });
     let sub = relay.client("https").await;
-    let mut s = sub.subscribe(FullTrackName::new("ok", "beat"), SubscribeOptions::default()).await.unwrap();
+    let mut s = sub
+        .subscribe(
+            FullTrackName::new("ok", "beat"),
+            SubscribeOptions::default(),
+        )
+        .await
+        .unwrap();
     let count = Arc::new(AtomicU64::new(0));
     let c = count.clone();
     tokio::spawn(async move {
@@ -81,7 +90,9 @@ async fn malformed_input_closes_only_that_session() {
 
     // 1. Garbage on the control stream (a GOAWAY whose body is not a GOAWAY).
     expect_violation(&relay, |_, mut ctl| async move {
-        ctl.write_all(&[0x10, 0x00, 0x03, 0xff, 0xff, 0xff]).await.unwrap();
+        ctl.write_all(&[0x10, 0x00, 0x03, 0xff, 0xff, 0xff])
+            .await
+            .unwrap();
         std::mem::forget(ctl);
     })
     .await;
@@ -157,7 +168,9 @@ async fn malformed_input_closes_only_that_session() {
     // 7. A request stream opened with a message that cannot open one.
     expect_violation(&relay, |s, ctl| async move {
         let (mut send, recv) = s.open_bi().await.unwrap();
-        send.write_all(&Message::RequestOk(Default::default()).to_bytes()).await.unwrap();
+        send.write_all(&Message::RequestOk(Default::default()).to_bytes())
+            .await
+            .unwrap();
         std::mem::forget((send, recv, ctl));
     })
     .await;

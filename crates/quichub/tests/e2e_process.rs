@@ -49,7 +49,10 @@ fn interop(url: &str) -> (bool, String) {
         .args(["interop-client", "--relay", url, "--tls-disable-verify"])
         .output()
         .expect("run interop-client");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 #[test]
@@ -61,19 +64,33 @@ fn interop_client_passes_every_case_over_quic_and_webtransport() {
         assert!(ok, "interop-client failed over {scheme}:\n{tap}");
         assert!(tap.starts_with("TAP version 14"), "{tap}");
         assert!(tap.contains("1..6"), "{tap}");
-        assert_eq!(tap.lines().filter(|l| l.starts_with("ok ")).count(), 6, "{tap}");
+        assert_eq!(
+            tap.lines().filter(|l| l.starts_with("ok ")).count(),
+            6,
+            "{tap}"
+        );
         assert!(!tap.contains("not ok"), "{tap}");
     }
 }
 
 #[test]
 fn interop_client_lists_and_rejects_unknown_tests() {
-    let out = Command::new(BIN).args(["interop-client", "--list"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["interop-client", "--list"])
+        .output()
+        .unwrap();
     let list = String::from_utf8_lossy(&out.stdout);
     assert_eq!(list.lines().count(), 6);
     assert!(list.contains("subscribe-before-announce"));
     let out = Command::new(BIN)
-        .args(["interop-client", "--tls-disable-verify", "-t", "no-such-test", "-r", "moqt://127.0.0.1:1"])
+        .args([
+            "interop-client",
+            "--tls-disable-verify",
+            "-t",
+            "no-such-test",
+            "-r",
+            "moqt://127.0.0.1:1",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(127));
@@ -83,12 +100,20 @@ fn interop_client_lists_and_rejects_unknown_tests() {
 async fn sigterm_sends_goaway_before_exit() {
     let mut relay = start_relay();
     let url = format!("moqt://127.0.0.1:{}/x", relay.port);
-    let session = ClientSession::connect(&url, ConnectOptions::default()).await.unwrap();
-    let status = Command::new("kill").args(["-TERM", &relay.child.id().to_string()]).status().unwrap();
+    let session = ClientSession::connect(&url, ConnectOptions::default())
+        .await
+        .unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &relay.child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let goaway = within(5, session.goaway()).await.expect("GOAWAY");
     assert!(goaway.new_session_uri.is_empty());
-    assert!(goaway.request_id.is_some(), "GOAWAY on the control stream carries a Request ID");
+    assert!(
+        goaway.request_id.is_some(),
+        "GOAWAY on the control stream carries a Request ID"
+    );
     // The relay then exits by itself (the client leaves; the drain ends).
     session.close(0, "bye");
     let exit = within(10, async {

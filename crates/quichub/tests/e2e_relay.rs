@@ -33,20 +33,42 @@ async fn announce_then_subscribe_uses_one_upstream_subscription() {
     let relay = TestRelay::start().await;
     let publisher = relay.client("moqt").await;
     let name = FullTrackName::new("live/room1", "cam");
-    let track = publisher.create_track(name.clone(), 3, TrackMode::Announce).await.unwrap();
-    let _ns = publisher.publish_namespace(TrackNamespace::from_path("live")).await.unwrap();
+    let track = publisher
+        .create_track(name.clone(), 3, TrackMode::Announce)
+        .await
+        .unwrap();
+    let _ns = publisher
+        .publish_namespace(TrackNamespace::from_path("live"))
+        .await
+        .unwrap();
 
     let a = relay.client("moqt").await;
     let b = relay.client("https").await;
-    let mut sa = a.subscribe(name.clone(), SubscribeOptions::default()).await.unwrap();
-    let mut sb = b.subscribe(name.clone(), SubscribeOptions::default()).await.unwrap();
-    assert_eq!(track.subscriptions_served(), 1, "one upstream SUBSCRIBE for two subscribers");
+    let mut sa = a
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    let mut sb = b
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        track.subscriptions_served(),
+        1,
+        "one upstream SUBSCRIBE for two subscribers"
+    );
     assert!(track.is_forwarding());
     let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
     w.write(0, Bytes::from_static(b"hello")).await.unwrap();
     w.finish();
-    assert_eq!(next_object(&mut sa).await.payload, Bytes::from_static(b"hello"));
-    assert_eq!(next_object(&mut sb).await.payload, Bytes::from_static(b"hello"));
+    assert_eq!(
+        next_object(&mut sa).await.payload,
+        Bytes::from_static(b"hello")
+    );
+    assert_eq!(
+        next_object(&mut sb).await.payload,
+        Bytes::from_static(b"hello")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,9 +76,15 @@ async fn publisher_leaving_sends_publish_done() {
     let relay = TestRelay::start().await;
     let publisher = relay.client("moqt").await;
     let name = FullTrackName::new("gone", "t");
-    let _track = publisher.create_track(name.clone(), 1, TrackMode::Push).await.unwrap();
+    let _track = publisher
+        .create_track(name.clone(), 1, TrackMode::Push)
+        .await
+        .unwrap();
     let s = relay.client("moqt").await;
-    let mut sub = s.subscribe(name, SubscribeOptions::default()).await.unwrap();
+    let mut sub = s
+        .subscribe(name, SubscribeOptions::default())
+        .await
+        .unwrap();
     publisher.close(0, "bye");
     let done = within(5, async {
         loop {
@@ -73,21 +101,36 @@ async fn publisher_leaving_sends_publish_done() {
 async fn subscribe_namespace_sees_namespaces_come_and_go() {
     let relay = TestRelay::start().await;
     let watcher = relay.client("moqt").await;
-    let mut ns = watcher.subscribe_namespace(TrackNamespace::from_path("org")).await.unwrap();
+    let mut ns = watcher
+        .subscribe_namespace(TrackNamespace::from_path("org"))
+        .await
+        .unwrap();
     // A second, overlapping prefix in the same session is refused.
-    let e = watcher.subscribe_namespace(TrackNamespace::from_path("org/a")).await.err().unwrap();
+    let e = watcher
+        .subscribe_namespace(TrackNamespace::from_path("org/a"))
+        .await
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("0x30"), "{e}");
 
     let publisher = relay.client("moqt").await;
-    let h = publisher.publish_namespace(TrackNamespace::from_path("org/a/b")).await.unwrap();
-    let _other = publisher.publish_namespace(TrackNamespace::from_path("elsewhere")).await.unwrap();
+    let h = publisher
+        .publish_namespace(TrackNamespace::from_path("org/a/b"))
+        .await
+        .unwrap();
+    let _other = publisher
+        .publish_namespace(TrackNamespace::from_path("elsewhere"))
+        .await
+        .unwrap();
     match within(5, ns.next()).await {
         Some(Message::Namespace(suffix)) => assert_eq!(suffix, TrackNamespace::from_path("a/b")),
         other => panic!("expected NAMESPACE, got {other:?}"),
     }
     h.withdraw();
     match within(5, ns.next()).await {
-        Some(Message::NamespaceDone(suffix)) => assert_eq!(suffix, TrackNamespace::from_path("a/b")),
+        Some(Message::NamespaceDone(suffix)) => {
+            assert_eq!(suffix, TrackNamespace::from_path("a/b"))
+        }
         other => panic!("expected NAMESPACE_DONE, got {other:?}"),
     }
 }
@@ -96,16 +139,25 @@ async fn subscribe_namespace_sees_namespaces_come_and_go() {
 async fn subscribe_tracks_receives_publish_for_pushed_tracks() {
     let relay = TestRelay::start().await;
     let watcher = relay.client("moqt").await;
-    let _st = watcher.subscribe_tracks(TrackNamespace::from_path("sensors"), true).await.unwrap();
+    let _st = watcher
+        .subscribe_tracks(TrackNamespace::from_path("sensors"), true)
+        .await
+        .unwrap();
     let publisher = relay.client("moqt").await;
     let name = FullTrackName::new("sensors/imu", "accel");
-    let track = publisher.create_track(name.clone(), 0, TrackMode::Push).await.unwrap();
+    let track = publisher
+        .create_track(name.clone(), 0, TrackMode::Push)
+        .await
+        .unwrap();
     let (got, mut sub) = within(5, watcher.next_publish()).await.unwrap();
     assert_eq!(got, name);
     // Let PUBLISH_OK reach the relay before publishing.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(track.send_datagram(0, 0, Bytes::from_static(b"x=1")));
-    assert_eq!(next_object(&mut sub).await.payload, Bytes::from_static(b"x=1"));
+    assert_eq!(
+        next_object(&mut sub).await.payload,
+        Bytes::from_static(b"x=1")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,19 +165,39 @@ async fn forward_zero_then_request_update() {
     let relay = TestRelay::start().await;
     let publisher = relay.client("moqt").await;
     let name = FullTrackName::new("fw", "t");
-    let track = publisher.create_track(name.clone(), 1, TrackMode::Push).await.unwrap();
+    let track = publisher
+        .create_track(name.clone(), 1, TrackMode::Push)
+        .await
+        .unwrap();
     let s = relay.client("moqt").await;
     let mut sub = s
-        .subscribe(name.clone(), SubscribeOptions { forward: Some(false), ..Default::default() })
+        .subscribe(
+            name.clone(),
+            SubscribeOptions {
+                forward: Some(false),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     track.send_datagram(0, 0, Bytes::from_static(b"held"));
     let nothing = tokio::time::timeout(Duration::from_millis(300), sub.next()).await;
-    assert!(nothing.is_err(), "FORWARD=0 must not deliver objects: {nothing:?}");
-    sub.update(Parameters { forward: Some(true), ..Default::default() }).await.unwrap();
+    assert!(
+        nothing.is_err(),
+        "FORWARD=0 must not deliver objects: {nothing:?}"
+    );
+    sub.update(Parameters {
+        forward: Some(true),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     track.send_datagram(1, 0, Bytes::from_static(b"flowing"));
-    assert_eq!(next_object(&mut sub).await.payload, Bytes::from_static(b"flowing"));
+    assert_eq!(
+        next_object(&mut sub).await.payload,
+        Bytes::from_static(b"flowing")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,7 +205,10 @@ async fn track_status_reports_the_largest_location() {
     let relay = TestRelay::start().await;
     let publisher = relay.client("moqt").await;
     let name = FullTrackName::new("ts", "t");
-    let track = publisher.create_track(name.clone(), 1, TrackMode::Push).await.unwrap();
+    let track = publisher
+        .create_track(name.clone(), 1, TrackMode::Push)
+        .await
+        .unwrap();
     for g in 0..3 {
         track.send_datagram(g, 0, Bytes::from_static(b"."));
     }
@@ -149,7 +224,10 @@ async fn track_status_reports_the_largest_location() {
     })
     .await;
     assert_eq!(ok.params.largest_object, Some(Location::new(2, 0)));
-    let e = s.track_status(FullTrackName::new("nope", "t")).await.unwrap_err();
+    let e = s
+        .track_status(FullTrackName::new("nope", "t"))
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("0x10"), "{e}");
 }
 
@@ -159,52 +237,113 @@ async fn rendezvous_timeout_and_does_not_exist() {
     let s = relay.client("moqt").await;
     let started = Instant::now();
     let e = s
-        .subscribe(FullTrackName::new("later", "t"), SubscribeOptions { rendezvous_ms: Some(300), ..Default::default() })
+        .subscribe(
+            FullTrackName::new("later", "t"),
+            SubscribeOptions {
+                rendezvous_ms: Some(300),
+                ..Default::default()
+            },
+        )
         .await
         .err()
         .unwrap();
     assert!(e.to_string().contains("code 0x2 "), "TIMEOUT expected: {e}");
-    assert!(started.elapsed() >= Duration::from_millis(250), "the relay must wait for the rendezvous");
-    let e = s.subscribe(FullTrackName::new("later", "t"), SubscribeOptions::default()).await.err().unwrap();
-    assert!(e.to_string().contains("0x10"), "DOES_NOT_EXIST expected: {e}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "the relay must wait for the rendezvous"
+    );
+    let e = s
+        .subscribe(
+            FullTrackName::new("later", "t"),
+            SubscribeOptions::default(),
+        )
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("0x10"),
+        "DOES_NOT_EXIST expected: {e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_subscription_and_request_limit() {
-    let relay = TestRelay::with_config(Config { max_requests_per_session: 2, ..Config::default() }).await;
+    let relay = TestRelay::with_config(Config {
+        max_requests_per_session: 2,
+        ..Config::default()
+    })
+    .await;
     // The limit applies to publishers too: two tracks fit in one session, a
     // third needs another session.
     let p1 = relay.client("moqt").await;
     for t in ["a", "b"] {
-        p1.create_track(FullTrackName::new("lim", t), 1, TrackMode::Push).await.unwrap();
+        p1.create_track(FullTrackName::new("lim", t), 1, TrackMode::Push)
+            .await
+            .unwrap();
     }
-    let e = p1.create_track(FullTrackName::new("lim", "x"), 1, TrackMode::Push).await.err().unwrap();
+    let e = p1
+        .create_track(FullTrackName::new("lim", "x"), 1, TrackMode::Push)
+        .await
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("0x9"), "{e}");
     let p2 = relay.client("moqt").await;
-    p2.create_track(FullTrackName::new("lim", "c"), 1, TrackMode::Push).await.unwrap();
+    p2.create_track(FullTrackName::new("lim", "c"), 1, TrackMode::Push)
+        .await
+        .unwrap();
     let s = relay.client("moqt").await;
-    let _a = s.subscribe(FullTrackName::new("lim", "a"), SubscribeOptions::default()).await.unwrap();
-    let e = s.subscribe(FullTrackName::new("lim", "a"), SubscribeOptions::default()).await.err().unwrap();
-    assert!(e.to_string().contains("0x19"), "DUPLICATE_SUBSCRIPTION expected: {e}");
-    let _b = s.subscribe(FullTrackName::new("lim", "b"), SubscribeOptions::default()).await.unwrap();
-    let e = s.subscribe(FullTrackName::new("lim", "c"), SubscribeOptions::default()).await.err().unwrap();
-    assert!(e.to_string().contains("0x9"), "EXCESSIVE_LOAD expected: {e}");
+    let _a = s
+        .subscribe(FullTrackName::new("lim", "a"), SubscribeOptions::default())
+        .await
+        .unwrap();
+    let e = s
+        .subscribe(FullTrackName::new("lim", "a"), SubscribeOptions::default())
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("0x19"),
+        "DUPLICATE_SUBSCRIPTION expected: {e}"
+    );
+    let _b = s
+        .subscribe(FullTrackName::new("lim", "b"), SubscribeOptions::default())
+        .await
+        .unwrap();
+    let e = s
+        .subscribe(FullTrackName::new("lim", "c"), SubscribeOptions::default())
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("0x9"),
+        "EXCESSIVE_LOAD expected: {e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_endpoint_serves_prometheus_text() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let relay = TestRelay::start().await;
-    let listener = quichub_net::metrics_http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let listener = quichub_net::metrics_http::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     let m = relay.relay.metrics.clone();
-    tokio::spawn(quichub_net::metrics_http::serve(listener, Arc::new(move || m.render())));
+    tokio::spawn(quichub_net::metrics_http::serve(
+        listener,
+        Arc::new(move || m.render()),
+    ));
     let publisher = relay.client("moqt").await;
-    let track = publisher.create_track(FullTrackName::new("m", "t"), 1, TrackMode::Push).await.unwrap();
+    let track = publisher
+        .create_track(FullTrackName::new("m", "t"), 1, TrackMode::Push)
+        .await
+        .unwrap();
     track.send_datagram(0, 0, Bytes::from_static(b"12345"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
-    sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     let mut body = String::new();
     sock.read_to_string(&mut body).await.unwrap();
     assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");

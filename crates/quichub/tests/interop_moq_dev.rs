@@ -36,7 +36,11 @@ fn tools() -> Option<PathBuf> {
         Ok(dir) => {
             let dir = PathBuf::from(dir);
             for b in ["moq-relay", "moq-clock"] {
-                assert!(dir.join(b).exists(), "{b} missing in {}: run scripts/install-moq-dev.sh", dir.display());
+                assert!(
+                    dir.join(b).exists(),
+                    "{b} missing in {}: run scripts/install-moq-dev.sh",
+                    dir.display()
+                );
             }
             Some(dir)
         }
@@ -48,12 +52,23 @@ fn tools() -> Option<PathBuf> {
 }
 
 fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn start_quichub(cert: &Path, key: &Path) -> (Proc, u16) {
     let mut child = Command::new(QUICHUB)
-        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off", "--cert"])
+        .args([
+            "relay",
+            "--bind",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+            "--cert",
+        ])
         .arg(cert)
         .arg("--key")
         .arg(key)
@@ -80,7 +95,14 @@ fn moq_relay(bin: &Path, dir: &Path, listen: u16, upstream: &str, log: &str) -> 
             .arg(dir.join("cert.pem"))
             .arg("--listen-tls-key")
             .arg(dir.join("key.pem"))
-            .args(["--auth-public", "**", "--cluster-connect", upstream, "--connect-version", "moq-transport-18"])
+            .args([
+                "--auth-public",
+                "**",
+                "--cluster-connect",
+                upstream,
+                "--connect-version",
+                "moq-transport-18",
+            ])
             .arg("--connect-tls-root")
             .arg(dir.join("cert.pem"))
             .stdout(out.try_clone().unwrap())
@@ -92,11 +114,16 @@ fn moq_relay(bin: &Path, dir: &Path, listen: u16, upstream: &str, log: &str) -> 
 
 fn clock(bin: &Path, dir: &Path, port: u16, mode: &str, log: &str) -> Command {
     let mut c = Command::new(bin.join("moq-clock"));
-    c.args(["--url", &format!("moqt://127.0.0.1:{port}"), "--broadcast", "clock"])
-        .arg("--tls-root")
-        .arg(dir.join("cert.pem"))
-        .arg(mode)
-        .stderr(std::fs::File::create(dir.join(log)).unwrap());
+    c.args([
+        "--url",
+        &format!("moqt://127.0.0.1:{port}"),
+        "--broadcast",
+        "clock",
+    ])
+    .arg("--tls-root")
+    .arg(dir.join("cert.pem"))
+    .arg(mode)
+    .stderr(std::fs::File::create(dir.join(log)).unwrap());
     c
 }
 
@@ -108,10 +135,14 @@ fn ticks(out: &str) -> usize {
 }
 
 fn run_case(bin: &Path, publisher_scheme: &str, subscriber_scheme: &str) {
-    let dir = std::env::temp_dir().join(format!("quichub-moqdev-{}-{publisher_scheme}-{subscriber_scheme}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "quichub-moqdev-{}-{publisher_scheme}-{subscriber_scheme}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let id = Identity::self_signed(&["localhost", "127.0.0.1"]).unwrap();
-    id.write_pem(&dir.join("cert.pem"), &dir.join("key.pem")).unwrap();
+    id.write_pem(&dir.join("cert.pem"), &dir.join("key.pem"))
+        .unwrap();
     let (_quichub, port) = start_quichub(&dir.join("cert.pem"), &dir.join("key.pem"));
     let url = |scheme: &str| match scheme {
         "moqt" => format!("moqt://127.0.0.1:{port}"),
@@ -121,7 +152,12 @@ fn run_case(bin: &Path, publisher_scheme: &str, subscriber_scheme: &str) {
     let _p = moq_relay(bin, &dir, pp, &url(publisher_scheme), "relay-p.log");
     let _s = moq_relay(bin, &dir, sp, &url(subscriber_scheme), "relay-s.log");
     std::thread::sleep(Duration::from_secs(2));
-    let _publisher = Proc(clock(bin, &dir, pp, "publish", "clock-pub.log").stdout(Stdio::null()).spawn().unwrap());
+    let _publisher = Proc(
+        clock(bin, &dir, pp, "publish", "clock-pub.log")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     std::thread::sleep(Duration::from_secs(2));
 
     // moq-clock's subscriber can race its own broadcast discovery ("not found"):
@@ -129,7 +165,10 @@ fn run_case(bin: &Path, publisher_scheme: &str, subscriber_scheme: &str) {
     let deadline = Instant::now() + Duration::from_secs(45);
     let mut seen = 0;
     while Instant::now() < deadline && seen < 5 {
-        let mut sub = clock(bin, &dir, sp, "subscribe", "clock-sub.log").stdout(Stdio::piped()).spawn().unwrap();
+        let mut sub = clock(bin, &dir, sp, "subscribe", "clock-sub.log")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
         let stdout = sub.stdout.take().unwrap();
         let reader = std::thread::spawn(move || {
             let mut s = String::new();
@@ -152,7 +191,18 @@ fn run_case(bin: &Path, publisher_scheme: &str, subscriber_scheme: &str) {
     }
     let logs: String = ["relay-p.log", "relay-s.log", "clock-sub.log"]
         .iter()
-        .map(|f| format!("--- {f}\n{}\n", std::fs::read_to_string(dir.join(f)).unwrap_or_default().lines().rev().take(15).collect::<Vec<_>>().join("\n")))
+        .map(|f| {
+            format!(
+                "--- {f}\n{}\n",
+                std::fs::read_to_string(dir.join(f))
+                    .unwrap_or_default()
+                    .lines()
+                    .rev()
+                    .take(15)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )
+        })
         .collect();
     assert!(
         seen >= 5,

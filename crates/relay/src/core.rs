@@ -183,7 +183,11 @@ impl Relay {
     }
 
     /// PUBLISH_NAMESPACE: `session` serves tracks under `ns`.
-    pub fn publish_namespace(&self, ns: TrackNamespace, session: Arc<SessionHandle>) -> Result<(), Refusal> {
+    pub fn publish_namespace(
+        &self,
+        ns: TrackNamespace,
+        session: Arc<SessionHandle>,
+    ) -> Result<(), Refusal> {
         {
             let mut st = self.lock();
             if let Some(existing) = st.namespaces.get(&ns) {
@@ -268,7 +272,10 @@ impl Relay {
         &self,
         id: u64,
         prefix: TrackNamespace,
-    ) -> (Vec<Arc<TrackEntry>>, mpsc::UnboundedReceiver<Arc<TrackEntry>>) {
+    ) -> (
+        Vec<Arc<TrackEntry>>,
+        mpsc::UnboundedReceiver<Arc<TrackEntry>>,
+    ) {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut st = self.lock();
         let existing = st
@@ -359,7 +366,9 @@ impl Relay {
                         .wait_for(|r| r.is_some())
                         .await
                         .map(|r| r.clone().expect("is_some"))
-                        .unwrap_or_else(|_| Err(Refusal::new(request_error::INTERNAL_ERROR, "upstream gone")));
+                        .unwrap_or_else(|_| {
+                            Err(Refusal::new(request_error::INTERNAL_ERROR, "upstream gone"))
+                        });
                     match outcome {
                         Ok(()) => {
                             entry.subscribers.fetch_add(1, Relaxed);
@@ -375,7 +384,10 @@ impl Relay {
                 return Err(if rendezvous.is_zero() {
                     Refusal::new(request_error::DOES_NOT_EXIST, "no publisher for this track")
                 } else {
-                    Refusal::new(request_error::TIMEOUT, "no publisher within the rendezvous timeout")
+                    Refusal::new(
+                        request_error::TIMEOUT,
+                        "no publisher within the rendezvous timeout",
+                    )
                 });
             }
         }
@@ -383,7 +395,10 @@ impl Relay {
 
     /// One attempt: the existing entry, or a new pending one whose upstream
     /// subscription is started; `None` when nobody publishes the namespace.
-    fn try_acquire(self: &Arc<Self>, name: &FullTrackName) -> Result<Option<Arc<TrackEntry>>, Refusal> {
+    fn try_acquire(
+        self: &Arc<Self>,
+        name: &FullTrackName,
+    ) -> Result<Option<Arc<TrackEntry>>, Refusal> {
         let (entry, publisher) = {
             let mut st = self.lock();
             if let Some(e) = st.tracks.get(name) {

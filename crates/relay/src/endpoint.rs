@@ -29,7 +29,8 @@ pub async fn shutdown(relay: &Arc<Relay>, server: &Server) {
     for s in relay.sessions() {
         s.send_goaway(relay.config.goaway_timeout_ms).await;
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(relay.config.goaway_timeout_ms);
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(relay.config.goaway_timeout_ms);
     while tokio::time::Instant::now() < deadline && !relay.sessions().is_empty() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -108,7 +108,9 @@ impl Forwarder {
 
     /// Runs until done; returns the PUBLISH_DONE to send.
     pub async fn run(mut self, joined: Joined) -> Done {
-        let Joined { mut rx, mut ended, .. } = joined;
+        let Joined {
+            mut rx, mut ended, ..
+        } = joined;
         let status = loop {
             tokio::select! {
                 biased;
@@ -188,7 +190,9 @@ impl Forwarder {
                 let d = o.datagram(self.track.id);
                 if self.session.send_datagram(d).is_ok() {
                     self.metrics.objects_out.fetch_add(1, Relaxed);
-                    self.metrics.bytes_out.fetch_add(o.payload.len() as u64, Relaxed);
+                    self.metrics
+                        .bytes_out
+                        .fetch_add(o.payload.len() as u64, Relaxed);
                 } else {
                     self.metrics.drops_datagram.fetch_add(1, Relaxed);
                 }
@@ -196,7 +200,10 @@ impl Forwarder {
             Some(sg) => self.send_subgroup_object(o, sg, &s).await,
         }
         let last_of_group = o.group == s.end_group.unwrap_or(u64::MAX)
-            && matches!(o.status, ObjectStatus::EndOfGroup | ObjectStatus::EndOfTrack);
+            && matches!(
+                o.status,
+                ObjectStatus::EndOfGroup | ObjectStatus::EndOfTrack
+            );
         last_of_group.then_some(publish_done::SUBSCRIPTION_ENDED)
     }
 
@@ -265,7 +272,10 @@ impl Forwarder {
         };
         // The header and object fields go in one write; the payload follows as
         // its own chunk so its bytes are shared, not copied, per subscriber.
-        if obj.encode_header_with_len(&mut self.header, open.prev, true, o.payload.len()).is_err() {
+        if obj
+            .encode_header_with_len(&mut self.header, open.prev, true, o.payload.len())
+            .is_err()
+        {
             // Not the next object of this subgroup: the stream cannot continue.
             self.reset_one(key, reset::INTERNAL_ERROR);
             return;
@@ -274,7 +284,8 @@ impl Forwarder {
         let stall = Duration::from_millis(self.config.write_stall_ms);
         let write = async {
             open.stream.write_chunk(head).await.is_ok()
-                && (o.payload.is_empty() || open.stream.write_chunk(o.payload.clone()).await.is_ok())
+                && (o.payload.is_empty()
+                    || open.stream.write_chunk(o.payload.clone()).await.is_ok())
         };
         match tokio::time::timeout(stall, write).await {
             Ok(true) => {}
@@ -295,8 +306,13 @@ impl Forwarder {
         let open = self.streams.get_mut(&key).expect("still open");
         open.prev = Some(o.object_id);
         self.metrics.objects_out.fetch_add(1, Relaxed);
-        self.metrics.bytes_out.fetch_add(o.payload.len() as u64, Relaxed);
-        if matches!(o.status, ObjectStatus::EndOfGroup | ObjectStatus::EndOfTrack) {
+        self.metrics
+            .bytes_out
+            .fetch_add(o.payload.len() as u64, Relaxed);
+        if matches!(
+            o.status,
+            ObjectStatus::EndOfGroup | ObjectStatus::EndOfTrack
+        ) {
             self.end_subgroup(o.group, sg, true);
         }
     }
@@ -354,10 +370,12 @@ mod tests {
         let d = stream_priority(1, 11, 0, GroupOrder::Ascending);
         assert!(c > d);
         assert!(
-            stream_priority(1, 1, 5, GroupOrder::Ascending) > stream_priority(1, 1, 6, GroupOrder::Ascending)
+            stream_priority(1, 1, 5, GroupOrder::Ascending)
+                > stream_priority(1, 1, 6, GroupOrder::Ascending)
         );
         assert!(
-            stream_priority(1, 1, 6, GroupOrder::Descending) > stream_priority(1, 1, 5, GroupOrder::Descending)
+            stream_priority(1, 1, 6, GroupOrder::Descending)
+                > stream_priority(1, 1, 5, GroupOrder::Descending)
         );
     }
 }

@@ -45,25 +45,87 @@ impl Metrics {
             let _ = writeln!(s, "# TYPE quichub_{name} {kind}");
             let _ = writeln!(s, "quichub_{name}{labels} {v}");
         };
-        g("sessions", "Open MoQT sessions.", "gauge", self.sessions.load(Relaxed) as i128, "");
-        g("sessions_total", "MoQT sessions accepted.", "counter", self.sessions_total.load(Relaxed) as i128, "");
-        g("subscriptions", "Open downstream subscriptions.", "gauge", self.subscriptions.load(Relaxed) as i128, "");
-        g("tracks", "Tracks held by the relay.", "gauge", self.tracks.load(Relaxed) as i128, "");
-        g("objects_total", "Objects by direction.", "counter", self.objects_in.load(Relaxed) as i128, "{direction=\"in\"}");
-        let _ = writeln!(s, "quichub_objects_total{{direction=\"out\"}} {}", self.objects_out.load(Relaxed));
+        g(
+            "sessions",
+            "Open MoQT sessions.",
+            "gauge",
+            self.sessions.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "sessions_total",
+            "MoQT sessions accepted.",
+            "counter",
+            self.sessions_total.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "subscriptions",
+            "Open downstream subscriptions.",
+            "gauge",
+            self.subscriptions.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "tracks",
+            "Tracks held by the relay.",
+            "gauge",
+            self.tracks.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "objects_total",
+            "Objects by direction.",
+            "counter",
+            self.objects_in.load(Relaxed) as i128,
+            "{direction=\"in\"}",
+        );
+        let _ = writeln!(
+            s,
+            "quichub_objects_total{{direction=\"out\"}} {}",
+            self.objects_out.load(Relaxed)
+        );
         let _ = writeln!(s, "# HELP quichub_bytes_total Payload bytes by direction.\n# TYPE quichub_bytes_total counter");
-        let _ = writeln!(s, "quichub_bytes_total{{direction=\"in\"}} {}", self.bytes_in.load(Relaxed));
-        let _ = writeln!(s, "quichub_bytes_total{{direction=\"out\"}} {}", self.bytes_out.load(Relaxed));
+        let _ = writeln!(
+            s,
+            "quichub_bytes_total{{direction=\"in\"}} {}",
+            self.bytes_in.load(Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "quichub_bytes_total{{direction=\"out\"}} {}",
+            self.bytes_out.load(Relaxed)
+        );
         let _ = writeln!(s, "# HELP quichub_drops_total Objects not delivered, by reason.\n# TYPE quichub_drops_total counter");
-        let _ = writeln!(s, "quichub_drops_total{{reason=\"lagged\"}} {}", self.drops_lagged.load(Relaxed));
-        let _ = writeln!(s, "quichub_drops_total{{reason=\"delivery_timeout\"}} {}", self.drops_timeout.load(Relaxed));
-        let _ = writeln!(s, "quichub_drops_total{{reason=\"datagram\"}} {}", self.drops_datagram.load(Relaxed));
+        let _ = writeln!(
+            s,
+            "quichub_drops_total{{reason=\"lagged\"}} {}",
+            self.drops_lagged.load(Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "quichub_drops_total{{reason=\"delivery_timeout\"}} {}",
+            self.drops_timeout.load(Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "quichub_drops_total{{reason=\"datagram\"}} {}",
+            self.drops_datagram.load(Relaxed)
+        );
         let _ = writeln!(s, "# HELP quichub_streams_reset_total Subgroup streams reset.\n# TYPE quichub_streams_reset_total counter");
-        let _ = writeln!(s, "quichub_streams_reset_total {}", self.streams_reset.load(Relaxed));
+        let _ = writeln!(
+            s,
+            "quichub_streams_reset_total {}",
+            self.streams_reset.load(Relaxed)
+        );
         let _ = writeln!(s, "# HELP quichub_cache_bytes Bytes held in track caches.\n# TYPE quichub_cache_bytes gauge");
         let _ = writeln!(s, "quichub_cache_bytes {}", self.cache_bytes.load(Relaxed));
         let _ = writeln!(s, "# HELP quichub_protocol_violations_total Sessions closed for protocol violations.\n# TYPE quichub_protocol_violations_total counter");
-        let _ = writeln!(s, "quichub_protocol_violations_total {}", self.protocol_violations.load(Relaxed));
+        let _ = writeln!(
+            s,
+            "quichub_protocol_violations_total {}",
+            self.protocol_violations.load(Relaxed)
+        );
         s
     }
 }

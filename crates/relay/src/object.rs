@@ -54,7 +54,8 @@ impl Object {
                     status: (self.status != ObjectStatus::Normal).then_some(self.status),
                     payload: self.payload.clone(),
                 };
-                let mut b = BytesMut::with_capacity(16 + self.payload.len() + self.properties.len());
+                let mut b =
+                    BytesMut::with_capacity(16 + self.payload.len() + self.properties.len());
                 d.encode(&mut b);
                 b.freeze()
             })

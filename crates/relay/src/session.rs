@@ -16,8 +16,8 @@ use moqt::data::{
 };
 use moqt::error::{publish_done, request_error, reset};
 use moqt::message::{
-    FetchKind, FetchOk, GoAway, Message, NamespaceRequest, Publish, PublishDone, RequestError, RequestOk,
-    Subscribe, SubscribeOk,
+    FetchKind, FetchOk, GoAway, Message, NamespaceRequest, Publish, PublishDone, RequestError,
+    RequestOk, Subscribe, SubscribeOk,
 };
 use moqt::session::{check_client_setup, make_setup, ControlState, RequestIds, Role, SessionError};
 use moqt::{DecodeError, Location, Parameters, SessionErrorCode, TrackNamespace};
@@ -147,14 +147,20 @@ impl SessionHandle {
         entry: Arc<TrackEntry>,
     ) -> Result<(), Refusal> {
         let internal = |e: String| Refusal::new(request_error::INTERNAL_ERROR, e);
-        let (mut send, recv) = self.session.open_bi().await.map_err(|e| internal(e.to_string()))?;
+        let (mut send, recv) = self
+            .session
+            .open_bi()
+            .await
+            .map_err(|e| internal(e.to_string()))?;
         let request_id = self.next_request_id();
         let msg = Message::Subscribe(Subscribe {
             request_id,
             track: entry.track.name.clone(),
             params: Parameters::default(),
         });
-        write_message(&mut send, &msg).await.map_err(|e| internal(e.to_string()))?;
+        write_message(&mut send, &msg)
+            .await
+            .map_err(|e| internal(e.to_string()))?;
         let mut reader = MessageReader::new(recv, &[]);
         let timeout = Duration::from_millis(relay.config.upstream_timeout_ms);
         let first = tokio::time::timeout(timeout, reader.next())
@@ -166,7 +172,10 @@ impl SessionHandle {
                 return Err(Refusal::new(e.code, String::from_utf8_lossy(&e.reason)));
             }
             Ok(other) => {
-                self.fail(relay, &SessionError::protocol(format!("{} in reply to SUBSCRIBE", other.name())));
+                self.fail(
+                    relay,
+                    &SessionError::protocol(format!("{} in reply to SUBSCRIBE", other.name())),
+                );
                 return Err(internal("upstream protocol violation".into()));
             }
             Err(e) => return Err(internal(format!("upstream: {e}"))),
@@ -189,7 +198,10 @@ impl SessionHandle {
         }
         self.alias_added.notify_waiters();
         track.set_publisher_session(self.id);
-        track.set_info(TrackInfo::from_properties(ok.properties), ok.params.largest_object);
+        track.set_info(
+            TrackInfo::from_properties(ok.properties),
+            ok.params.largest_object,
+        );
         entry.ready.send_replace(Some(Ok(())));
         let me = self.clone();
         let relay = relay.clone();
@@ -218,11 +230,13 @@ impl SessionHandle {
 /// Serves one accepted session until it closes.
 pub async fn serve(relay: Arc<Relay>, accepted: Accepted) {
     let Accepted {
-        session,
-        transport,
-        ..
+        session, transport, ..
     } = accepted;
-    let handle = Arc::new(SessionHandle::new(relay.next_id(), session.clone(), transport));
+    let handle = Arc::new(SessionHandle::new(
+        relay.next_id(),
+        session.clone(),
+        transport,
+    ));
     if !relay.add_session(handle.clone()) {
         session.close(SessionErrorCode::InternalError.code(), b"too many sessions");
         return;
@@ -322,7 +336,9 @@ async fn on_uni(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut stream: RecvStre
     match StreamType::from_code(ty)? {
         StreamType::Control => {
             if h.control_seen.swap(true, Relaxed) {
-                return Err(SessionError::protocol("second control stream (second SETUP)"));
+                return Err(SessionError::protocol(
+                    "second control stream (second SETUP)",
+                ));
             }
             // The type we just read is the SETUP message's own type: re-prefix it.
             let mut prefix = BytesMut::new();
@@ -346,11 +362,17 @@ async fn on_uni(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut stream: RecvStre
     }
 }
 
-async fn on_control(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut reader: MessageReader) -> Result<()> {
+async fn on_control(
+    relay: &Arc<Relay>,
+    h: &Arc<SessionHandle>,
+    mut reader: MessageReader,
+) -> Result<()> {
     let mut state = ControlState::new();
     loop {
         let m = reader.next().await.map_err(|e| match e {
-            ReadError::Finished | ReadError::Stream(_) => SessionError::protocol("control stream closed"),
+            ReadError::Finished | ReadError::Stream(_) => {
+                SessionError::protocol("control stream closed")
+            }
             e => read_err(e),
         })?;
         state.on_control_message(&m)?;
@@ -406,7 +428,11 @@ async fn on_subgroup(
             }
             match stream.read_chunk(4096, true).await {
                 Ok(Some(c)) => acc.extend_from_slice(&c.bytes),
-                Ok(None) => return Err(SessionError::protocol("stream ended inside SUBGROUP_HEADER")),
+                Ok(None) => {
+                    return Err(SessionError::protocol(
+                        "stream ended inside SUBGROUP_HEADER",
+                    ))
+                }
                 Err(_) => return Ok(()),
             }
         }
@@ -416,7 +442,13 @@ async fn on_subgroup(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     let track = loop {
         let wait = h.alias_added.notified();
-        if let Some(t) = h.aliases.lock().expect("aliases").get(&header.track_alias).cloned() {
+        if let Some(t) = h
+            .aliases
+            .lock()
+            .expect("aliases")
+            .get(&header.track_alias)
+            .cloned()
+        {
             break Some(t);
         }
         if tokio::time::timeout_at(deadline, wait).await.is_err() {
@@ -448,7 +480,11 @@ async fn on_subgroup(
                     while m.len() < n {
                         match stream.read_chunk(n - m.len(), true).await {
                             Ok(Some(c)) => m.extend_from_slice(&c.bytes),
-                            Ok(None) => return Err(SessionError::protocol("subgroup stream ended mid-object")),
+                            Ok(None) => {
+                                return Err(SessionError::protocol(
+                                    "subgroup stream ended mid-object",
+                                ))
+                            }
                             Err(_) => {
                                 if let Some(sg) = subgroup_id {
                                     track.subgroup_end(header.group, sg, false);
@@ -471,7 +507,9 @@ async fn on_subgroup(
                         }
                     }
                     Ok(None) if buf.is_empty() => break None,
-                    Ok(None) => return Err(SessionError::protocol("subgroup stream ended mid-object")),
+                    Ok(None) => {
+                        return Err(SessionError::protocol("subgroup stream ended mid-object"))
+                    }
                     Err(_) => {
                         if let Some(sg) = subgroup_id {
                             track.subgroup_end(header.group, sg, false);
@@ -480,7 +518,9 @@ async fn on_subgroup(
                     }
                 },
                 Err(DecodeError::TooLong) => {
-                    return Err(SessionError::protocol("object larger than the relay's limit"))
+                    return Err(SessionError::protocol(
+                        "object larger than the relay's limit",
+                    ))
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -521,7 +561,13 @@ fn on_datagram(relay: &Arc<Relay>, h: &Arc<SessionHandle>, d: Bytes) -> Result<(
     if dg.payload.len() > relay.config.max_object_size {
         return Err(SessionError::protocol("datagram object too large"));
     }
-    let Some(track) = h.aliases.lock().expect("aliases").get(&dg.track_alias).cloned() else {
+    let Some(track) = h
+        .aliases
+        .lock()
+        .expect("aliases")
+        .get(&dg.track_alias)
+        .cloned()
+    else {
         // Unknown alias: may be a late datagram of a cancelled subscription.
         return Ok(());
     };
@@ -553,11 +599,18 @@ async fn reply_error(send: &mut SendStream, code: u64, reason: &str) {
 }
 
 fn reserved_namespace(ns: &TrackNamespace) -> bool {
-    ns.fields().first().is_some_and(|f| f.first() == Some(&b'.'))
+    ns.fields()
+        .first()
+        .is_some_and(|f| f.first() == Some(&b'.'))
 }
 
 /// A bidirectional stream: one request from the peer.
-async fn on_request(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut send: SendStream, recv: RecvStream) -> Result<()> {
+async fn on_request(
+    relay: &Arc<Relay>,
+    h: &Arc<SessionHandle>,
+    mut send: SendStream,
+    recv: RecvStream,
+) -> Result<()> {
     let mut reader = MessageReader::new(recv, &[]);
     let first = match reader.next().await {
         Ok(m) => m,
@@ -565,7 +618,10 @@ async fn on_request(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut send: SendSt
         Err(e) => return Err(read_err(e)),
     };
     if !first.opens_request_stream() {
-        return Err(SessionError::protocol(format!("{} cannot open a request stream", first.name())));
+        return Err(SessionError::protocol(format!(
+            "{} cannot open a request stream",
+            first.name()
+        )));
     }
     h.wait_setup().await;
     if let Some(id) = first.request_id() {
@@ -573,7 +629,12 @@ async fn on_request(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut send: SendSt
     }
     if h.open_requests.fetch_add(1, Relaxed) >= relay.config.max_requests_per_session {
         h.open_requests.fetch_sub(1, Relaxed);
-        reply_error(&mut send, request_error::EXCESSIVE_LOAD, "too many open requests").await;
+        reply_error(
+            &mut send,
+            request_error::EXCESSIVE_LOAD,
+            "too many open requests",
+        )
+        .await;
         return Ok(());
     }
     let _slot = RequestSlot(&h.open_requests);
@@ -646,7 +707,12 @@ async fn on_subscribe(
     m: Subscribe,
 ) -> Result<()> {
     if reserved_namespace(&m.track.namespace) {
-        reply_error(&mut send, request_error::DOES_NOT_EXIST, "reserved namespace").await;
+        reply_error(
+            &mut send,
+            request_error::DOES_NOT_EXIST,
+            "reserved namespace",
+        )
+        .await;
         return Ok(());
     }
     let duplicate = h
@@ -656,7 +722,12 @@ async fn on_subscribe(
         .values()
         .any(|s| s.entry.track.name == m.track);
     if duplicate {
-        reply_error(&mut send, request_error::DUPLICATE_SUBSCRIPTION, "already subscribed").await;
+        reply_error(
+            &mut send,
+            request_error::DUPLICATE_SUBSCRIPTION,
+            "already subscribed",
+        )
+        .await;
         return Ok(());
     }
     let rendezvous = Duration::from_millis(
@@ -677,7 +748,17 @@ async fn on_subscribe(
             return Ok(());
         }
     };
-    let result = serve_subscription(relay, h, &mut send, Some(&mut reader), &entry, m.request_id, &m.params, None).await;
+    let result = serve_subscription(
+        relay,
+        h,
+        &mut send,
+        Some(&mut reader),
+        &entry,
+        m.request_id,
+        &m.params,
+        None,
+    )
+    .await;
     relay.release_track(&entry);
     result
 }
@@ -702,7 +783,12 @@ async fn serve_subscription(
     let settings = settings_from(params, &joined.info, largest);
     if let (Some(end), Some(l)) = (settings.end_group, largest) {
         if end < l.group {
-            reply_error(send, request_error::INVALID_RANGE, "end group already published").await;
+            reply_error(
+                send,
+                request_error::INVALID_RANGE,
+                "end group already published",
+            )
+            .await;
             return Ok(());
         }
     }
@@ -731,7 +817,13 @@ async fn serve_subscription(
     );
     relay.metrics.subscriptions.fetch_add(1, Relaxed);
     let (settings_tx, settings_rx) = watch::channel(settings);
-    let forwarder = Forwarder::new(h.session.clone(), track.clone(), settings_rx, relay.metrics.clone(), relay.config.clone());
+    let forwarder = Forwarder::new(
+        h.session.clone(),
+        track.clone(),
+        settings_rx,
+        relay.metrics.clone(),
+        relay.config.clone(),
+    );
     let mut run = Box::pin(forwarder.run(joined));
     let done = loop {
         let next = async {
@@ -797,14 +889,24 @@ async fn serve_subscription(
 }
 
 fn cleanup(relay: &Relay, h: &SessionHandle, request_id: u64) {
-    if h.subscriptions.lock().expect("subs").remove(&request_id).is_some() {
+    if h.subscriptions
+        .lock()
+        .expect("subs")
+        .remove(&request_id)
+        .is_some()
+    {
         relay.metrics.subscriptions.fetch_sub(1, Relaxed);
     }
 }
 
 async fn on_track_status(relay: &Arc<Relay>, mut send: SendStream, m: Subscribe) -> Result<()> {
     if reserved_namespace(&m.track.namespace) {
-        reply_error(&mut send, request_error::DOES_NOT_EXIST, "reserved namespace").await;
+        reply_error(
+            &mut send,
+            request_error::DOES_NOT_EXIST,
+            "reserved namespace",
+        )
+        .await;
         return Ok(());
     }
     let (entry, acquired) = match relay.find_track(&m.track) {
@@ -832,7 +934,12 @@ async fn on_track_status(relay: &Arc<Relay>, mut send: SendStream, m: Subscribe)
     Ok(())
 }
 
-async fn on_fetch(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut send: SendStream, m: moqt::message::Fetch) -> Result<()> {
+async fn on_fetch(
+    relay: &Arc<Relay>,
+    h: &Arc<SessionHandle>,
+    mut send: SendStream,
+    m: moqt::message::Fetch,
+) -> Result<()> {
     let descending = m.params.group_order == Some(moqt::GroupOrder::Descending);
     let (entry, start, end) = match &m.kind {
         FetchKind::Standalone { track, start, end } => {
@@ -840,7 +947,12 @@ async fn on_fetch(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut send: SendStre
                 return Err(SessionError::protocol("FETCH end before start"));
             }
             let Some(entry) = relay.find_track(track) else {
-                reply_error(&mut send, request_error::DOES_NOT_EXIST, "track not at this relay").await;
+                reply_error(
+                    &mut send,
+                    request_error::DOES_NOT_EXIST,
+                    "track not at this relay",
+                )
+                .await;
                 return Ok(());
             };
             // End Location is exclusive (object + 1), object 0 meaning the whole group.
@@ -851,18 +963,35 @@ async fn on_fetch(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut send: SendStre
             };
             (entry, *start, end_incl)
         }
-        FetchKind::RelativeJoining { joining_request_id, joining_start }
-        | FetchKind::AbsoluteJoining { joining_request_id, joining_start } => {
+        FetchKind::RelativeJoining {
+            joining_request_id,
+            joining_start,
+        }
+        | FetchKind::AbsoluteJoining {
+            joining_request_id,
+            joining_start,
+        } => {
             let info = {
                 let subs = h.subscriptions.lock().expect("subs");
-                subs.get(joining_request_id).map(|s| (s.entry.clone(), s.joining, s.forward))
+                subs.get(joining_request_id)
+                    .map(|s| (s.entry.clone(), s.joining, s.forward))
             };
             let Some((entry, joining, forward)) = info else {
-                reply_error(&mut send, request_error::INVALID_JOINING_REQUEST_ID, "no such subscription").await;
+                reply_error(
+                    &mut send,
+                    request_error::INVALID_JOINING_REQUEST_ID,
+                    "no such subscription",
+                )
+                .await;
                 return Ok(());
             };
             let Some(j) = joining.filter(|_| forward) else {
-                reply_error(&mut send, request_error::INVALID_RANGE, "nothing published before the subscription").await;
+                reply_error(
+                    &mut send,
+                    request_error::INVALID_RANGE,
+                    "nothing published before the subscription",
+                )
+                .await;
                 return Ok(());
             };
             let start_group = match m.kind {
@@ -873,11 +1002,21 @@ async fn on_fetch(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut send: SendStre
         }
     };
     let Some(largest) = entry.track.largest() else {
-        reply_error(&mut send, request_error::INVALID_RANGE, "no objects published").await;
+        reply_error(
+            &mut send,
+            request_error::INVALID_RANGE,
+            "no objects published",
+        )
+        .await;
         return Ok(());
     };
     if start > largest || end < start {
-        reply_error(&mut send, request_error::INVALID_RANGE, "range starts after the largest object").await;
+        reply_error(
+            &mut send,
+            request_error::INVALID_RANGE,
+            "range starts after the largest object",
+        )
+        .await;
         return Ok(());
     }
     let end = end.min(largest);
@@ -920,7 +1059,10 @@ async fn on_fetch(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut send: SendStre
             return Ok(());
         }
         relay.metrics.objects_out.fetch_add(1, Relaxed);
-        relay.metrics.bytes_out.fetch_add(o.payload.len() as u64, Relaxed);
+        relay
+            .metrics
+            .bytes_out
+            .fetch_add(o.payload.len() as u64, Relaxed);
     }
     if !buf.is_empty() {
         let _ = data.write_chunk(buf.split().freeze()).await;
@@ -956,7 +1098,12 @@ async fn on_publish_namespace(
                 }
                 let _ = write_message(&mut send, &Message::RequestOk(RequestOk::default())).await;
             }
-            Ok(other) => break Err(SessionError::protocol(format!("{} on PUBLISH_NAMESPACE stream", other.name()))),
+            Ok(other) => {
+                break Err(SessionError::protocol(format!(
+                    "{} on PUBLISH_NAMESPACE stream",
+                    other.name()
+                )))
+            }
             Err(ReadError::Decode(e)) => break Err(e.into()),
             Err(_) => break Ok(()),
         }
@@ -966,7 +1113,11 @@ async fn on_publish_namespace(
     result
 }
 
-fn overlap_check(map: &Mutex<HashMap<u64, TrackNamespace>>, id: u64, prefix: &TrackNamespace) -> bool {
+fn overlap_check(
+    map: &Mutex<HashMap<u64, TrackNamespace>>,
+    id: u64,
+    prefix: &TrackNamespace,
+) -> bool {
     let mut m = map.lock().expect("prefixes");
     if m.values().any(|p| p.overlaps(prefix)) {
         return false;
@@ -983,7 +1134,12 @@ async fn on_subscribe_namespace(
     m: NamespaceRequest,
 ) -> Result<()> {
     if !overlap_check(&h.ns_prefixes, m.request_id, &m.namespace) {
-        reply_error(&mut send, request_error::PREFIX_OVERLAP, "prefix overlaps an existing SUBSCRIBE_NAMESPACE").await;
+        reply_error(
+            &mut send,
+            request_error::PREFIX_OVERLAP,
+            "prefix overlaps an existing SUBSCRIBE_NAMESPACE",
+        )
+        .await;
         return Ok(());
     }
     let id = relay.next_id();
@@ -1029,7 +1185,10 @@ async fn on_subscribe_namespace(
     }
     .await;
     relay.unsubscribe_namespace(id);
-    h.ns_prefixes.lock().expect("prefixes").remove(&m.request_id);
+    h.ns_prefixes
+        .lock()
+        .expect("prefixes")
+        .remove(&m.request_id);
     let _ = send.finish();
     result
 }
@@ -1042,7 +1201,12 @@ async fn on_subscribe_tracks(
     m: NamespaceRequest,
 ) -> Result<()> {
     if !overlap_check(&h.track_prefixes, m.request_id, &m.namespace) {
-        reply_error(&mut send, request_error::PREFIX_OVERLAP, "prefix overlaps an existing SUBSCRIBE_TRACKS").await;
+        reply_error(
+            &mut send,
+            request_error::PREFIX_OVERLAP,
+            "prefix overlaps an existing SUBSCRIBE_TRACKS",
+        )
+        .await;
         return Ok(());
     }
     let forward = m.params.forward.unwrap_or(true);
@@ -1070,14 +1234,22 @@ async fn on_subscribe_tracks(
         }
     };
     relay.unsubscribe_tracks(id);
-    h.track_prefixes.lock().expect("prefixes").remove(&m.request_id);
+    h.track_prefixes
+        .lock()
+        .expect("prefixes")
+        .remove(&m.request_id);
     let _ = send.finish();
     result
 }
 
 /// Sends PUBLISH for a track to a SUBSCRIBE_TRACKS subscriber and, once it
 /// accepts, delivers the track like a subscription.
-fn spawn_publish_downstream(relay: &Arc<Relay>, h: &Arc<SessionHandle>, entry: Arc<TrackEntry>, forward: bool) {
+fn spawn_publish_downstream(
+    relay: &Arc<Relay>,
+    h: &Arc<SessionHandle>,
+    entry: Arc<TrackEntry>,
+    forward: bool,
+) {
     let (relay, h) = (relay.clone(), h.clone());
     tokio::spawn(async move {
         entry.subscribers.fetch_add(1, Relaxed);
@@ -1102,7 +1274,17 @@ fn spawn_publish_downstream(relay: &Arc<Relay>, h: &Arc<SessionHandle>, entry: A
                 Ok(Message::PublishOk(ok)) | Ok(Message::RequestOk(ok)) => ok.params,
                 _ => return None,
             };
-            let _ = serve_subscription(&relay, &h, &mut send, None, &entry, request_id, &params, Some(joined)).await;
+            let _ = serve_subscription(
+                &relay,
+                &h,
+                &mut send,
+                None,
+                &entry,
+                request_id,
+                &params,
+                Some(joined),
+            )
+            .await;
             Some(())
         }
         .await;
@@ -1122,9 +1304,17 @@ async fn on_publish(
         reply_error(&mut send, request_error::UNAUTHORIZED, "reserved namespace").await;
         return Ok(());
     }
-    let track = Arc::new(Track::new(m.track.clone(), relay.next_id(), relay.config.clone(), relay.metrics.clone()));
+    let track = Arc::new(Track::new(
+        m.track.clone(),
+        relay.next_id(),
+        relay.config.clone(),
+        relay.metrics.clone(),
+    ));
     track.set_publisher_session(h.id);
-    track.set_info(TrackInfo::from_properties(m.properties.clone()), m.params.largest_object);
+    track.set_info(
+        TrackInfo::from_properties(m.properties.clone()),
+        m.params.largest_object,
+    );
     {
         let mut aliases = h.aliases.lock().expect("aliases");
         if aliases.get(&m.track_alias).is_some_and(|t| !t.is_ended()) {
@@ -1150,7 +1340,15 @@ async fn on_publish(
         match reader.next().await {
             Ok(Message::PublishDone(d)) => break (d.status, Ok(())),
             Ok(Message::RequestOk(_)) => continue,
-            Ok(other) => break (publish_done::INTERNAL_ERROR, Err(SessionError::protocol(format!("{} on PUBLISH stream", other.name())))),
+            Ok(other) => {
+                break (
+                    publish_done::INTERNAL_ERROR,
+                    Err(SessionError::protocol(format!(
+                        "{} on PUBLISH stream",
+                        other.name()
+                    ))),
+                )
+            }
             Err(ReadError::Decode(e)) => break (publish_done::INTERNAL_ERROR, Err(e.into())),
             Err(_) => break (publish_done::TRACK_ENDED, Ok(())),
         }

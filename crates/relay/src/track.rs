@@ -175,7 +175,9 @@ impl Track {
     /// Accepts an object from upstream: caches it and fans it out.
     pub fn publish(&self, object: Object) {
         self.metrics.objects_in.fetch_add(1, Relaxed);
-        self.metrics.bytes_in.fetch_add(object.payload.len() as u64, Relaxed);
+        self.metrics
+            .bytes_in
+            .fetch_add(object.payload.len() as u64, Relaxed);
         let object = Arc::new(object);
         let mut g = self.inner.lock().expect("track lock");
         let loc = object.location();
@@ -218,7 +220,11 @@ impl Track {
             }
             None => {
                 // Keep groups ordered by id; a late old group goes in its place.
-                let pos = g.cache.iter().rposition(|c| c.id < group).map_or(0, |p| p + 1);
+                let pos = g
+                    .cache
+                    .iter()
+                    .rposition(|c| c.id < group)
+                    .map_or(0, |p| p + 1);
                 g.cache.insert(
                     pos,
                     CachedGroup {
@@ -243,13 +249,20 @@ impl Track {
             }
             let gone = g.cache.pop_front().expect("len > 1");
             g.cache_bytes -= gone.bytes;
-            self.metrics.cache_bytes.fetch_sub(gone.bytes as i64, Relaxed);
+            self.metrics
+                .cache_bytes
+                .fetch_sub(gone.bytes as i64, Relaxed);
         }
     }
 
     /// Cached objects with `start <= location <= end`, in FETCH order (groups
     /// ascending or descending, objects ascending within a group).
-    pub fn cached_range(&self, start: Location, end: Location, descending: bool) -> Vec<Arc<Object>> {
+    pub fn cached_range(
+        &self,
+        start: Location,
+        end: Location,
+        descending: bool,
+    ) -> Vec<Arc<Object>> {
         let g = self.inner.lock().expect("track lock");
         let max_age = self.config.cache_max_age();
         let now = Instant::now();
@@ -263,7 +276,9 @@ impl Track {
                     .iter()
                     .filter(|o| {
                         let l = o.location();
-                        l >= start && l <= end && now.saturating_duration_since(o.received) <= max_age
+                        l >= start
+                            && l <= end
+                            && now.saturating_duration_since(o.received) <= max_age
                     })
                     .cloned()
                     .collect();
@@ -281,7 +296,9 @@ impl Track {
     /// Drops the cache (when the track is removed).
     pub fn clear_cache(&self) {
         let mut g = self.inner.lock().expect("track lock");
-        self.metrics.cache_bytes.fetch_sub(g.cache_bytes as i64, Relaxed);
+        self.metrics
+            .cache_bytes
+            .fetch_sub(g.cache_bytes as i64, Relaxed);
         g.cache.clear();
         g.cache_bytes = 0;
     }
@@ -310,7 +327,12 @@ mod tests {
     }
 
     fn track(cfg: Config) -> Track {
-        Track::new(FullTrackName::new("a", "b"), 1, Arc::new(cfg), Arc::default())
+        Track::new(
+            FullTrackName::new("a", "b"),
+            1,
+            Arc::new(cfg),
+            Arc::default(),
+        )
     }
 
     #[test]
@@ -361,6 +383,9 @@ mod tests {
         let s = obj(3, 0, 5);
         let b = s.datagram(7);
         let d = ObjectDatagram::decode(&b).unwrap();
-        assert_eq!((d.track_alias, d.group, d.object_id, d.payload.len()), (7, 3, 0, 5));
+        assert_eq!(
+            (d.track_alias, d.group, d.object_id, d.payload.len()),
+            (7, 3, 0, 5)
+        );
     }
 }

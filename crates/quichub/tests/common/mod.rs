@@ -30,7 +30,10 @@ impl TestRelay {
         let server = Arc::new(Server::bind("127.0.0.1:0".parse().unwrap(), &id).unwrap());
         let addr = server.local_addr().unwrap();
         let relay = Relay::new(config);
-        tokio::spawn(quichub_relay::endpoint::accept_loop(relay.clone(), server.clone()));
+        tokio::spawn(quichub_relay::endpoint::accept_loop(
+            relay.clone(),
+            server.clone(),
+        ));
         Self {
             addr,
             relay,
@@ -52,12 +55,15 @@ impl TestRelay {
     }
 
     pub async fn client(&self, scheme: &str) -> ClientSession {
-        ClientSession::connect(&self.url(scheme), self.opts()).await.unwrap()
+        ClientSession::connect(&self.url(scheme), self.opts())
+            .await
+            .unwrap()
     }
 
     /// A raw transport session with no MoQT on it, for hand-made bytes.
     pub async fn raw(&self, scheme: &str) -> web_transport_quinn::Session {
-        let c = quichub_net::client::Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure).unwrap();
+        let c = quichub_net::client::Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure)
+            .unwrap();
         let url = url::Url::parse(&self.url(scheme)).unwrap();
         let s = c.connect(&url).await.unwrap().session;
         // Keep the endpoint alive as long as the session (leaked on purpose in tests).
@@ -77,10 +83,9 @@ pub async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T 
 pub fn close_code(e: &web_transport_quinn::SessionError) -> Option<u64> {
     use web_transport_quinn::{SessionError, WebTransportError};
     match e {
-        SessionError::ConnectionError(quinn_err) => match quinn_err {
-            web_transport_quinn::quinn::ConnectionError::ApplicationClosed(c) => Some(c.error_code.into_inner()),
-            _ => None,
-        },
+        SessionError::ConnectionError(
+            web_transport_quinn::quinn::ConnectionError::ApplicationClosed(c),
+        ) => Some(c.error_code.into_inner()),
         SessionError::WebTransportError(WebTransportError::Closed(code, _)) => Some(*code as u64),
         _ => None,
     }
