@@ -57,6 +57,7 @@ pub(crate) struct Inner {
     /// Subscriptions by the Track Alias the publisher gave us.
     pub(crate) aliases: Mutex<HashMap<u64, mpsc::UnboundedSender<SubscriptionEvent>>>,
     pub(crate) alias_added: tokio::sync::Notify,
+    pub(crate) early_datagrams: Mutex<quichub_net::io::EarlyDatagrams>,
     /// Pending FETCHes by Request ID, waiting for their data stream.
     pub(crate) fetches: Mutex<HashMap<u64, oneshot::Sender<(RecvStream, Bytes)>>>,
     /// Tracks we publish, by name.
@@ -107,6 +108,7 @@ impl ClientSession {
             goaway: watch::channel(None).0,
             aliases: Mutex::default(),
             alias_added: tokio::sync::Notify::new(),
+            early_datagrams: Mutex::default(),
             fetches: Mutex::default(),
             tracks: Mutex::default(),
             next_alias: AtomicU64::new(1),

@@ -199,12 +199,7 @@ impl ClientSession {
         match reply {
             Message::SubscribeOk(ok) => {
                 let (tx, rx) = mpsc::unbounded_channel();
-                self.inner
-                    .aliases
-                    .lock()
-                    .expect("aliases")
-                    .insert(ok.track_alias, tx);
-                self.inner.alias_added.notify_waiters();
+                register_alias(&self.inner, ok.track_alias, tx);
                 Ok(Subscription {
                     request_id,
                     alias: ok.track_alias,
@@ -286,6 +281,21 @@ impl ClientSession {
     }
 }
 
+/// Registers a subscription's channel under its alias and delivers datagrams
+/// that overtook the message naming the alias.
+pub(crate) fn register_alias(
+    inner: &Arc<Inner>,
+    alias: u64,
+    tx: mpsc::UnboundedSender<SubscriptionEvent>,
+) {
+    inner.aliases.lock().expect("aliases").insert(alias, tx);
+    inner.alias_added.notify_waiters();
+    let held = inner.early_datagrams.lock().expect("early").take(alias);
+    for d in held {
+        on_datagram(inner, d);
+    }
+}
+
 pub(crate) fn on_datagram(inner: &Arc<Inner>, d: Bytes) {
     let Ok(dg) = ObjectDatagram::decode(&d) else {
         return;
@@ -296,17 +306,23 @@ pub(crate) fn on_datagram(inner: &Arc<Inner>, d: Bytes) {
         .expect("aliases")
         .get(&dg.track_alias)
         .cloned();
-    if let Some(tx) = tx {
-        let _ = tx.send(SubscriptionEvent::Object(ReceivedObject {
-            group: dg.group,
-            subgroup: None,
-            object_id: dg.object_id,
-            priority: dg.priority,
-            status: dg.status.unwrap_or(ObjectStatus::Normal),
-            payload: dg.payload,
-            arrived: Instant::now(),
-        }));
-    }
+    let Some(tx) = tx else {
+        inner
+            .early_datagrams
+            .lock()
+            .expect("early")
+            .push(dg.track_alias, d);
+        return;
+    };
+    let _ = tx.send(SubscriptionEvent::Object(ReceivedObject {
+        group: dg.group,
+        subgroup: None,
+        object_id: dg.object_id,
+        priority: dg.priority,
+        status: dg.status.unwrap_or(ObjectStatus::Normal),
+        payload: dg.payload,
+        arrived: Instant::now(),
+    }));
 }
 
 pub(crate) async fn on_subgroup(
@@ -412,12 +428,7 @@ pub(crate) fn on_publish(
     p: Publish,
 ) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::unbounded_channel();
-    inner
-        .aliases
-        .lock()
-        .expect("aliases")
-        .insert(p.track_alias, tx);
-    inner.alias_added.notify_waiters();
+    register_alias(inner, p.track_alias, tx);
     let inner2 = inner.clone();
     tokio::spawn(async move {
         if write_message(&mut send, &Message::PublishOk(RequestOk::default()))

@@ -103,3 +103,72 @@ pub async fn read_prefix<T>(
         }
     }
 }
+
+/// Datagrams whose Track Alias is not known yet. A datagram can overtake the
+/// SUBSCRIBE_OK or PUBLISH that announces its alias (they travel on different
+/// paths through the stack), so a receiver keeps a few for a short while
+/// instead of dropping them. Bounded in count and age.
+#[derive(Debug, Default)]
+pub struct EarlyDatagrams {
+    queue: std::collections::VecDeque<(std::time::Instant, u64, Bytes)>,
+}
+
+impl EarlyDatagrams {
+    /// Most datagrams held.
+    pub const MAX: usize = 256;
+    /// Longest a datagram is held.
+    pub const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
+
+    /// Holds a datagram for `alias`, dropping the oldest beyond the bounds.
+    pub fn push(&mut self, alias: u64, d: Bytes) {
+        let now = std::time::Instant::now();
+        self.expire(now);
+        if self.queue.len() >= Self::MAX {
+            self.queue.pop_front();
+        }
+        self.queue.push_back((now, alias, d));
+    }
+
+    /// Takes the held datagrams for `alias`, oldest first.
+    pub fn take(&mut self, alias: u64) -> Vec<Bytes> {
+        self.expire(std::time::Instant::now());
+        let mut out = Vec::new();
+        self.queue.retain(|(_, a, d)| {
+            if *a == alias {
+                out.push(d.clone());
+                false
+            } else {
+                true
+            }
+        });
+        out
+    }
+
+    fn expire(&mut self, now: std::time::Instant) {
+        while self
+            .queue
+            .front()
+            .is_some_and(|(t, _, _)| now.duration_since(*t) > Self::MAX_AGE)
+        {
+            self.queue.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn early_datagrams_are_bounded_and_ordered() {
+        let mut e = EarlyDatagrams::default();
+        for i in 0..(EarlyDatagrams::MAX + 10) {
+            e.push((i % 2) as u64, Bytes::from(i.to_string()));
+        }
+        let odd = e.take(1);
+        assert_eq!(odd.len(), EarlyDatagrams::MAX / 2);
+        assert_eq!(odd[0], Bytes::from("11"));
+        assert!(e.take(1).is_empty());
+        assert_eq!(e.take(0).len(), EarlyDatagrams::MAX / 2);
+    }
+}

@@ -88,57 +88,68 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
         m => bail!("--mode must be push or announce, not {m}"),
     };
     let ns = TrackNamespace::from_path(&a.namespace);
+    let until = deadline(a.duration);
+    let profile = match a.profile.as_str() {
+        "stdin" => None,
+        p => Some(Profile::by_name(p).with_context(|| format!("unknown profile {p:?}"))?),
+    };
+    let default_name = profile.as_ref().map_or("stdin", |p| p.name);
+    let name = FullTrackName {
+        namespace: ns.clone(),
+        name: Bytes::from(a.track.clone().unwrap_or_else(|| default_name.to_string())),
+    };
+    let priority = profile.as_ref().map_or(128, |p| p.priority);
+    // The track must exist before the namespace is announced: the relay may
+    // subscribe to it at once.
+    let track = session.create_track(name, priority, mode).await?;
     let _announced = if mode == TrackMode::Announce {
-        Some(session.publish_namespace(ns.clone()).await?)
+        Some(session.publish_namespace(ns).await?)
     } else {
         None
     };
-    let until = deadline(a.duration);
-    if a.profile == "stdin" {
-        let name = FullTrackName {
-            namespace: ns,
-            name: Bytes::from(a.track.unwrap_or_else(|| "stdin".into())),
-        };
-        let track = session.create_track(name, 128, mode).await?;
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                let Ok(l) = line else { break };
-                if tx.blocking_send(l).is_err() {
+    match profile {
+        None => {
+            if mode == TrackMode::Announce {
+                // Lines are not a live source: hold them until someone subscribes.
+                eprintln!("waiting for a subscriber");
+                while !track.is_forwarding() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
+            std::thread::spawn(move || {
+                for line in std::io::stdin().lock().lines() {
+                    let Ok(l) = line else { break };
+                    if tx.blocking_send(l).is_err() {
+                        break;
+                    }
+                }
+            });
+            let mut w = None;
+            let mut id = 0u64;
+            while let Some(line) = rx.recv().await {
+                if w.is_none() {
+                    w = track.open_subgroup(0, 0).await?;
+                }
+                if let Some(w) = w.as_mut() {
+                    w.write(id, Bytes::from(line.into_bytes())).await?;
+                }
+                id += 1;
+                if a.count.is_some_and(|c| id >= c) {
                     break;
                 }
             }
-        });
-        let mut w = None;
-        let mut id = 0u64;
-        while let Some(line) = rx.recv().await {
-            if w.is_none() {
-                w = track.open_subgroup(0, 0).await?;
+            if let Some(w) = w {
+                w.finish();
             }
-            if let Some(w) = w.as_mut() {
-                w.write(id, Bytes::from(line.into_bytes())).await?;
-            }
-            id += 1;
-            if a.count.is_some_and(|c| id >= c) {
-                break;
-            }
+            track.finish(1).await?;
+            eprintln!("published {id} objects from stdin");
         }
-        if let Some(w) = w {
-            w.finish();
+        Some(profile) => {
+            let sent = synth::run(&track, &profile, a.count, until).await?;
+            track.finish(0).await?;
+            eprintln!("published {sent} objects");
         }
-        track.finish(1).await?;
-        eprintln!("published {id} objects from stdin");
-    } else {
-        let profile = Profile::by_name(&a.profile)
-            .with_context(|| format!("unknown profile {:?}", a.profile))?;
-        let name = FullTrackName {
-            namespace: ns,
-            name: Bytes::from(a.track.unwrap_or_else(|| profile.name.to_string())),
-        };
-        let track = session.create_track(name, profile.priority, mode).await?;
-        let sent = synth::run(&track, &profile, a.count, until).await?;
-        track.finish(0).await?;
-        eprintln!("published {sent} objects");
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     session.close(0, "done");

@@ -127,3 +127,58 @@ async fn sigterm_sends_goaway_before_exit() {
     .await;
     assert!(exit.success(), "relay exit status {exit:?}");
 }
+
+/// `quichub pub --profile stdin` to `quichub sub`: lines in, the same lines out.
+#[test]
+fn cli_pub_stdin_to_sub_stdout() {
+    use std::io::Write;
+    let relay = start_relay();
+    let url = format!("moqt://127.0.0.1:{}/cli", relay.port);
+    let sub = Command::new(BIN)
+        .args([
+            "sub",
+            &url,
+            "--namespace",
+            "cli",
+            "--track",
+            "lines",
+            "--count",
+            "3",
+            "--rendezvous-ms",
+            "10000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut publisher = Command::new(BIN)
+        .args([
+            "pub",
+            &url,
+            "--namespace",
+            "cli",
+            "--track",
+            "lines",
+            "--profile",
+            "stdin",
+            "--mode",
+            "announce",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    publisher
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"alpha\nbeta\ngamma\n")
+        .unwrap();
+    let out = sub.wait_with_output().unwrap();
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "alpha\nbeta\ngamma\n");
+}

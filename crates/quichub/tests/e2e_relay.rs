@@ -359,3 +359,184 @@ async fn metrics_endpoint_serves_prometheus_text() {
         assert!(body.contains(needle), "missing {needle} in\n{body}");
     }
 }
+
+fn object(
+    group: u64,
+    subgroup: Option<u64>,
+    id: u64,
+    payload: &'static [u8],
+    age: Duration,
+) -> quichub_relay::object::Object {
+    quichub_relay::object::Object {
+        group,
+        subgroup,
+        object_id: id,
+        priority: 1,
+        properties: Bytes::new(),
+        status: moqt::data::ObjectStatus::Normal,
+        payload: Bytes::from_static(payload),
+        end_of_group: false,
+        received: Instant::now() - age,
+        datagram: Default::default(),
+    }
+}
+
+/// OBJECT_DELIVERY_TIMEOUT: an object older than the subscriber's timeout is
+/// not sent (a datagram is dropped; a subgroup is given up), while a subscriber
+/// without a timeout still gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_delivery_timeout_drops_late_objects() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let relay = TestRelay::start().await;
+    let publisher = relay.client("moqt").await;
+    let name = FullTrackName::new("dt", "t");
+    let _track = publisher
+        .create_track(name.clone(), 1, TrackMode::Push)
+        .await
+        .unwrap();
+    let a = relay.client("moqt").await;
+    let mut strict = a
+        .subscribe(
+            name.clone(),
+            SubscribeOptions {
+                object_timeout_ms: Some(500),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let b = relay.client("moqt").await;
+    let mut lenient = b
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+
+    // Objects as if they had reached the relay two seconds ago, then fresh ones.
+    let t = relay.relay.find_track(&name).unwrap().track.clone();
+    t.publish(object(0, None, 0, b"old datagram", Duration::from_secs(2)));
+    t.publish(object(
+        1,
+        Some(0),
+        0,
+        b"old in subgroup",
+        Duration::from_secs(2),
+    ));
+    t.publish(object(
+        1,
+        Some(0),
+        1,
+        b"fresh, same subgroup",
+        Duration::ZERO,
+    ));
+    t.publish(object(2, None, 0, b"fresh datagram", Duration::ZERO));
+    t.publish(object(3, Some(0), 0, b"fresh subgroup", Duration::ZERO));
+
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        got.push(next_object(&mut strict).await.payload);
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            Bytes::from_static(b"fresh datagram"),
+            Bytes::from_static(b"fresh subgroup")
+        ]
+    );
+    let nothing_more =
+        tokio::time::timeout(Duration::from_millis(300), next_object(&mut strict)).await;
+    assert!(
+        nothing_more.is_err(),
+        "a subgroup cut by a timeout must not resume mid-way"
+    );
+
+    let mut all = Vec::new();
+    while all.len() < 5 {
+        all.push(next_object(&mut lenient).await.payload);
+    }
+    assert!(all.contains(&Bytes::from_static(b"old datagram")));
+    assert!(relay.relay.metrics.drops_timeout.load(Relaxed) >= 2);
+}
+
+/// A subscriber too far behind gets PUBLISH_DONE with TOO_FAR_BEHIND.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lagging_subscriber_gets_too_far_behind() {
+    use quichub_net::io::MessageReader;
+    let relay = TestRelay::with_config(Config {
+        fanout_buffer: 16,
+        max_lag_objects: 20,
+        write_stall_ms: 100,
+        ..Config::default()
+    })
+    .await;
+    let publisher = relay.client("moqt").await;
+    let name = FullTrackName::new("lag", "t");
+    let track = publisher
+        .create_track(name.clone(), 1, TrackMode::Push)
+        .await
+        .unwrap();
+
+    // A subscriber that reads its request stream but never its data streams.
+    let stuck = relay.raw("moqt").await;
+    let mut ctl = stuck.open_uni().await.unwrap();
+    ctl.write_all(
+        &Message::Setup(moqt::session::make_setup(
+            "stuck",
+            Some("127.0.0.1"),
+            Some("/"),
+        ))
+        .to_bytes(),
+    )
+    .await
+    .unwrap();
+    let (mut send, recv) = stuck.open_bi().await.unwrap();
+    let sub = Message::Subscribe(moqt::message::Subscribe {
+        request_id: 0,
+        track: name.clone(),
+        params: Parameters::default(),
+    });
+    send.write_all(&sub.to_bytes()).await.unwrap();
+    let mut reader = MessageReader::new(recv, &[]);
+    assert!(matches!(
+        within(5, reader.next()).await,
+        Ok(Message::SubscribeOk(_))
+    ));
+
+    let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
+    static BIG: [u8; 20_000] = [7u8; 20_000];
+    for o in 0..300 {
+        w.write(o, Bytes::from_static(&BIG)).await.unwrap();
+    }
+    match within(10, reader.next()).await {
+        Ok(Message::PublishDone(d)) => {
+            assert_eq!(d.status, moqt::error::publish_done::TOO_FAR_BEHIND)
+        }
+        other => panic!("expected PUBLISH_DONE, got {other:?}"),
+    }
+    drop((ctl, send));
+}
+
+/// The session limit refuses sessions beyond it without disturbing the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_limit() {
+    let relay = TestRelay::with_config(Config {
+        max_sessions: 1,
+        ..Config::default()
+    })
+    .await;
+    let first = relay.client("moqt").await;
+    let opts = quichub_client::ConnectOptions {
+        timeout: Duration::from_secs(1),
+        ..relay.opts()
+    };
+    let second = quichub_client::ClientSession::connect(&relay.url("moqt"), opts).await;
+    assert!(second.is_err(), "a second session must be refused");
+    assert!(
+        first
+            .track_status(FullTrackName::new("x", "y"))
+            .await
+            .is_err(),
+        "first session still answers"
+    );
+    assert!(first.peer_setup().is_some());
+}

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::session::SessionHandle;
-use crate::track::Track;
+use crate::track::{Joined, Track};
 
 /// A request failure to report with REQUEST_ERROR.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -350,17 +350,21 @@ impl Relay {
 
     /// Finds or creates a track for a downstream subscriber, subscribing upstream
     /// once per track. Waits up to `rendezvous` for a publisher to appear.
+    ///
+    /// The subscriber joins the track's fan-out before the upstream answers, so
+    /// the first objects after SUBSCRIBE_OK cannot slip past it.
     pub async fn acquire_track(
         self: &Arc<Self>,
         name: &FullTrackName,
         rendezvous: Duration,
-    ) -> Result<Arc<TrackEntry>, Refusal> {
+    ) -> Result<(Arc<TrackEntry>, Joined), Refusal> {
         let deadline = tokio::time::Instant::now() + rendezvous;
         loop {
             // Register for wake-ups before looking, so a publish in between is not missed.
             let changed = self.changed.notified();
             match self.try_acquire(name) {
                 Ok(Some(entry)) => {
+                    let joined = entry.track.join();
                     let mut ready = entry.ready.subscribe();
                     let outcome = ready
                         .wait_for(|r| r.is_some())
@@ -372,7 +376,7 @@ impl Relay {
                     match outcome {
                         Ok(()) => {
                             entry.subscribers.fetch_add(1, Relaxed);
-                            return Ok(entry);
+                            return Ok((entry, joined));
                         }
                         Err(r) => return Err(r),
                     }

@@ -21,7 +21,7 @@ use moqt::message::{
 };
 use moqt::session::{check_client_setup, make_setup, ControlState, RequestIds, Role, SessionError};
 use moqt::{DecodeError, Location, Parameters, SessionErrorCode, TrackNamespace};
-use quichub_net::io::{read_prefix, write_message, MessageReader, ReadError};
+use quichub_net::io::{read_prefix, write_message, EarlyDatagrams, MessageReader, ReadError};
 use quichub_net::server::Accepted;
 use quichub_net::Transport;
 use tokio::sync::{watch, Notify};
@@ -54,6 +54,7 @@ pub struct SessionHandle {
     /// Track Aliases the peer chose for tracks it publishes to us.
     aliases: Mutex<HashMap<u64, Arc<Track>>>,
     alias_added: Notify,
+    early_datagrams: Mutex<EarlyDatagrams>,
     control: tokio::sync::Mutex<Option<SendStream>>,
     setup: watch::Sender<bool>,
     control_seen: AtomicBool,
@@ -64,12 +65,25 @@ pub struct SessionHandle {
     goaway_sent: AtomicBool,
 }
 
-/// Counts an open request for the request limit; released on drop.
-struct RequestSlot<'a>(&'a AtomicUsize);
+/// Counts an open request for the request limit; released on drop, or as
+/// soon as the request is refused (before the refusal is sent, so a peer that
+/// reacts to it at once finds the slot free).
+struct RequestSlot<'a> {
+    counter: &'a AtomicUsize,
+    released: AtomicBool,
+}
+
+impl RequestSlot<'_> {
+    fn release(&self) {
+        if !self.released.swap(true, Relaxed) {
+            self.counter.fetch_sub(1, Relaxed);
+        }
+    }
+}
 
 impl Drop for RequestSlot<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Relaxed);
+        self.release();
     }
 }
 
@@ -93,6 +107,7 @@ impl SessionHandle {
             request_ids: Mutex::new(RequestIds::new(Role::Server)),
             aliases: Mutex::default(),
             alias_added: Notify::new(),
+            early_datagrams: Mutex::default(),
             control: tokio::sync::Mutex::new(None),
             setup: watch::channel(false).0,
             control_seen: AtomicBool::new(false),
@@ -101,6 +116,14 @@ impl SessionHandle {
             ns_prefixes: Mutex::default(),
             track_prefixes: Mutex::default(),
             goaway_sent: AtomicBool::new(false),
+        }
+    }
+
+    /// Delivers datagrams that arrived before their alias was known.
+    fn replay_early(&self, relay: &Arc<Relay>, alias: u64) {
+        let held = self.early_datagrams.lock().expect("early").take(alias);
+        for d in held {
+            let _ = on_datagram(relay, self, d);
         }
     }
 
@@ -197,6 +220,7 @@ impl SessionHandle {
             aliases.insert(ok.track_alias, track.clone());
         }
         self.alias_added.notify_waiters();
+        self.replay_early(relay, ok.track_alias);
         track.set_publisher_session(self.id);
         track.set_info(
             TrackInfo::from_properties(ok.properties),
@@ -551,7 +575,7 @@ async fn on_subgroup(
     }
 }
 
-fn on_datagram(relay: &Arc<Relay>, h: &Arc<SessionHandle>, d: Bytes) -> Result<()> {
+fn on_datagram(relay: &Arc<Relay>, h: &SessionHandle, d: Bytes) -> Result<()> {
     let mut s = &d[..];
     let t = get_vi64(&mut s)?;
     if t == moqt::data::PADDING_DATAGRAM {
@@ -587,7 +611,15 @@ fn on_datagram(relay: &Arc<Relay>, h: &Arc<SessionHandle>, d: Bytes) -> Result<(
     Ok(())
 }
 
-async fn reply_error(send: &mut SendStream, code: u64, reason: &str) {
+async fn reply_error(
+    send: &mut SendStream,
+    slot: Option<&RequestSlot<'_>>,
+    code: u64,
+    reason: &str,
+) {
+    if let Some(slot) = slot {
+        slot.release();
+    }
     let m = Message::RequestError(RequestError {
         code,
         retry_interval: 0,
@@ -631,25 +663,39 @@ async fn on_request(
         h.open_requests.fetch_sub(1, Relaxed);
         reply_error(
             &mut send,
+            None,
             request_error::EXCESSIVE_LOAD,
             "too many open requests",
         )
         .await;
         return Ok(());
     }
-    let _slot = RequestSlot(&h.open_requests);
+    let slot = RequestSlot {
+        counter: &h.open_requests,
+        released: AtomicBool::new(false),
+    };
     if h.goaway_sent.load(Relaxed) {
-        reply_error(&mut send, request_error::GOING_AWAY, "relay is going away").await;
+        reply_error(
+            &mut send,
+            Some(&slot),
+            request_error::GOING_AWAY,
+            "relay is going away",
+        )
+        .await;
         return Ok(());
     }
     match first {
-        Message::Subscribe(m) => on_subscribe(relay, h, send, reader, m).await,
-        Message::TrackStatus(m) => on_track_status(relay, send, m).await,
-        Message::Fetch(m) => on_fetch(relay, h, send, m).await,
-        Message::PublishNamespace(m) => on_publish_namespace(relay, h, send, reader, m).await,
-        Message::SubscribeNamespace(m) => on_subscribe_namespace(relay, h, send, reader, m).await,
-        Message::SubscribeTracks(m) => on_subscribe_tracks(relay, h, send, reader, m).await,
-        Message::Publish(m) => on_publish(relay, h, send, reader, m).await,
+        Message::Subscribe(m) => on_subscribe(relay, &slot, h, send, reader, m).await,
+        Message::TrackStatus(m) => on_track_status(relay, &slot, send, m).await,
+        Message::Fetch(m) => on_fetch(relay, &slot, h, send, m).await,
+        Message::PublishNamespace(m) => {
+            on_publish_namespace(relay, &slot, h, send, reader, m).await
+        }
+        Message::SubscribeNamespace(m) => {
+            on_subscribe_namespace(relay, &slot, h, send, reader, m).await
+        }
+        Message::SubscribeTracks(m) => on_subscribe_tracks(relay, &slot, h, send, reader, m).await,
+        Message::Publish(m) => on_publish(relay, &slot, h, send, reader, m).await,
         _ => unreachable!("opens_request_stream checked"),
     }
 }
@@ -701,6 +747,7 @@ fn apply_update(s: &mut Settings, p: &Parameters, largest: Option<Location>) {
 
 async fn on_subscribe(
     relay: &Arc<Relay>,
+    slot: &RequestSlot<'_>,
     h: &Arc<SessionHandle>,
     mut send: SendStream,
     mut reader: MessageReader,
@@ -709,6 +756,7 @@ async fn on_subscribe(
     if reserved_namespace(&m.track.namespace) {
         reply_error(
             &mut send,
+            Some(slot),
             request_error::DOES_NOT_EXIST,
             "reserved namespace",
         )
@@ -724,6 +772,7 @@ async fn on_subscribe(
     if duplicate {
         reply_error(
             &mut send,
+            Some(slot),
             request_error::DUPLICATE_SUBSCRIPTION,
             "already subscribed",
         )
@@ -741,10 +790,10 @@ async fn on_subscribe(
         // The subscriber gave up (stream reset) while we waited.
         _ = reader.next() => return Ok(()),
     };
-    let entry = match entry {
+    let (entry, joined) = match entry {
         Ok(e) => e,
         Err(r) => {
-            reply_error(&mut send, r.code, &r.reason).await;
+            reply_error(&mut send, Some(slot), r.code, &r.reason).await;
             return Ok(());
         }
     };
@@ -756,7 +805,7 @@ async fn on_subscribe(
         &entry,
         m.request_id,
         &m.params,
-        None,
+        Some(joined),
     )
     .await;
     relay.release_track(&entry);
@@ -779,12 +828,15 @@ async fn serve_subscription(
 ) -> Result<()> {
     let track = entry.track.clone();
     let joined = joined.unwrap_or_else(|| track.join());
-    let largest = joined.largest;
+    // The upstream's LARGEST_OBJECT may have arrived after we joined: use the
+    // freshest value; objects already queued below it are filtered out.
+    let largest = track.largest();
     let settings = settings_from(params, &joined.info, largest);
     if let (Some(end), Some(l)) = (settings.end_group, largest) {
         if end < l.group {
             reply_error(
                 send,
+                None,
                 request_error::INVALID_RANGE,
                 "end group already published",
             )
@@ -899,10 +951,16 @@ fn cleanup(relay: &Relay, h: &SessionHandle, request_id: u64) {
     }
 }
 
-async fn on_track_status(relay: &Arc<Relay>, mut send: SendStream, m: Subscribe) -> Result<()> {
+async fn on_track_status(
+    relay: &Arc<Relay>,
+    slot: &RequestSlot<'_>,
+    mut send: SendStream,
+    m: Subscribe,
+) -> Result<()> {
     if reserved_namespace(&m.track.namespace) {
         reply_error(
             &mut send,
+            Some(slot),
             request_error::DOES_NOT_EXIST,
             "reserved namespace",
         )
@@ -912,9 +970,9 @@ async fn on_track_status(relay: &Arc<Relay>, mut send: SendStream, m: Subscribe)
     let (entry, acquired) = match relay.find_track(&m.track) {
         Some(e) => (e, false),
         None => match relay.acquire_track(&m.track, Duration::ZERO).await {
-            Ok(e) => (e, true),
+            Ok((e, _)) => (e, true),
             Err(r) => {
-                reply_error(&mut send, r.code, &r.reason).await;
+                reply_error(&mut send, Some(slot), r.code, &r.reason).await;
                 return Ok(());
             }
         },
@@ -936,6 +994,7 @@ async fn on_track_status(relay: &Arc<Relay>, mut send: SendStream, m: Subscribe)
 
 async fn on_fetch(
     relay: &Arc<Relay>,
+    slot: &RequestSlot<'_>,
     h: &Arc<SessionHandle>,
     mut send: SendStream,
     m: moqt::message::Fetch,
@@ -949,6 +1008,7 @@ async fn on_fetch(
             let Some(entry) = relay.find_track(track) else {
                 reply_error(
                     &mut send,
+                    Some(slot),
                     request_error::DOES_NOT_EXIST,
                     "track not at this relay",
                 )
@@ -979,6 +1039,7 @@ async fn on_fetch(
             let Some((entry, joining, forward)) = info else {
                 reply_error(
                     &mut send,
+                    Some(slot),
                     request_error::INVALID_JOINING_REQUEST_ID,
                     "no such subscription",
                 )
@@ -988,6 +1049,7 @@ async fn on_fetch(
             let Some(j) = joining.filter(|_| forward) else {
                 reply_error(
                     &mut send,
+                    Some(slot),
                     request_error::INVALID_RANGE,
                     "nothing published before the subscription",
                 )
@@ -1004,6 +1066,7 @@ async fn on_fetch(
     let Some(largest) = entry.track.largest() else {
         reply_error(
             &mut send,
+            Some(slot),
             request_error::INVALID_RANGE,
             "no objects published",
         )
@@ -1013,6 +1076,7 @@ async fn on_fetch(
     if start > largest || end < start {
         reply_error(
             &mut send,
+            Some(slot),
             request_error::INVALID_RANGE,
             "range starts after the largest object",
         )
@@ -1038,20 +1102,20 @@ async fn on_fetch(
     moqt::data::encode_fetch_header(&mut buf, m.request_id);
     let mut state = FetchState::new(descending);
     for o in objects.iter().filter(|o| o.status == ObjectStatus::Normal) {
-        state.encode(
-            &mut buf,
-            &FetchEntry::Object(FetchObject {
-                group: o.group,
-                subgroup: o.subgroup,
-                object_id: o.object_id,
-                priority: o.priority,
-                properties: o.properties.clone(),
-                payload: Bytes::new(),
-            }),
-        );
-        // encode() wrote a zero payload length; replace it with the real one.
-        buf.truncate(buf.len() - 1);
-        moqt::coding::put_vi64(&mut buf, o.payload.len() as u64);
+        let entry = FetchEntry::Object(FetchObject {
+            group: o.group,
+            subgroup: o.subgroup,
+            object_id: o.object_id,
+            priority: o.priority,
+            properties: o.properties.clone(),
+            payload: o.payload.clone(),
+        });
+        // Cached objects come sorted, so every entry can follow the previous one.
+        if state.try_encode_header(&mut buf, &entry).is_err() {
+            let _ = data.reset(reset::INTERNAL_ERROR);
+            return Ok(());
+        }
+        // The header goes first; the payload follows as its own shared chunk.
         if data.write_chunk(buf.split().freeze()).await.is_err() {
             return Ok(());
         }
@@ -1074,17 +1138,24 @@ async fn on_fetch(
 
 async fn on_publish_namespace(
     relay: &Arc<Relay>,
+    slot: &RequestSlot<'_>,
     h: &Arc<SessionHandle>,
     mut send: SendStream,
     mut reader: MessageReader,
     m: NamespaceRequest,
 ) -> Result<()> {
     if reserved_namespace(&m.namespace) {
-        reply_error(&mut send, request_error::UNAUTHORIZED, "reserved namespace").await;
+        reply_error(
+            &mut send,
+            Some(slot),
+            request_error::UNAUTHORIZED,
+            "reserved namespace",
+        )
+        .await;
         return Ok(());
     }
     if let Err(r) = relay.publish_namespace(m.namespace.clone(), h.clone()) {
-        reply_error(&mut send, r.code, &r.reason).await;
+        reply_error(&mut send, Some(slot), r.code, &r.reason).await;
         return Ok(());
     }
     let ok = Message::RequestOk(RequestOk::default());
@@ -1128,6 +1199,7 @@ fn overlap_check(
 
 async fn on_subscribe_namespace(
     relay: &Arc<Relay>,
+    slot: &RequestSlot<'_>,
     h: &Arc<SessionHandle>,
     mut send: SendStream,
     mut reader: MessageReader,
@@ -1136,6 +1208,7 @@ async fn on_subscribe_namespace(
     if !overlap_check(&h.ns_prefixes, m.request_id, &m.namespace) {
         reply_error(
             &mut send,
+            Some(slot),
             request_error::PREFIX_OVERLAP,
             "prefix overlaps an existing SUBSCRIBE_NAMESPACE",
         )
@@ -1195,6 +1268,7 @@ async fn on_subscribe_namespace(
 
 async fn on_subscribe_tracks(
     relay: &Arc<Relay>,
+    slot: &RequestSlot<'_>,
     h: &Arc<SessionHandle>,
     mut send: SendStream,
     mut reader: MessageReader,
@@ -1203,6 +1277,7 @@ async fn on_subscribe_tracks(
     if !overlap_check(&h.track_prefixes, m.request_id, &m.namespace) {
         reply_error(
             &mut send,
+            Some(slot),
             request_error::PREFIX_OVERLAP,
             "prefix overlaps an existing SUBSCRIBE_TRACKS",
         )
@@ -1295,13 +1370,20 @@ fn spawn_publish_downstream(
 
 async fn on_publish(
     relay: &Arc<Relay>,
+    slot: &RequestSlot<'_>,
     h: &Arc<SessionHandle>,
     mut send: SendStream,
     mut reader: MessageReader,
     m: Publish,
 ) -> Result<()> {
     if reserved_namespace(&m.track.namespace) {
-        reply_error(&mut send, request_error::UNAUTHORIZED, "reserved namespace").await;
+        reply_error(
+            &mut send,
+            Some(slot),
+            request_error::UNAUTHORIZED,
+            "reserved namespace",
+        )
+        .await;
         return Ok(());
     }
     let track = Arc::new(Track::new(
@@ -1326,11 +1408,12 @@ async fn on_publish(
         aliases.insert(m.track_alias, track.clone());
     }
     h.alias_added.notify_waiters();
+    h.replay_early(relay, m.track_alias);
     let entry = match relay.publish_track(track) {
         Ok(e) => e,
         Err(r) => {
             h.aliases.lock().expect("aliases").remove(&m.track_alias);
-            reply_error(&mut send, r.code, &r.reason).await;
+            reply_error(&mut send, Some(slot), r.code, &r.reason).await;
             return Ok(());
         }
     };
