@@ -11,7 +11,7 @@ N="${1:-1000}"
 PROFILE="${2:-audio}"
 SECS="${3:-20}"
 PORT="${PORT:-14443}"
-cargo build --release --quiet
+cargo build --release --quiet -p quichub
 BIN=target/release/quichub
 taskset -c 0 "$BIN" relay --bind "127.0.0.1:$PORT" --metrics off >/tmp/quichub-bench-relay.log 2>&1 &
 RELAY=$!

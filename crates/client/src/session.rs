@@ -25,7 +25,7 @@ use crate::publish::LocalTrack;
 use crate::subscribe::{self, SubscriptionEvent};
 
 /// How to connect.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConnectOptions {
     /// Certificate check.
     pub verify: Verify,
@@ -33,6 +33,9 @@ pub struct ConnectOptions {
     pub bind: SocketAddr,
     /// How long to wait for the handshake and the server's SETUP.
     pub timeout: Duration,
+    /// A client endpoint (one UDP socket) to share among many sessions, as a
+    /// load generator does; `None` binds a new one at `bind`.
+    pub endpoint: Option<Client>,
 }
 
 impl Default for ConnectOptions {
@@ -41,6 +44,7 @@ impl Default for ConnectOptions {
             verify: Verify::Insecure,
             bind: "0.0.0.0:0".parse().expect("valid"),
             timeout: Duration::from_secs(5),
+            endpoint: None,
         }
     }
 }
@@ -70,6 +74,7 @@ pub(crate) struct Inner {
     pub(crate) transport: Transport,
     pub(crate) max_object: usize,
     pub(crate) endpoint: Client,
+    pub(crate) own_endpoint: bool,
 }
 
 /// A MoQT session from the client side.
@@ -83,7 +88,10 @@ impl ClientSession {
     /// completes the SETUP exchange.
     pub async fn connect(url: &str, opts: ConnectOptions) -> anyhow::Result<Self> {
         let url = Url::parse(url).with_context(|| format!("bad URL {url:?}"))?;
-        let endpoint = Client::new(opts.bind, opts.verify.clone())?;
+        let endpoint = match &opts.endpoint {
+            Some(e) => e.clone(),
+            None => Client::new(opts.bind, opts.verify.clone())?,
+        };
         let connected = tokio::time::timeout(opts.timeout, endpoint.connect(&url))
             .await
             .context("connect timed out")??;
@@ -117,6 +125,7 @@ impl ClientSession {
             transport: connected.transport,
             max_object: 16 * 1024 * 1024,
             endpoint,
+            own_endpoint: opts.endpoint.is_none(),
         });
         spawn_routers(&inner);
         let mut rx = inner.peer_setup.subscribe();
@@ -193,7 +202,9 @@ impl ClientSession {
     /// Closes the session.
     pub fn close(&self, code: u32, reason: &str) {
         self.inner.session.close(code, reason.as_bytes());
-        self.inner.endpoint.close();
+        if self.inner.own_endpoint {
+            self.inner.endpoint.close();
+        }
     }
 
     /// Resolves when the session is closed, with the reason.

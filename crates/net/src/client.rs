@@ -34,7 +34,10 @@ pub struct Client {
 impl Client {
     /// Binds an ephemeral UDP socket on the loopback or any address.
     pub fn new(bind: SocketAddr, verify: Verify) -> anyhow::Result<Self> {
-        let endpoint = quinn::Endpoint::client(bind).context("bind client UDP socket")?;
+        let socket = crate::server::bind_udp(bind).context("bind client UDP socket")?;
+        let runtime = quinn::default_runtime().context("no async runtime")?;
+        let endpoint =
+            quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)?;
         Ok(Self { endpoint, verify })
     }
 

@@ -40,9 +40,15 @@ impl Server {
         tls.max_early_data_size = u32::MAX;
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        config.transport_config(Arc::new(crate::transport_config()));
-        let endpoint =
-            quinn::Endpoint::server(config, addr).with_context(|| format!("bind UDP {addr}"))?;
+        config.transport_config(Arc::new(crate::server_transport_config()));
+        let socket = bind_udp(addr).with_context(|| format!("bind UDP {addr}"))?;
+        let runtime = quinn::default_runtime().context("no async runtime")?;
+        let endpoint = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(config),
+            socket,
+            runtime,
+        )?;
         Ok(Self { endpoint })
     }
 
@@ -65,6 +71,25 @@ impl Server {
     pub fn close(&self, code: u32, reason: &[u8]) {
         self.endpoint.close(code.into(), reason);
     }
+}
+
+/// Socket buffer size asked for (the kernel caps it at `net.core.rmem_max` /
+/// `wmem_max`). A relay with many subscribers receives bursts of ACKs at every
+/// fan-out; with the default ~200 kB buffer such a burst can overflow it and
+/// take a publisher's datagram with it.
+const SOCKET_BUFFER: usize = 8 << 20;
+
+pub(crate) fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(false).ok();
+    }
+    // Best effort: a smaller buffer still works, it only drops sooner.
+    socket.set_recv_buffer_size(SOCKET_BUFFER).ok();
+    socket.set_send_buffer_size(SOCKET_BUFFER).ok();
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
 }
 
 /// Completes the handshake of one incoming connection. Run it in its own task so

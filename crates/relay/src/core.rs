@@ -10,6 +10,7 @@ use std::time::Duration;
 use moqt::error::request_error;
 use moqt::{FullTrackName, TrackNamespace};
 use tokio::sync::{mpsc, watch, Notify};
+use web_transport_quinn::Session;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -357,6 +358,7 @@ impl Relay {
         self: &Arc<Self>,
         name: &FullTrackName,
         rendezvous: Duration,
+        session: &Session,
     ) -> Result<(Arc<TrackEntry>, Joined), Refusal> {
         let deadline = tokio::time::Instant::now() + rendezvous;
         loop {
@@ -364,7 +366,7 @@ impl Relay {
             let changed = self.changed.notified();
             match self.try_acquire(name) {
                 Ok(Some(entry)) => {
-                    let joined = entry.track.join();
+                    let joined = entry.track.join(session);
                     let mut ready = entry.ready.subscribe();
                     let outcome = ready
                         .wait_for(|r| r.is_some())

@@ -18,6 +18,7 @@ use web_transport_quinn::{SendStream, Session};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::object::{Object, TrackEvent};
+use crate::sink::SinkFilter;
 use crate::track::{Joined, Track};
 
 /// What the subscriber asked for; updated by REQUEST_UPDATE.
@@ -109,8 +110,14 @@ impl Forwarder {
     /// Runs until done; returns the PUBLISH_DONE to send.
     pub async fn run(mut self, joined: Joined) -> Done {
         let Joined {
-            mut rx, mut ended, ..
+            mut rx,
+            mut ended,
+            sink,
+            ..
         } = joined;
+        // Datagram objects reach the subscriber through its sink, straight from
+        // the publisher's task; this task handles subgroup streams.
+        sink.sink().activate(self.sink_filter(), &self.metrics);
         let status = loop {
             tokio::select! {
                 biased;
@@ -151,6 +158,7 @@ impl Forwarder {
                     if r.is_err() {
                         break publish_done::SUBSCRIPTION_ENDED;
                     }
+                    sink.sink().activate(self.sink_filter(), &self.metrics);
                     if !self.settings.borrow().forward {
                         self.reset_all(reset::CANCELLED);
                     }
@@ -162,6 +170,16 @@ impl Forwarder {
         Done {
             status,
             stream_count: self.stream_count,
+        }
+    }
+
+    fn sink_filter(&self) -> SinkFilter {
+        let s = self.settings.borrow();
+        SinkFilter {
+            forward: s.forward,
+            start: s.start,
+            end_group: s.end_group,
+            object_timeout: s.object_timeout,
         }
     }
 
@@ -186,17 +204,8 @@ impl Forwarder {
             }
         }
         match o.subgroup {
-            None => {
-                let d = o.datagram(self.track.id);
-                if self.session.send_datagram(d).is_ok() {
-                    self.metrics.objects_out.fetch_add(1, Relaxed);
-                    self.metrics
-                        .bytes_out
-                        .fetch_add(o.payload.len() as u64, Relaxed);
-                } else {
-                    self.metrics.drops_datagram.fetch_add(1, Relaxed);
-                }
-            }
+            // Datagram objects go through the subscriber's sink, not the ring.
+            None => {}
             Some(sg) => self.send_subgroup_object(o, sg, &s).await,
         }
         let last_of_group = o.group == s.end_group.unwrap_or(u64::MAX)

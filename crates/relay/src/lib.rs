@@ -15,6 +15,7 @@
 //! - [`core`]: the registry of namespaces, tracks and namespace subscriptions.
 //! - [`session`]: one MoQT session (either role) speaking to the core.
 //! - [`forward`]: delivery of one subscription's objects to one session.
+//! - [`sink`]: direct fan-out of datagram objects.
 //! - [`metrics`]: counters and their Prometheus rendering.
 #![warn(missing_docs)]
 
@@ -25,6 +26,7 @@ pub mod forward;
 pub mod metrics;
 pub mod object;
 pub mod session;
+pub mod sink;
 pub mod track;
 
 pub use crate::config::Config;

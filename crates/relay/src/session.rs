@@ -686,7 +686,7 @@ async fn on_request(
     }
     match first {
         Message::Subscribe(m) => on_subscribe(relay, &slot, h, send, reader, m).await,
-        Message::TrackStatus(m) => on_track_status(relay, &slot, send, m).await,
+        Message::TrackStatus(m) => on_track_status(relay, h, &slot, send, m).await,
         Message::Fetch(m) => on_fetch(relay, &slot, h, send, m).await,
         Message::PublishNamespace(m) => {
             on_publish_namespace(relay, &slot, h, send, reader, m).await
@@ -786,7 +786,7 @@ async fn on_subscribe(
             .min(relay.config.max_rendezvous_ms),
     );
     let entry = tokio::select! {
-        r = relay.acquire_track(&m.track, rendezvous) => r,
+        r = relay.acquire_track(&m.track, rendezvous, &h.session) => r,
         // The subscriber gave up (stream reset) while we waited.
         _ = reader.next() => return Ok(()),
     };
@@ -827,7 +827,7 @@ async fn serve_subscription(
     joined: Option<crate::track::Joined>,
 ) -> Result<()> {
     let track = entry.track.clone();
-    let joined = joined.unwrap_or_else(|| track.join());
+    let joined = joined.unwrap_or_else(|| track.join(&h.session));
     // The upstream's LARGEST_OBJECT may have arrived after we joined: use the
     // freshest value; objects already queued below it are filtered out.
     let largest = track.largest();
@@ -953,6 +953,7 @@ fn cleanup(relay: &Relay, h: &SessionHandle, request_id: u64) {
 
 async fn on_track_status(
     relay: &Arc<Relay>,
+    h: &Arc<SessionHandle>,
     slot: &RequestSlot<'_>,
     mut send: SendStream,
     m: Subscribe,
@@ -969,7 +970,10 @@ async fn on_track_status(
     }
     let (entry, acquired) = match relay.find_track(&m.track) {
         Some(e) => (e, false),
-        None => match relay.acquire_track(&m.track, Duration::ZERO).await {
+        None => match relay
+            .acquire_track(&m.track, Duration::ZERO, &h.session)
+            .await
+        {
             Ok((e, _)) => (e, true),
             Err(r) => {
                 reply_error(&mut send, Some(slot), r.code, &r.reason).await;
@@ -1330,7 +1334,7 @@ fn spawn_publish_downstream(
         entry.subscribers.fetch_add(1, Relaxed);
         let outcome = async {
             let (mut send, recv) = h.session.open_bi().await.ok()?;
-            let joined = entry.track.join();
+            let joined = entry.track.join(&h.session);
             let request_id = h.next_request_id();
             let publish = Message::Publish(Publish {
                 request_id,

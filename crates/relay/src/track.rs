@@ -12,6 +12,8 @@ use tokio::sync::{broadcast, watch};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::object::{Object, TrackEvent};
+use crate::sink::DatagramSink;
+use web_transport_quinn::Session;
 
 /// What a track's fan-out ring carries (objects are shared, never copied).
 pub type Event = TrackEvent;
@@ -67,9 +69,30 @@ impl TrackInfo {
 #[derive(Debug, Default)]
 struct Inner {
     largest: Option<Location>,
+    sinks: Vec<Arc<DatagramSink>>,
     cache: VecDeque<CachedGroup>,
     cache_bytes: usize,
     info: TrackInfo,
+}
+
+/// Keeps a subscriber's [`DatagramSink`] registered with its track.
+#[derive(Debug)]
+pub struct SinkGuard {
+    track: Arc<Track>,
+    sink: Arc<DatagramSink>,
+}
+
+impl SinkGuard {
+    /// The sink.
+    pub fn sink(&self) -> &DatagramSink {
+        &self.sink
+    }
+}
+
+impl Drop for SinkGuard {
+    fn drop(&mut self) {
+        self.track.remove_sink(&self.sink);
+    }
 }
 
 /// Why a track's upstream ended, for PUBLISH_DONE downstream.
@@ -96,6 +119,8 @@ pub struct Track {
 
 /// A subscriber's view of a track at the moment it joined.
 pub struct Joined {
+    /// The subscriber's datagram path (removed from the track when dropped).
+    pub sink: SinkGuard,
     /// Events from now on.
     pub rx: broadcast::Receiver<TrackEvent>,
     /// Largest Location when it joined (the Joining Location).
@@ -155,11 +180,17 @@ impl Track {
         self.inner.lock().expect("track lock").largest
     }
 
-    /// Joins the fan-out: the receiver and the largest Location are taken under
-    /// one lock so no object falls between them.
-    pub fn join(&self) -> Joined {
-        let g = self.inner.lock().expect("track lock");
+    /// Joins the fan-out for `session`: the receiver, the datagram sink and the
+    /// largest Location are taken under one lock so no object falls between them.
+    pub fn join(self: &Arc<Self>, session: &Session) -> Joined {
+        let mut g = self.inner.lock().expect("track lock");
+        let sink = Arc::new(DatagramSink::new(session.clone(), self.id));
+        g.sinks.push(sink.clone());
         Joined {
+            sink: SinkGuard {
+                track: self.clone(),
+                sink,
+            },
             rx: self.tx.subscribe(),
             largest: g.largest,
             info: g.info.clone(),
@@ -186,7 +217,26 @@ impl Track {
         }
         self.cache_insert(&mut g, object.clone());
         // Sent under the lock so `join` sees a consistent (largest, receiver) pair.
-        let _ = self.tx.send(TrackEvent::Object(object));
+        if object.subgroup.is_none() {
+            let bytes = object.payload.len() as u64;
+            let sent = g
+                .sinks
+                .iter()
+                .filter(|s| s.offer(&object, &self.metrics))
+                .count() as u64;
+            self.metrics.objects_out.fetch_add(sent, Relaxed);
+            self.metrics.bytes_out.fetch_add(sent * bytes, Relaxed);
+        } else {
+            let _ = self.tx.send(TrackEvent::Object(object));
+        }
+    }
+
+    fn remove_sink(&self, sink: &Arc<DatagramSink>) {
+        self.inner
+            .lock()
+            .expect("track lock")
+            .sinks
+            .retain(|s| !Arc::ptr_eq(s, sink));
     }
 
     /// Forwards the end of an upstream subgroup stream.
@@ -369,10 +419,10 @@ mod tests {
     fn joiners_see_every_later_object() {
         let t = track(Config::default());
         t.publish(obj(0, 0, 1));
-        let mut j = t.join();
-        assert_eq!(j.largest, Some(Location::new(0, 0)));
+        let mut rx = t.tx.subscribe();
+        assert_eq!(t.largest(), Some(Location::new(0, 0)));
         t.publish(obj(0, 1, 1));
-        match j.rx.try_recv().unwrap() {
+        match rx.try_recv().unwrap() {
             TrackEvent::Object(o) => assert_eq!(o.object_id, 1),
             _ => panic!(),
         }

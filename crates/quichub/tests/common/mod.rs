@@ -51,6 +51,7 @@ impl TestRelay {
             verify: Verify::Fingerprints(vec![self.fingerprint.clone()]),
             bind: "127.0.0.1:0".parse().unwrap(),
             timeout: Duration::from_secs(5),
+            endpoint: None,
         }
     }
 

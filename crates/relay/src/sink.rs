@@ -1,0 +1,106 @@
+//! Direct fan-out of datagram objects. A datagram never blocks (QUIC drops the
+//! oldest when a connection's datagram buffer is full), so the relay sends it
+//! to every subscriber from the publisher's task, one loop over the track's
+//! sinks, instead of waking one task per subscriber per object. The bytes are
+//! encoded once per object and shared by all sinks.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use moqt::Location;
+use web_transport_quinn::Session;
+
+use crate::metrics::Metrics;
+use crate::object::Object;
+
+/// The part of a subscription that decides whether a datagram is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SinkFilter {
+    /// Forward State.
+    pub forward: bool,
+    /// First Location that passes.
+    pub start: Location,
+    /// Last group that passes.
+    pub end_group: Option<u64>,
+    /// OBJECT_DELIVERY_TIMEOUT.
+    pub object_timeout: Option<Duration>,
+}
+
+/// Until the subscription is answered, datagrams wait (bounded) so none falls
+/// between joining the track and knowing the filter.
+const MAX_QUEUED: usize = 64;
+
+#[derive(Debug)]
+enum State {
+    Pending(Vec<Arc<Object>>),
+    Active(SinkFilter),
+}
+
+/// One subscriber's datagram path.
+#[derive(Debug)]
+pub struct DatagramSink {
+    session: Session,
+    alias: u64,
+    state: Mutex<State>,
+}
+
+impl DatagramSink {
+    /// A sink for `session`, sending with Track Alias `alias`, not yet active.
+    pub fn new(session: Session, alias: u64) -> Self {
+        Self {
+            session,
+            alias,
+            state: Mutex::new(State::Pending(Vec::new())),
+        }
+    }
+
+    /// Applies a filter; the first call also sends what was queued.
+    pub fn activate(&self, filter: SinkFilter, metrics: &Metrics) {
+        let queued = {
+            let mut st = self.state.lock().expect("sink");
+            match std::mem::replace(&mut *st, State::Active(filter)) {
+                State::Pending(q) => q,
+                State::Active(_) => Vec::new(),
+            }
+        };
+        for o in queued {
+            self.offer(&o, metrics);
+        }
+    }
+
+    /// Sends `o` if it passes; returns whether it was handed to the transport.
+    pub fn offer(&self, o: &Arc<Object>, metrics: &Metrics) -> bool {
+        let filter = {
+            let mut st = self.state.lock().expect("sink");
+            match &mut *st {
+                State::Pending(q) => {
+                    if q.len() < MAX_QUEUED {
+                        q.push(o.clone());
+                    }
+                    return false;
+                }
+                State::Active(f) => *f,
+            }
+        };
+        if !filter.forward
+            || o.location() < filter.start
+            || filter.end_group.is_some_and(|e| o.group > e)
+        {
+            return false;
+        }
+        if filter
+            .object_timeout
+            .is_some_and(|t| o.received.elapsed() > t)
+        {
+            metrics.drops_timeout.fetch_add(1, Relaxed);
+            return false;
+        }
+        if self.session.send_datagram(o.datagram(self.alias)).is_ok() {
+            true
+        } else {
+            metrics.drops_datagram.fetch_add(1, Relaxed);
+            false
+        }
+    }
+}
