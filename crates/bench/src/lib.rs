@@ -19,6 +19,7 @@ pub mod message;
 pub mod metrics;
 pub mod profile;
 pub mod report;
+pub mod run;
 
 pub use message::{BenchMessage, Completion, Data, MessageError, Start};
 pub use metrics::{

@@ -201,6 +201,21 @@ impl ClientSession {
         priority: u8,
         mode: TrackMode,
     ) -> anyhow::Result<Arc<LocalTrack>> {
+        self.create_track_with(name, priority, mode, Vec::new())
+            .await
+    }
+
+    /// Like [`Self::create_track`], with extra Track Properties (e.g.
+    /// OBJECT_DELIVERY_TIMEOUT); DEFAULT_PUBLISHER_PRIORITY is always set.
+    pub async fn create_track_with(
+        &self,
+        name: FullTrackName,
+        priority: u8,
+        mode: TrackMode,
+        mut properties: Vec<KeyValue>,
+    ) -> anyhow::Result<Arc<LocalTrack>> {
+        properties.push(KeyValue::int(0x0E, priority as u64));
+        properties.sort_by_key(|kv| kv.kind);
         let inner: &Arc<Inner> = &self.inner;
         let alias = inner.next_alias.fetch_add(1, Relaxed);
         let track = Arc::new(LocalTrack {
@@ -211,7 +226,7 @@ impl ClientSession {
             forward: AtomicBool::new(false),
             subscriptions: AtomicU64::new(0),
             largest: Mutex::new(None),
-            properties: vec![KeyValue::int(0x0E, priority as u64)],
+            properties,
             publish_stream: tokio::sync::Mutex::new(None),
         });
         inner

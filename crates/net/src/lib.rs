@@ -47,16 +47,3 @@ pub fn transport_config() -> quinn::TransportConfig {
     ));
     t
 }
-
-/// The relay's transport parameters: [`transport_config`] plus a request that
-/// peers acknowledge less often (QUIC ACK Frequency, where the peer supports
-/// it). A relay fanning small objects out to many subscribers otherwise spends
-/// much of its time receiving and processing one ACK per packet or two.
-pub fn server_transport_config() -> quinn::TransportConfig {
-    let mut t = transport_config();
-    let mut ack = quinn::AckFrequencyConfig::default();
-    ack.ack_eliciting_threshold(9u32.into())
-        .max_ack_delay(Some(std::time::Duration::from_millis(50)));
-    t.ack_frequency_config(Some(ack));
-    t
-}

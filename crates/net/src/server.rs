@@ -40,7 +40,7 @@ impl Server {
         tls.max_early_data_size = u32::MAX;
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        config.transport_config(Arc::new(crate::server_transport_config()));
+        config.transport_config(Arc::new(crate::transport_config()));
         let socket = bind_udp(addr).with_context(|| format!("bind UDP {addr}"))?;
         let runtime = quinn::default_runtime().context("no async runtime")?;
         let endpoint = quinn::Endpoint::new(

@@ -1,6 +1,7 @@
 //! `quichub`: the one binary. Subcommands: `relay`, `pub`, `sub`, `demo`,
 //! `interop-client`. Logic lives in the crates; this file parses arguments.
 
+mod bench_cmd;
 mod demo;
 mod fanout_bench;
 mod interop;
@@ -32,6 +33,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// The moq-interop-runner test client (TAP 14 output).
     InteropClient(interop::InteropArgs),
+    /// draft-evens-moq-bench: profiles, START/DATA/COMPLETION, Tables 2 and 3, capacity search.
+    Bench(bench_cmd::BenchArgs),
     /// Relay fan-out benchmark: one publisher, N subscribers, relay CPU per object.
     BenchFanout(fanout_bench::BenchFanoutArgs),
 }
@@ -57,6 +60,7 @@ fn main() -> std::process::ExitCode {
             Command::Sub(a) => pubsub::run_sub(a).await.map(|_| 0),
             Command::Demo(a) => demo::run(a).await.map(|_| 0),
             Command::InteropClient(a) => interop::run(a).await,
+            Command::Bench(a) => bench_cmd::run(a).await,
             Command::BenchFanout(a) => fanout_bench::run(a).await.map(|_| 0),
         }
     });
