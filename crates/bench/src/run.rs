@@ -217,36 +217,32 @@ async fn publish_track(
     start: tokio::time::Instant,
     data_start: tokio::time::Instant,
 ) -> anyhow::Result<(String, u64)> {
-    // START (MoQT group 0), repeated until the DATA phase; never after it.
+    // START, repeated until the DATA phase and never after it. Each START is
+    // a group of its own, so a subscriber joining a relay that starts it at
+    // the next group (as moq-lite based relays do) still sees one.
     let start_msg = tp.start_message().to_bytes();
     let repeat = Duration::from_millis(tp.start_repeat_interval_ms());
-    let mut k = 0u64;
-    let mut start_stream = None;
+    let mut group = 0u64;
     let mut next = start;
     while next < data_start {
         tokio::time::sleep_until(next).await;
         match tp.mode {
             Delivery::Datagram => {
-                track.send_datagram(0, k, start_msg.clone());
+                track.send_datagram(group, 0, start_msg.clone());
             }
             Delivery::Stream => {
-                if start_stream.is_none() {
-                    start_stream = track.open_subgroup(0, 0).await?;
-                    k = 0;
-                }
-                if let Some(w) = start_stream.as_mut() {
-                    w.write(k, start_msg.clone()).await?;
+                if let Some(mut w) = track.open_subgroup(group, 0).await? {
+                    w.write(0, start_msg.clone()).await?;
+                    w.finish();
                 }
             }
         }
-        k += 1;
+        group += 1;
         next += repeat;
     }
-    if let Some(w) = start_stream.take() {
-        w.finish();
-    }
     // DATA: object index i is due at data_start + i × interval; DATA group g
-    // travels as MoQT group g + 1, one subgroup stream per group for streams.
+    // travels as MoQT group `base + g`, one subgroup stream per group.
+    let base = group;
     tokio::time::sleep_until(data_start).await;
     let transmit_us = tp.transmit_time_ms() * 1000;
     let first_us = now_micros();
@@ -260,21 +256,15 @@ async fn publish_track(
         }
         tokio::time::sleep_until(data_start + Duration::from_micros(slot.due_us)).await;
         let now = now_micros();
-        let payload = data_object(
-            slot.group,
-            slot.object,
-            ms_since_first_object(first_us, now),
-            now,
-            slot.size,
-        );
+        let payload = data_object(slot.group, slot.object, ms_since_first_object(first_us, now), now, slot.size);
         let ok = match tp.mode {
-            Delivery::Datagram => track.send_datagram(slot.group + 1, slot.object, payload),
+            Delivery::Datagram => track.send_datagram(base + slot.group, slot.object, payload),
             Delivery::Stream => {
                 if slot.object == 0 {
                     if let Some(w) = writer.take() {
                         quichub_client::SubgroupWriter::finish(w);
                     }
-                    writer = track.open_subgroup(slot.group + 1, 0).await?;
+                    writer = track.open_subgroup(base + slot.group, 0).await?;
                 }
                 match writer.as_mut() {
                     Some(w) => w.write(slot.object, payload).await.is_ok(),
@@ -293,7 +283,7 @@ async fn publish_track(
     // COMPLETION goes on a stream even for datagram tracks: it must arrive.
     let total_ms = u32::try_from((last_us - first_us) / 1000).unwrap_or(u32::MAX);
     let completion = tp.completion_message(sent, total_ms).to_bytes();
-    if let Some(mut w) = track.open_subgroup(tp.groups() + 2, 0).await? {
+    if let Some(mut w) = track.open_subgroup(base + tp.groups() + 1, 0).await? {
         w.write(0, completion).await?;
         w.finish();
     }
