@@ -17,6 +17,10 @@ use clap::{Parser, Subcommand};
     about = "MoQT relay and toolkit for media and IoT over QUIC"
 )]
 struct Cli {
+    /// Runtime worker threads (default: the CPUs this process may run on;
+    /// 1 runs everything on one thread, best for a relay pinned to one core).
+    #[arg(long, global = true, env = "QUICHUB_THREADS")]
+    threads: Option<usize>,
     #[command(subcommand)]
     command: Command,
 }
@@ -49,10 +53,19 @@ fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = match cli.threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Some(n) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n.max(1))
+            .enable_all()
+            .build(),
+        None => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+    }
+    .expect("tokio runtime");
     let result = rt.block_on(async move {
         match cli.command {
             Command::Relay(a) => relay_cmd::run(a).await.map(|_| 0),
