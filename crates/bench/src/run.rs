@@ -256,7 +256,13 @@ async fn publish_track(
         }
         tokio::time::sleep_until(data_start + Duration::from_micros(slot.due_us)).await;
         let now = now_micros();
-        let payload = data_object(slot.group, slot.object, ms_since_first_object(first_us, now), now, slot.size);
+        let payload = data_object(
+            slot.group,
+            slot.object,
+            ms_since_first_object(first_us, now),
+            now,
+            slot.size,
+        );
         let ok = match tp.mode {
             Delivery::Datagram => track.send_datagram(base + slot.group, slot.object, payload),
             Delivery::Stream => {
@@ -293,10 +299,32 @@ async fn publish_track(
 /// How long a subscriber keeps reading after COMPLETION.
 const COMPLETION_GRACE: Duration = Duration::from_millis(500);
 
-/// Progress shared by subscriber tasks.
+/// Progress shared by subscriber tasks: counts, and each track's latest
+/// Table 2 figures for the live line.
 struct Progress {
     received: AtomicU64,
     finished: AtomicUsize,
+    live: Mutex<Vec<Option<crate::metrics::TrackProgress>>>,
+}
+
+/// One line of §5.5.1 (Table 2) over all tracks: received objects and groups,
+/// mean and max receive delta, mean publisher and receive variance, total rate.
+fn live_line(live: &[Option<crate::metrics::TrackProgress>]) -> String {
+    let v: Vec<_> = live.iter().flatten().collect();
+    if v.is_empty() {
+        return "waiting for START".into();
+    }
+    let n = v.len() as f64;
+    let groups: u64 = v.iter().map(|p| p.received_groups).sum();
+    let avg_delta = v.iter().map(|p| p.average_delta_ms).sum::<f64>() / n;
+    let max_delta = v.iter().map(|p| p.max_delta_ms).fold(0.0, f64::max);
+    let pubvar = v.iter().map(|p| p.publisher_variance_ms).sum::<f64>() / n;
+    let rxvar = v.iter().map(|p| p.receive_variance_ms).sum::<f64>() / n;
+    let kbps = v.iter().map(|p| p.average_bits_per_second).sum::<f64>() / 1000.0;
+    let missing: u64 = v.iter().map(|p| p.missing_objects).sum();
+    format!(
+        "groups {groups} delta avg {avg_delta:.2} max {max_delta:.1} ms pubvar {pubvar:.2} rxvar {rxvar:.2} ms {kbps:.0} kbit/s missing {missing}"
+    )
 }
 
 /// Runs `n` subscriber sessions, each subscribing to every track of
@@ -308,9 +336,11 @@ pub async fn subscribe(
     n: usize,
     ids: &dyn Fn(usize) -> Vec<String>,
 ) -> anyhow::Result<(Vec<TrackReceiver>, usize)> {
+    let slots: usize = (0..n).map(|i| ids(i).len()).sum::<usize>() * profile.tracks.len();
     let progress = Arc::new(Progress {
         received: AtomicU64::new(0),
         finished: AtomicUsize::new(0),
+        live: Mutex::new(vec![None; slots]),
     });
     let longest = profile
         .tracks
@@ -366,6 +396,7 @@ pub async fn subscribe(
                 let session = session.clone();
                 let progress = progress.clone();
                 let wait = cfg.subscribe_wait;
+                let slot = tasks.len();
                 tasks.push(tokio::spawn(async move {
                     let mut rx = TrackReceiver::new(label);
                     let sub = subscribe_with_retry(&session, name, wait).await;
@@ -385,7 +416,14 @@ pub async fn subscribe(
                                 if let Ok(crate::metrics::Outcome::Counted) =
                                     rx.on_payload(&o.payload, now_micros())
                                 {
-                                    progress.received.fetch_add(1, Relaxed);
+                                    // Refresh this track's live figures now and then.
+                                    if progress.received.fetch_add(1, Relaxed) % 64 == 0 {
+                                        if let Some(s) =
+                                            progress.live.lock().expect("live").get_mut(slot)
+                                        {
+                                            *s = Some(rx.progress());
+                                        }
+                                    }
                                 }
                                 if rx.is_finished() && until == deadline {
                                     until = tokio::time::Instant::now() + COMPLETION_GRACE;
@@ -408,7 +446,9 @@ pub async fn subscribe(
         tokio::spawn(async move {
             loop {
                 b.set_position(progress.received.load(Relaxed));
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                let line = live_line(&progress.live.lock().expect("live"));
+                b.set_message(line);
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
         })
     });
