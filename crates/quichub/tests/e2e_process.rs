@@ -182,3 +182,62 @@ fn cli_pub_stdin_to_sub_stdout() {
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout), "alpha\nbeta\ngamma\n");
 }
+
+/// `--config`: every documented key is accepted, an unknown key is refused
+/// with its name.
+#[test]
+fn relay_config_file() {
+    let dir = std::env::temp_dir().join(format!("quichub-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.toml");
+    std::fs::write(
+        &good,
+        "max_sessions = 10\nmax_requests_per_session = 5\nmax_tracks = 7\nmax_object_size = 1000\n\
+         cache_bytes_per_track = 100000\ncache_bytes_total = 1000000\ncache_max_age_ms = 1000\n\
+         fanout_buffer = 64\nmax_lag_objects = 100\nwrite_stall_ms = 500\nmax_rendezvous_ms = 100\n\
+         goaway_timeout_ms = 100\nupstream_timeout_ms = 1000\n",
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "relay",
+            "--bind",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+            "--config",
+        ])
+        .arg(&good)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("listening on udp"), "{first}");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "max_sesions = 10\n").unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "relay",
+            "--bind",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+            "--config",
+        ])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("max_sesions"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
