@@ -39,6 +39,10 @@ enum Command {
     InteropClient(interop::InteropArgs),
     /// draft-evens-moq-bench: profiles, START/DATA/COMPLETION, Tables 2 and 3, capacity search.
     Bench(bench_cmd::BenchArgs),
+    /// Packet-level link emulator between two network namespaces (needs root or a user namespace).
+    Netem(quichub_netem::NetemArgs),
+    /// Experiments that reproduce the seeds' studies, with reports and plots.
+    Lab(quichub_lab::LabArgs),
     /// Relay fan-out benchmark: one publisher, N subscribers, relay CPU per object.
     BenchFanout(fanout_bench::BenchFanoutArgs),
 }
@@ -53,6 +57,13 @@ fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // The emulator and the lab run their own threads and runtimes (network
+    // namespaces are per thread), outside ours.
+    let command = match cli.command {
+        Command::Netem(a) => return exit(quichub_netem::main(a)),
+        Command::Lab(a) => return exit(quichub_lab::main(a)),
+        other => other,
+    };
     let rt = match cli.threads {
         Some(1) => tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -67,7 +78,7 @@ fn main() -> std::process::ExitCode {
     }
     .expect("tokio runtime");
     let result = rt.block_on(async move {
-        match cli.command {
+        match command {
             Command::Relay(a) => relay_cmd::run(a).await.map(|_| 0),
             Command::Pub(a) => pubsub::run_pub(a).await.map(|_| 0),
             Command::Sub(a) => pubsub::run_sub(a).await.map(|_| 0),
@@ -75,10 +86,22 @@ fn main() -> std::process::ExitCode {
             Command::InteropClient(a) => interop::run(a).await,
             Command::Bench(a) => bench_cmd::run(a).await,
             Command::BenchFanout(a) => fanout_bench::run(a).await.map(|_| 0),
+            Command::Netem(_) | Command::Lab(_) => unreachable!("handled above"),
         }
     });
     match result {
         Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+/// Exit code of a blocking subcommand.
+fn exit(r: anyhow::Result<i32>) -> std::process::ExitCode {
+    match r {
+        Ok(code) => std::process::ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::from(1)

@@ -1,0 +1,183 @@
+//! Per-run metrics and their aggregation over repetitions.
+
+use serde::Serialize;
+
+use crate::imu::{RawRun, SENSORS};
+
+/// One sensor's metrics in one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SensorRun {
+    /// Sensor name.
+    pub sensor: String,
+    /// Samples generated.
+    pub sent: u64,
+    /// Samples handed to the transport.
+    pub written: u64,
+    /// Distinct samples received by the deadline.
+    pub received: u64,
+    /// Duplicate arrivals (ignored in `received`).
+    pub duplicates: u64,
+    /// Received samples per one-second bin of arrival time since generation start.
+    pub per_second: Vec<u64>,
+    /// Received samples divided by the generation duration.
+    pub rate: f64,
+    /// Latency percentiles in milliseconds (`None` when nothing arrived).
+    pub p50_ms: Option<f64>,
+    /// 99th percentile latency in milliseconds.
+    pub p99_ms: Option<f64>,
+    /// Largest latency in milliseconds.
+    pub max_ms: Option<f64>,
+}
+
+/// Computes per-sensor metrics of a run; `bins` one-second bins.
+pub fn sensor_metrics(raw: &RawRun, duration_s: f64, bins: usize) -> Vec<SensorRun> {
+    (0..SENSORS.len())
+        .map(|s| {
+            let mut seen = std::collections::HashSet::new();
+            let mut per_second = vec![0u64; bins.max(1)];
+            let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("valid bounds");
+            let mut dups = 0;
+            for a in raw.arrivals.iter().filter(|a| a.sensor == s) {
+                if !seen.insert(a.seq) {
+                    dups += 1;
+                    continue;
+                }
+                let bin = (a.recv_us.saturating_sub(raw.t0_us) / 1_000_000) as usize;
+                let last = per_second.len() - 1;
+                per_second[bin.min(last)] += 1;
+                let _ = hist.record(a.recv_us.saturating_sub(a.sent_us).max(1));
+            }
+            let received = seen.len() as u64;
+            let q = |p: f64| (received > 0).then(|| hist.value_at_quantile(p) as f64 / 1000.0);
+            SensorRun {
+                sensor: SENSORS[s].to_string(),
+                sent: raw.sent[s],
+                written: raw.written[s],
+                received,
+                duplicates: dups,
+                per_second,
+                rate: received as f64 / duration_s.max(1e-9),
+                p50_ms: q(0.5),
+                p99_ms: q(0.99),
+                max_ms: (received > 0).then(|| hist.max() as f64 / 1000.0),
+            }
+        })
+        .collect()
+}
+
+/// Median with min and max.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    /// Median.
+    pub median: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+    /// Values it summarises.
+    pub n: usize,
+}
+
+impl Spread {
+    /// Summarises `v`; `None` when empty.
+    pub fn of(v: &[f64]) -> Option<Spread> {
+        if v.is_empty() {
+            return None;
+        }
+        let mut s = v.to_vec();
+        s.sort_by(|a, b| a.total_cmp(b));
+        let n = s.len();
+        let median = if n % 2 == 1 {
+            s[n / 2]
+        } else {
+            (s[n / 2 - 1] + s[n / 2]) / 2.0
+        };
+        Some(Spread {
+            median,
+            min: s[0],
+            max: s[n - 1],
+            n,
+        })
+    }
+
+    /// `median [min–max]` with `prec` decimals.
+    pub fn show(&self, prec: usize) -> String {
+        format!(
+            "{:.p$} [{:.p$}–{:.p$}]",
+            self.median,
+            self.min,
+            self.max,
+            p = prec
+        )
+    }
+}
+
+/// Shows an optional spread, `–` when absent.
+pub fn show(s: &Option<Spread>, prec: usize) -> String {
+    s.map(|s| s.show(prec)).unwrap_or_else(|| "–".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::imu::{decode_sample, encode_sample, Arrival};
+
+    #[test]
+    fn spread_median_min_max() {
+        let s = Spread::of(&[3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.n), (2.0, 1.0, 3.0, 3));
+        assert_eq!(Spread::of(&[1.0, 4.0]).unwrap().median, 2.5);
+        assert!(Spread::of(&[]).is_none());
+    }
+
+    #[test]
+    fn sample_roundtrip_and_bins_add_up() {
+        let p = encode_sample(1, 42, 64);
+        assert_eq!(p.len(), 64);
+        let (sensor, seq, sent) = decode_sample(&p).unwrap();
+        assert_eq!((sensor, seq), (1, 42));
+        let raw = RawRun {
+            t0_us: sent,
+            sent: [2, 1],
+            written: [2, 1],
+            arrivals: vec![
+                Arrival {
+                    sensor: 0,
+                    seq: 0,
+                    sent_us: sent,
+                    recv_us: sent + 500,
+                },
+                Arrival {
+                    sensor: 0,
+                    seq: 1,
+                    sent_us: sent,
+                    recv_us: sent + 9_000_000,
+                },
+                Arrival {
+                    sensor: 0,
+                    seq: 1,
+                    sent_us: sent,
+                    recv_us: sent + 9_000_000,
+                },
+                Arrival {
+                    sensor: 1,
+                    seq: 0,
+                    sent_us: sent,
+                    recv_us: sent + 1_500_000,
+                },
+            ],
+        };
+        let m = sensor_metrics(&raw, 2.0, 3);
+        assert_eq!(m[0].received, 2);
+        assert_eq!(m[0].duplicates, 1);
+        assert_eq!(
+            m[0].per_second,
+            vec![1, 0, 1],
+            "late arrivals land in the last bin"
+        );
+        assert_eq!(m[1].per_second, vec![0, 1, 0]);
+        assert_eq!(m[0].rate, 1.0);
+        assert!(decode_sample(&p[..10]).is_none());
+    }
+}
