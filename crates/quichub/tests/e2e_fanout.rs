@@ -249,30 +249,7 @@ async fn stuck_subscriber_does_not_slow_the_others() {
         .unwrap();
 
     // The stuck subscriber: subscribes, then never reads a data stream.
-    let stuck = relay.raw("moqt").await;
-    {
-        let mut ctl = stuck.open_uni().await.unwrap();
-        ctl.write_all(
-            &moqt::Message::Setup(moqt::session::make_setup(
-                "stuck",
-                Some("127.0.0.1"),
-                Some("/"),
-            ))
-            .to_bytes(),
-        )
-        .await
-        .unwrap();
-        std::mem::forget(ctl);
-        let (mut send, _recv) = stuck.open_bi().await.unwrap();
-        let sub = moqt::Message::Subscribe(moqt::message::Subscribe {
-            request_id: 0,
-            track: name.clone(),
-            params: Parameters::default(),
-        });
-        send.write_all(&sub.to_bytes()).await.unwrap();
-        std::mem::forget(send);
-        std::mem::forget(_recv);
-    }
+    let stuck = relay.raw_subscriber(name.clone()).await;
     const N: u64 = 800;
     let mut healthy = Vec::new();
     for _ in 0..3 {

@@ -477,25 +477,8 @@ async fn lagging_subscriber_gets_too_far_behind() {
         .unwrap();
 
     // A subscriber that reads its request stream but never its data streams.
-    let stuck = relay.raw("moqt").await;
-    let mut ctl = stuck.open_uni().await.unwrap();
-    ctl.write_all(
-        &Message::Setup(moqt::session::make_setup(
-            "stuck",
-            Some("127.0.0.1"),
-            Some("/"),
-        ))
-        .to_bytes(),
-    )
-    .await
-    .unwrap();
-    let (mut send, recv) = stuck.open_bi().await.unwrap();
-    let sub = Message::Subscribe(moqt::message::Subscribe {
-        request_id: 0,
-        track: name.clone(),
-        params: Parameters::default(),
-    });
-    send.write_all(&sub.to_bytes()).await.unwrap();
+    let stuck = relay.raw_subscriber(name.clone()).await;
+    let recv = stuck.recv;
     let mut reader = MessageReader::new(recv, &[]);
     assert!(matches!(
         within(5, reader.next()).await,
@@ -513,7 +496,7 @@ async fn lagging_subscriber_gets_too_far_behind() {
         }
         other => panic!("expected PUBLISH_DONE, got {other:?}"),
     }
-    drop((ctl, send));
+    drop((stuck.control, stuck.send, stuck.session));
 }
 
 /// The session limit refuses sessions beyond it without disturbing the others.

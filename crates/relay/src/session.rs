@@ -1168,10 +1168,9 @@ async fn on_publish_namespace(
     let result = loop {
         match reader.next().await {
             Ok(Message::RequestUpdate(u)) => {
-                if let Err(e) = h.request_ids.lock().expect("ids").accept_peer(u.request_id) {
+                if let Err(e) = ack_update(h, &mut send, &u).await {
                     break Err(e);
                 }
-                let _ = write_message(&mut send, &Message::RequestOk(RequestOk::default())).await;
             }
             Ok(other) => {
                 break Err(SessionError::protocol(format!(
@@ -1186,6 +1185,21 @@ async fn on_publish_namespace(
     relay.unpublish_namespace(&m.namespace, h.id);
     let _ = send.finish();
     result
+}
+
+/// A REQUEST_UPDATE on a namespace-level request: its Request ID is checked
+/// and it is acknowledged (the relay keeps no per-request state to change).
+async fn ack_update(
+    h: &SessionHandle,
+    send: &mut SendStream,
+    u: &moqt::message::RequestUpdate,
+) -> Result<()> {
+    h.request_ids
+        .lock()
+        .expect("ids")
+        .accept_peer(u.request_id)?;
+    let _ = write_message(send, &Message::RequestOk(RequestOk::default())).await;
+    Ok(())
 }
 
 fn overlap_check(
@@ -1247,11 +1261,10 @@ async fn on_subscribe_namespace(
                 }
                 msg = reader.next() => match msg {
                     Ok(Message::RequestUpdate(u)) => {
-                        h.request_ids.lock().expect("ids").accept_peer(u.request_id)?;
+                        ack_update(h, &mut send, &u).await?;
                         if let Some(p) = u.params.track_namespace_prefix {
                             prefix = p;
                         }
-                        let _ = write_message(&mut send, &Message::RequestOk(RequestOk::default())).await;
                     }
                     Ok(other) => return Err(SessionError::protocol(format!("{} on SUBSCRIBE_NAMESPACE stream", other.name()))),
                     Err(ReadError::Decode(e)) => return Err(e.into()),
@@ -1302,10 +1315,7 @@ async fn on_subscribe_tracks(
                 None => break Ok(()),
             },
             msg = reader.next() => match msg {
-                Ok(Message::RequestUpdate(u)) => {
-                    h.request_ids.lock().expect("ids").accept_peer(u.request_id)?;
-                    let _ = write_message(&mut send, &Message::RequestOk(RequestOk::default())).await;
-                }
+                Ok(Message::RequestUpdate(u)) => ack_update(h, &mut send, &u).await?,
                 Ok(other) => break Err(SessionError::protocol(format!("{} on SUBSCRIBE_TRACKS stream", other.name()))),
                 Err(ReadError::Decode(e)) => break Err(e.into()),
                 Err(_) => break Ok(()),

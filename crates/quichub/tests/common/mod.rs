@@ -73,6 +73,42 @@ impl TestRelay {
     }
 }
 
+/// A hand-driven subscriber: a raw session that sends SETUP and one
+/// SUBSCRIBE, and never reads a data stream. Returns the session, its control
+/// stream and the request stream (keep them alive as long as needed).
+pub struct RawSubscriber {
+    pub session: web_transport_quinn::Session,
+    pub control: web_transport_quinn::SendStream,
+    pub send: web_transport_quinn::SendStream,
+    pub recv: web_transport_quinn::RecvStream,
+}
+
+impl TestRelay {
+    pub async fn raw_subscriber(&self, track: moqt::FullTrackName) -> RawSubscriber {
+        use moqt::message::{Message, Subscribe};
+        let session = self.raw("moqt").await;
+        let mut control = session.open_uni().await.unwrap();
+        let setup = moqt::session::make_setup("raw", Some("127.0.0.1"), Some("/"));
+        control
+            .write_all(&Message::Setup(setup).to_bytes())
+            .await
+            .unwrap();
+        let (mut send, recv) = session.open_bi().await.unwrap();
+        let sub = Message::Subscribe(Subscribe {
+            request_id: 0,
+            track,
+            params: moqt::Parameters::default(),
+        });
+        send.write_all(&sub.to_bytes()).await.unwrap();
+        RawSubscriber {
+            session,
+            control,
+            send,
+            recv,
+        }
+    }
+}
+
 /// Runs `f` with a deadline so a hung test fails instead of blocking CI.
 pub async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(secs), f)
