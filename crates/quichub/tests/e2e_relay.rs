@@ -523,3 +523,28 @@ async fn session_limit() {
     );
     assert!(first.peer_setup().is_some());
 }
+
+/// Track Properties the relay could not forward within a control message are
+/// refused, instead of making a message it cannot encode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_track_properties_are_refused() {
+    let relay = TestRelay::start().await;
+    let publisher = relay.client("moqt").await;
+    let big = moqt::KeyValue::bytes(0x39, Bytes::from(vec![b'p'; 20_000]));
+    let e = publisher
+        .create_track_with(
+            FullTrackName::new("big", "t"),
+            1,
+            TrackMode::Push,
+            vec![big],
+        )
+        .await
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("0x3 "), "{e}");
+    // The session is still usable.
+    publisher
+        .create_track(FullTrackName::new("big", "ok"), 1, TrackMode::Push)
+        .await
+        .unwrap();
+}

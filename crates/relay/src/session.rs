@@ -190,6 +190,14 @@ impl SessionHandle {
             .await
             .map_err(|_| Refusal::new(request_error::TIMEOUT, "upstream did not answer"))?;
         let ok = match first {
+            Ok(Message::SubscribeOk(ok)) if !crate::track::properties_fit(&ok.properties) => {
+                let _ = send.reset(reset::INTERNAL_ERROR);
+                reader.stop(reset::INTERNAL_ERROR);
+                return Err(Refusal::new(
+                    request_error::NOT_SUPPORTED,
+                    "track properties too large",
+                ));
+            }
             Ok(Message::SubscribeOk(ok)) => ok,
             Ok(Message::RequestError(e)) => {
                 return Err(Refusal::new(e.code, String::from_utf8_lossy(&e.reason)));
@@ -1396,6 +1404,16 @@ async fn on_publish(
             Some(slot),
             request_error::UNAUTHORIZED,
             "reserved namespace",
+        )
+        .await;
+        return Ok(());
+    }
+    if !crate::track::properties_fit(&m.properties) {
+        reply_error(
+            &mut send,
+            Some(slot),
+            request_error::NOT_SUPPORTED,
+            "track properties too large",
         )
         .await;
         return Ok(());

@@ -27,6 +27,16 @@ struct CachedGroup {
     first_received: Instant,
 }
 
+/// Most bytes of Track Properties the relay accepts for a track. It forwards
+/// them in SUBSCRIBE_OK, PUBLISH and TRACK_STATUS_OK beside names and
+/// parameters, and every control message must fit in 65535 bytes.
+pub const MAX_TRACK_PROPERTIES: usize = 16 * 1024;
+
+/// Whether a set of Track Properties fits [`MAX_TRACK_PROPERTIES`].
+pub fn properties_fit(properties: &[KeyValue]) -> bool {
+    moqt::coding::kvps_len(properties) <= MAX_TRACK_PROPERTIES
+}
+
 /// Publisher-side facts about a track.
 #[derive(Debug, Clone)]
 pub struct TrackInfo {
