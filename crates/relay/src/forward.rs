@@ -79,6 +79,9 @@ pub struct Forwarder {
     /// Subgroups we reset (gap or timeout): later objects of them are dropped,
     /// as the next object can no longer be proven to be the next in the subgroup.
     broken: Vec<(u64, u64)>,
+    /// Subgroups given up because writes stalled: later objects of them are
+    /// skipped and count towards the subscriber's lag.
+    stalled: Vec<(u64, u64)>,
     stream_count: u64,
     lagged: u64,
     header: BytesMut,
@@ -101,6 +104,7 @@ impl Forwarder {
             config,
             streams: HashMap::new(),
             broken: Vec::new(),
+            stalled: Vec::new(),
             stream_count: 0,
             lagged: 0,
             header: BytesMut::with_capacity(64),
@@ -133,8 +137,14 @@ impl Forwarder {
                     Err(broadcast::error::RecvError::Lagged(n)) => {
                         self.metrics.drops_lagged.fetch_add(n, Relaxed);
                         self.lagged += n;
-                        // A gap: no open stream can be continued safely.
-                        self.reset_all(reset::TOO_FAR_BEHIND);
+                        // A gap: no open stream can be continued safely, and
+                        // the rest of those subgroups counts as lost too.
+                        let keys: Vec<_> = self.streams.keys().copied().collect();
+                        for k in keys {
+                            self.reset_one(k, reset::TOO_FAR_BEHIND);
+                            self.broken.retain(|b| *b != k);
+                            self.stalled.push(k);
+                        }
                         if self.lagged > self.config.max_lag_objects {
                             break publish_done::TOO_FAR_BEHIND;
                         }
@@ -203,10 +213,11 @@ impl Forwarder {
                 return None;
             }
         }
-        match o.subgroup {
-            // Datagram objects go through the subscriber's sink, not the ring.
-            None => {}
-            Some(sg) => self.send_subgroup_object(o, sg, &s).await,
+        // Datagram objects go through the subscriber's sink, not the ring.
+        if let Some(sg) = o.subgroup {
+            if self.send_subgroup_object(o, sg, &s).await {
+                return Some(publish_done::TOO_FAR_BEHIND);
+            }
         }
         let last_of_group = o.group == s.end_group.unwrap_or(u64::MAX)
             && matches!(
@@ -216,22 +227,30 @@ impl Forwarder {
         last_of_group.then_some(publish_done::SUBSCRIPTION_ENDED)
     }
 
-    async fn send_subgroup_object(&mut self, o: &Object, sg: u64, s: &Settings) {
+    /// Writes one subgroup object; `true` when the subscriber has now lost
+    /// more than `max_lag_objects` and must be ended with TOO_FAR_BEHIND.
+    async fn send_subgroup_object(&mut self, o: &Object, sg: u64, s: &Settings) -> bool {
         let key = (o.group, sg);
+        if self.stalled.contains(&key) {
+            // Skipped because the subscriber stopped reading this subgroup.
+            self.metrics.drops_lagged.fetch_add(1, Relaxed);
+            self.lagged += 1;
+            return self.lagged > self.config.max_lag_objects;
+        }
         if self.broken.contains(&key) {
             self.metrics.drops_lagged.fetch_add(1, Relaxed);
-            return;
+            return false;
         }
         if let (Some(t), Some(open)) = (s.subgroup_timeout, self.streams.get(&key)) {
             if open.opened.elapsed() > t {
                 self.metrics.drops_timeout.fetch_add(1, Relaxed);
                 self.reset_one(key, reset::DELIVERY_TIMEOUT);
-                return;
+                return false;
             }
         }
         if !self.streams.contains_key(&key) {
             let Ok(stream) = self.session.open_uni().await else {
-                return;
+                return false;
             };
             let _ = stream.set_priority(stream_priority(
                 s.subscriber_priority,
@@ -287,7 +306,7 @@ impl Forwarder {
         {
             // Not the next object of this subgroup: the stream cannot continue.
             self.reset_one(key, reset::INTERNAL_ERROR);
-            return;
+            return false;
         }
         let head = self.header.split().freeze();
         let stall = Duration::from_millis(self.config.write_stall_ms);
@@ -302,14 +321,19 @@ impl Forwarder {
                 // STOP_SENDING from the subscriber, or the session is gone.
                 self.streams.remove(&key);
                 self.broken.push(key);
-                return;
+                return false;
             }
             Err(_) => {
                 // The subscriber is not reading: give up this subgroup so the
-                // forwarder goes back to the ring (and skips what it missed).
-                self.metrics.drops_timeout.fetch_add(1, Relaxed);
+                // forwarder goes back to the ring; what it skips counts as lag.
+                self.metrics.drops_lagged.fetch_add(1, Relaxed);
                 self.reset_one(key, reset::TOO_FAR_BEHIND);
-                return;
+                self.stalled.push(key);
+                if self.stalled.len() > 256 {
+                    self.stalled.remove(0);
+                }
+                self.lagged += 1;
+                return self.lagged > self.config.max_lag_objects;
             }
         }
         let open = self.streams.get_mut(&key).expect("still open");
@@ -324,6 +348,7 @@ impl Forwarder {
         ) {
             self.end_subgroup(o.group, sg, true);
         }
+        false
     }
 
     fn end_subgroup(&mut self, group: u64, subgroup: u64, fin: bool) {

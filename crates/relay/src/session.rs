@@ -60,9 +60,23 @@ pub struct SessionHandle {
     control_seen: AtomicBool,
     open_requests: AtomicUsize,
     subscriptions: Mutex<HashMap<u64, SubInfo>>,
+    /// Tracks this session subscribes to (one subscription per track, §5.1).
+    subscribed: Mutex<std::collections::HashSet<moqt::FullTrackName>>,
     ns_prefixes: Mutex<HashMap<u64, TrackNamespace>>,
     track_prefixes: Mutex<HashMap<u64, TrackNamespace>>,
     goaway_sent: AtomicBool,
+}
+
+/// Holds a track name in [`SessionHandle`]'s subscribed set until dropped.
+struct Reservation<'a> {
+    set: &'a Mutex<std::collections::HashSet<moqt::FullTrackName>>,
+    name: moqt::FullTrackName,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.set.lock().expect("subscribed").remove(&self.name);
+    }
 }
 
 /// Counts an open request for the request limit; released on drop, or as
@@ -113,6 +127,7 @@ impl SessionHandle {
             control_seen: AtomicBool::new(false),
             open_requests: AtomicUsize::new(0),
             subscriptions: Mutex::default(),
+            subscribed: Mutex::default(),
             ns_prefixes: Mutex::default(),
             track_prefixes: Mutex::default(),
             goaway_sent: AtomicBool::new(false),
@@ -771,13 +786,18 @@ async fn on_subscribe(
         .await;
         return Ok(());
     }
-    let duplicate = h
-        .subscriptions
+    // Reserve the track name for this session at once, so a second SUBSCRIBE
+    // that races the first (before its SUBSCRIBE_OK) is still a duplicate.
+    let reserved = h
+        .subscribed
         .lock()
-        .expect("subs")
-        .values()
-        .any(|s| s.entry.track.name == m.track);
-    if duplicate {
+        .expect("subscribed")
+        .insert(m.track.clone());
+    let _reservation = reserved.then(|| Reservation {
+        set: &h.subscribed,
+        name: m.track.clone(),
+    });
+    if !reserved {
         reply_error(
             &mut send,
             Some(slot),
