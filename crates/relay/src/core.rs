@@ -61,6 +61,10 @@ pub struct TrackEntry {
     pub cancel: Notify,
 }
 
+/// Namespace and track announcements queued per SUBSCRIBE_NAMESPACE or
+/// SUBSCRIBE_TRACKS before the subscriber is dropped for not keeping up.
+pub const EVENT_QUEUE: usize = 1024;
+
 /// Namespace announcements sent to SUBSCRIBE_NAMESPACE subscribers.
 #[derive(Debug, Clone)]
 pub enum NamespaceEvent {
@@ -72,12 +76,12 @@ pub enum NamespaceEvent {
 
 struct NsSub {
     prefix: TrackNamespace,
-    tx: mpsc::UnboundedSender<NamespaceEvent>,
+    tx: mpsc::Sender<NamespaceEvent>,
 }
 
 struct TrackSub {
     prefix: TrackNamespace,
-    tx: mpsc::UnboundedSender<Arc<TrackEntry>>,
+    tx: mpsc::Sender<Arc<TrackEntry>>,
 }
 
 #[derive(Default)]
@@ -222,15 +226,14 @@ impl Relay {
     }
 
     fn notify_namespace(&self, ev: NamespaceEvent) {
-        let st = self.lock();
+        let mut st = self.lock();
         let ns = match &ev {
             NamespaceEvent::Added(n) | NamespaceEvent::Removed(n) => n,
         };
-        for sub in st.ns_subs.values() {
-            if ns.has_prefix(&sub.prefix) {
-                let _ = sub.tx.send(ev.clone());
-            }
-        }
+        // A subscriber that does not read its stream falls behind: it is
+        // dropped (its stream is reset) rather than queued for without bound.
+        st.ns_subs
+            .retain(|_, sub| !ns.has_prefix(&sub.prefix) || sub.tx.try_send(ev.clone()).is_ok());
     }
 
     /// The publisher session for the longest published namespace prefixing `name`'s.
@@ -249,8 +252,8 @@ impl Relay {
         &self,
         id: u64,
         prefix: TrackNamespace,
-    ) -> (Vec<TrackNamespace>, mpsc::UnboundedReceiver<NamespaceEvent>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    ) -> (Vec<TrackNamespace>, mpsc::Receiver<NamespaceEvent>) {
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
         let mut st = self.lock();
         let mut existing: Vec<_> = st
             .namespaces
@@ -273,11 +276,8 @@ impl Relay {
         &self,
         id: u64,
         prefix: TrackNamespace,
-    ) -> (
-        Vec<Arc<TrackEntry>>,
-        mpsc::UnboundedReceiver<Arc<TrackEntry>>,
-    ) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    ) -> (Vec<Arc<TrackEntry>>, mpsc::Receiver<Arc<TrackEntry>>) {
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
         let mut st = self.lock();
         let existing = st
             .tracks
@@ -319,11 +319,10 @@ impl Relay {
                 old.cancel.notify_one();
             }
             st.tracks.insert(track.name.clone(), entry.clone());
-            for sub in st.track_subs.values() {
-                if track.name.namespace.has_prefix(&sub.prefix) {
-                    let _ = sub.tx.send(entry.clone());
-                }
-            }
+            st.track_subs.retain(|_, sub| {
+                !track.name.namespace.has_prefix(&sub.prefix)
+                    || sub.tx.try_send(entry.clone()).is_ok()
+            });
         }
         self.metrics.tracks.fetch_add(1, Relaxed);
         self.changed.notify_waiters();

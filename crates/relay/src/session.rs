@@ -1277,7 +1277,11 @@ async fn on_subscribe_namespace(
         loop {
             tokio::select! {
                 ev = rx.recv() => {
-                    let Some(ev) = ev else { return Ok(()) };
+                    let Some(ev) = ev else {
+                        // The relay dropped us for falling behind.
+                        let _ = send.reset(reset::EXCESSIVE_LOAD);
+                        return Ok(());
+                    };
                     let msg = match ev {
                         NamespaceEvent::Added(ns) if ns.has_prefix(&prefix) && active.insert(ns.clone()) => Message::Namespace(ns.suffix_after(&prefix)),
                         NamespaceEvent::Removed(ns) if active.remove(&ns) => Message::NamespaceDone(ns.suffix_after(&prefix)),
@@ -1340,7 +1344,11 @@ async fn on_subscribe_tracks(
         tokio::select! {
             e = rx.recv() => match e {
                 Some(e) => spawn_publish_downstream(relay, h, e, forward),
-                None => break Ok(()),
+                None => {
+                    // The relay dropped us for falling behind.
+                    let _ = send.reset(reset::EXCESSIVE_LOAD);
+                    break Ok(());
+                }
             },
             msg = reader.next() => match msg {
                 Ok(Message::RequestUpdate(u)) => ack_update(h, &mut send, &u).await?,
