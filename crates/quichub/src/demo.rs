@@ -43,6 +43,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         key: None,
         metrics: "off".into(),
         config: None,
+        mqtt: "off".into(),
     })
     .await?;
     let scheme = if a.webtransport { "https" } else { "moqt" };

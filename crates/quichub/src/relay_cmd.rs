@@ -8,6 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use quichub_net::server::Server;
 use quichub_net::tls::Identity;
+use quichub_gateway::bridge::Bridge;
+use quichub_gateway::{Broker, BrokerConfig, ConnConfig};
 use quichub_relay::{Config, Relay};
 
 /// Relay options.
@@ -28,6 +30,18 @@ pub struct RelayArgs {
     /// TOML file with relay limits (see README for every key).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// TCP address of the MQTT 3.1.1/5 broker (`off` to disable).
+    #[arg(long, default_value = "127.0.0.1:1883")]
+    pub mqtt: String,
+}
+
+fn addr_or_off(flag: &str, v: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if v == "off" {
+        return Ok(None);
+    }
+    v.parse()
+        .map(Some)
+        .with_context(|| format!("--{flag} must be ADDR:PORT or off"))
 }
 
 /// A relay running in this process.
@@ -42,6 +56,8 @@ pub struct Running {
     pub server: Arc<Server>,
     /// The bound metrics address, if any.
     pub metrics: Option<SocketAddr>,
+    /// The bound MQTT TCP address, if any.
+    pub mqtt: Option<SocketAddr>,
 }
 
 /// Binds and starts the relay's tasks.
@@ -64,13 +80,26 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         relay.clone(),
         server.clone(),
     ));
-    let metrics = if args.metrics == "off" {
-        None
-    } else {
-        let a: SocketAddr = args
-            .metrics
-            .parse()
-            .context("--metrics must be ADDR:PORT or off")?;
+    let broker = Broker::new(BrokerConfig::default());
+    let bridge = Bridge::start(relay.clone(), &broker);
+    let b = broker.clone();
+    tokio::spawn(async move {
+        let _bridge = bridge;
+        let mut t = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            t.tick().await;
+            b.tick(std::time::Instant::now());
+        }
+    });
+    let mqtt = match addr_or_off("mqtt", &args.mqtt)? {
+        Some(a) => Some(
+            quichub_gateway::listener::spawn_tcp(a, broker.clone(), Arc::new(ConnConfig::default()))
+                .await
+                .with_context(|| format!("bind MQTT {a} (use --mqtt off or another address)"))?,
+        ),
+        None => None,
+    };
+    let metrics = if let Some(a) = addr_or_off("metrics", &args.metrics)? {
         let listener = quichub_net::metrics_http::bind(a)
             .await
             .with_context(|| format!("bind metrics {a}"))?;
@@ -81,6 +110,8 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
             Arc::new(move || m.render()),
         ));
         Some(bound)
+    } else {
+        None
     };
     Ok(Running {
         addr,
@@ -88,6 +119,7 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         relay,
         server,
         metrics,
+        mqtt,
     })
 }
 
@@ -102,6 +134,9 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
             r.addr
         )?;
         writeln!(out, "certificate sha256 {}", r.fingerprint)?;
+        if let Some(m) = r.mqtt {
+            writeln!(out, "mqtt tcp {m} (MQTT 3.1.1 and 5.0)")?;
+        }
         if let Some(m) = r.metrics {
             writeln!(out, "metrics http://{m}/metrics")?;
         }

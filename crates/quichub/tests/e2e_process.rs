@@ -26,7 +26,7 @@ impl Drop for RelayProcess {
 
 fn start_relay() -> RelayProcess {
     let mut child = Command::new(BIN)
-        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off"])
+        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off", "--mqtt", "off"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -205,6 +205,8 @@ fn relay_config_file() {
             "127.0.0.1:0",
             "--metrics",
             "off",
+            "--mqtt",
+            "off",
             "--config",
         ])
         .arg(&good)
@@ -227,6 +229,8 @@ fn relay_config_file() {
             "--bind",
             "127.0.0.1:0",
             "--metrics",
+            "off",
+            "--mqtt",
             "off",
             "--config",
         ])

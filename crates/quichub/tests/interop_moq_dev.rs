@@ -67,6 +67,8 @@ fn start_quichub(cert: &Path, key: &Path) -> (Proc, u16) {
             "127.0.0.1:0",
             "--metrics",
             "off",
+            "--mqtt",
+            "off",
             "--cert",
         ])
         .arg(cert)

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use moqt::Location;
+use tokio::sync::mpsc;
 use web_transport_quinn::Session;
 
 use crate::metrics::Metrics;
@@ -37,20 +38,39 @@ enum State {
     Active(SinkFilter),
 }
 
+/// Where a sink's datagram objects go.
+#[derive(Debug)]
+pub enum SinkTarget {
+    /// A downstream MoQT session, as OBJECT_DATAGRAMs with this Track Alias.
+    Session {
+        /// The session.
+        session: Session,
+        /// Track Alias.
+        alias: u64,
+    },
+    /// An in-process consumer (the MQTT/HTTP gateway). The channel is bounded
+    /// and never awaited: a full channel drops the object, as a full QUIC
+    /// datagram queue would.
+    Local(mpsc::Sender<Arc<Object>>),
+}
+
 /// One subscriber's datagram path.
 #[derive(Debug)]
 pub struct DatagramSink {
-    session: Session,
-    alias: u64,
+    target: SinkTarget,
     state: Mutex<State>,
 }
 
 impl DatagramSink {
     /// A sink for `session`, sending with Track Alias `alias`, not yet active.
     pub fn new(session: Session, alias: u64) -> Self {
+        Self::with_target(SinkTarget::Session { session, alias })
+    }
+
+    /// A sink delivering to `target`, not yet active.
+    pub fn with_target(target: SinkTarget) -> Self {
         Self {
-            session,
-            alias,
+            target,
             state: Mutex::new(State::Pending(Vec::new())),
         }
     }
@@ -96,7 +116,13 @@ impl DatagramSink {
             metrics.drops_timeout.fetch_add(1, Relaxed);
             return false;
         }
-        if self.session.send_datagram(o.datagram(self.alias)).is_ok() {
+        let sent = match &self.target {
+            SinkTarget::Session { session, alias } => {
+                session.send_datagram(o.datagram(*alias)).is_ok()
+            }
+            SinkTarget::Local(tx) => tx.try_send(o.clone()).is_ok(),
+        };
+        if sent {
             true
         } else {
             metrics.drops_datagram.fetch_add(1, Relaxed);

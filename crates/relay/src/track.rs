@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use moqt::{FullTrackName, GroupOrder, KeyValue, Location};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::object::{Object, TrackEvent};
-use crate::sink::DatagramSink;
+use crate::sink::{DatagramSink, SinkTarget};
 use web_transport_quinn::Session;
 
 /// What a track's fan-out ring carries (objects are shared, never copied).
@@ -193,8 +193,21 @@ impl Track {
     /// Joins the fan-out for `session`: the receiver, the datagram sink and the
     /// largest Location are taken under one lock so no object falls between them.
     pub fn join(self: &Arc<Self>, session: &Session) -> Joined {
+        self.join_target(SinkTarget::Session {
+            session: session.clone(),
+            alias: self.id,
+        })
+    }
+
+    /// Joins the fan-out for an in-process consumer: datagram objects arrive on
+    /// `tx` (dropped when it is full), stream objects on the returned receiver.
+    pub fn join_local(self: &Arc<Self>, tx: mpsc::Sender<Arc<Object>>) -> Joined {
+        self.join_target(SinkTarget::Local(tx))
+    }
+
+    fn join_target(self: &Arc<Self>, target: SinkTarget) -> Joined {
         let mut g = self.inner.lock().expect("track lock");
-        let sink = Arc::new(DatagramSink::new(session.clone(), self.id));
+        let sink = Arc::new(DatagramSink::with_target(target));
         g.sinks.push(sink.clone());
         Joined {
             sink: SinkGuard {

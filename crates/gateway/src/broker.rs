@@ -1,0 +1,669 @@
+//! The MQTT routing state: sessions, subscriptions, shared subscriptions,
+//! retained messages, offline queues and wills. Every protocol's publishes
+//! enter through [`Broker::publish`]; subscribers of every protocol receive
+//! [`Delivery`]s on a bounded channel that is never awaited under the lock.
+//!
+//! The state sits behind one `std::sync::Mutex`, held only for map updates and
+//! non-blocking channel sends, never across an `.await`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use quichub_mqtt::reason;
+use quichub_mqtt::topic::{self, TopicTree};
+use quichub_mqtt::{Properties, QoS, SubscriptionOptions};
+use tokio::sync::mpsc;
+
+/// Limits on what clients control.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Most sessions (connected or kept for a reconnect).
+    pub max_sessions: usize,
+    /// Most subscriptions per session.
+    pub max_subscriptions: usize,
+    /// Most messages queued per session: delivered but not yet written to a
+    /// connected client, or QoS 1/2 messages kept for an offline one. Beyond
+    /// it messages for that session are dropped (and counted).
+    pub max_queued: usize,
+    /// Most retained messages.
+    pub max_retained: usize,
+    /// Longest Session Expiry Interval granted, seconds.
+    pub max_session_expiry: u32,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        Self {
+            max_sessions: 100_000,
+            max_subscriptions: 1_000,
+            max_queued: 1_000,
+            max_retained: 100_000,
+            max_session_expiry: 7 * 24 * 3600,
+        }
+    }
+}
+
+/// Where a message came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// An MQTT client, by Client Identifier (for No Local).
+    Mqtt(Arc<str>),
+    /// An HTTP POST.
+    Http,
+    /// A MoQT publisher's object (not published back into MoQT).
+    Moqt,
+    /// A Will Message of this client.
+    Will(Arc<str>),
+}
+
+/// One application message, shared by every delivery.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// Topic name.
+    pub topic: Arc<str>,
+    /// Payload, never copied.
+    pub payload: Bytes,
+    /// QoS it was published with.
+    pub qos: QoS,
+    /// RETAIN flag it was published with.
+    pub retain: bool,
+    /// Properties forwarded to MQTT 5 subscribers (Payload Format Indicator,
+    /// Content Type, Response Topic, Correlation Data, User Properties).
+    pub properties: Properties,
+    /// When the Message Expiry Interval runs out.
+    pub expires: Option<Instant>,
+    /// Publisher.
+    pub source: Source,
+}
+
+impl Message {
+    /// A message with no properties.
+    pub fn new(topic: &str, payload: Bytes, qos: QoS, retain: bool, source: Source) -> Self {
+        Self {
+            topic: topic.into(),
+            payload,
+            qos,
+            retain,
+            properties: Properties::default(),
+            expires: None,
+            source,
+        }
+    }
+
+    /// Keeps only the properties a broker forwards, and turns the Message
+    /// Expiry Interval into a deadline.
+    pub fn with_properties(mut self, p: &Properties, now: Instant) -> Self {
+        self.expires = p
+            .message_expiry_interval
+            .map(|s| now + Duration::from_secs(s.into()));
+        self.properties = Properties {
+            payload_format_indicator: p.payload_format_indicator,
+            content_type: p.content_type.clone(),
+            response_topic: p.response_topic.clone(),
+            correlation_data: p.correlation_data.clone(),
+            user_properties: p.user_properties.clone(),
+            ..Properties::default()
+        };
+        self
+    }
+
+    /// Whether the message expired at `now`.
+    pub fn expired(&self, now: Instant) -> bool {
+        self.expires.is_some_and(|e| now >= e)
+    }
+}
+
+/// One message on its way to one subscriber.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The message.
+    pub message: Arc<Message>,
+    /// QoS of this delivery: the lower of the publish and the subscription.
+    pub qos: QoS,
+    /// RETAIN flag to send.
+    pub retain: bool,
+    /// Subscription Identifiers of the matching subscriptions.
+    pub subscription_ids: Vec<u32>,
+    /// Sent before and not acknowledged: the DUP flag is set.
+    pub dup: bool,
+}
+
+/// Options of one subscription as the broker keeps them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubOptions {
+    /// What the client asked for.
+    pub options: SubscriptionOptions,
+    /// Subscription Identifier.
+    pub id: Option<u32>,
+}
+
+/// A live connection's end of the delivery channel.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    /// Deliveries for the connection.
+    pub tx: mpsc::Sender<Delivery>,
+    /// Connection id (sessions outlive connections).
+    pub conn: u64,
+    /// Tells the connection to close (session taken over): the reason code.
+    pub kick: mpsc::Sender<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum SubKey {
+    Client(Arc<str>),
+    Shared(Arc<str>),
+}
+
+#[derive(Debug, Clone)]
+enum SubValue {
+    Client(SubOptions),
+    Shared(Arc<SharedGroup>),
+}
+
+#[derive(Debug)]
+struct SharedGroup {
+    members: Vec<(Arc<str>, SubOptions)>,
+    next: AtomicUsize,
+}
+
+#[derive(Debug)]
+struct Session {
+    outbox: Option<Outbox>,
+    /// Full filters as subscribed (including `$share/...`).
+    subscriptions: HashMap<String, SubOptions>,
+    /// `None`: never expires.
+    expiry: Option<Duration>,
+    disconnected: Option<Instant>,
+    /// QoS 1/2 messages kept while offline, oldest first.
+    queue: VecDeque<Delivery>,
+}
+
+#[derive(Debug)]
+struct PendingWill {
+    client: Arc<str>,
+    conn: u64,
+    due: Instant,
+    message: Message,
+}
+
+#[derive(Default)]
+struct State {
+    sessions: HashMap<Arc<str>, Session>,
+    tree: TopicTree<SubKey, SubValue>,
+    retained: HashMap<Arc<str>, Arc<Message>>,
+    wills: Vec<PendingWill>,
+}
+
+/// Counters, for `/metrics` and the benchmark.
+#[derive(Debug, Default)]
+pub struct BrokerMetrics {
+    /// Messages published.
+    pub published: AtomicU64,
+    /// Deliveries handed to connections.
+    pub delivered: AtomicU64,
+    /// Deliveries dropped because a session's queue was full.
+    pub dropped: AtomicU64,
+    /// Deliveries queued for offline sessions.
+    pub queued_offline: AtomicU64,
+}
+
+/// What [`Broker::connect`] decided.
+#[derive(Debug)]
+pub struct Connected {
+    /// An earlier session was resumed.
+    pub session_present: bool,
+    /// Messages kept for the session while it was offline, to send first.
+    pub backlog: Vec<Delivery>,
+}
+
+/// Why a SUBSCRIBE filter was refused: its reason code.
+pub type SubscribeResult = Result<(QoS, Vec<Delivery>), u8>;
+
+/// The broker.
+pub struct Broker {
+    /// Limits.
+    pub config: BrokerConfig,
+    /// Counters.
+    pub metrics: BrokerMetrics,
+    state: Mutex<State>,
+    conn_ids: AtomicU64,
+    /// Called with every routed message that did not come from MoQT, so the
+    /// MoQT bridge can publish it as an object.
+    #[allow(clippy::type_complexity)]
+    tap: Mutex<Option<Arc<dyn Fn(&Arc<Message>) + Send + Sync>>>,
+}
+
+impl Broker {
+    /// A new broker.
+    pub fn new(config: BrokerConfig) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            metrics: BrokerMetrics::default(),
+            state: Mutex::default(),
+            conn_ids: AtomicU64::new(1),
+            tap: Mutex::new(None),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("broker lock")
+    }
+
+    /// Installs the hook that sees every published message (the MoQT bridge).
+    pub fn set_tap(&self, f: Arc<dyn Fn(&Arc<Message>) + Send + Sync>) {
+        *self.tap.lock().expect("tap lock") = Some(f);
+    }
+
+    /// A fresh connection id.
+    pub fn next_conn_id(&self) -> u64 {
+        self.conn_ids.fetch_add(1, Relaxed)
+    }
+
+    /// Number of sessions.
+    pub fn sessions(&self) -> usize {
+        self.lock().sessions.len()
+    }
+
+    /// Attaches a connection to the session of `client`, creating or resuming
+    /// it. A connection already attached is told to close (session taken
+    /// over). `expiry` is the Session Expiry Interval (`None` = never).
+    /// Err is a CONNACK reason code.
+    pub fn connect(
+        &self,
+        client: &Arc<str>,
+        clean_start: bool,
+        expiry: Option<Duration>,
+        outbox: Outbox,
+    ) -> Result<Connected, u8> {
+        let mut st = self.lock();
+        // A will waiting on its delay is cancelled when the session comes back.
+        st.wills.retain(|w| &w.client != client);
+        let exists = st.sessions.contains_key(client);
+        if !exists && st.sessions.len() >= self.config.max_sessions {
+            return Err(reason::SERVER_BUSY);
+        }
+        if exists && clean_start {
+            self.remove_session_locked(&mut st, client);
+        }
+        let session = st.sessions.entry(client.clone()).or_insert_with(|| Session {
+            outbox: None,
+            subscriptions: HashMap::new(),
+            expiry,
+            disconnected: None,
+            queue: VecDeque::new(),
+        });
+        if let Some(old) = session.outbox.take() {
+            let _ = old.kick.try_send(reason::SESSION_TAKEN_OVER);
+        }
+        let present = exists && !clean_start;
+        session.outbox = Some(outbox);
+        session.expiry = expiry;
+        session.disconnected = None;
+        let now = Instant::now();
+        let backlog = session
+            .queue
+            .drain(..)
+            .filter(|d| !d.message.expired(now))
+            .collect();
+        Ok(Connected {
+            session_present: present,
+            backlog,
+        })
+    }
+
+    /// Detaches connection `conn` from its session. `unacked` are deliveries
+    /// written but not acknowledged (kept for the next connection when the
+    /// session persists), `will` is published now or after its delay, and
+    /// `expiry` overrides the session expiry (from DISCONNECT).
+    pub fn disconnect(
+        &self,
+        client: &Arc<str>,
+        conn: u64,
+        unacked: Vec<Delivery>,
+        will: Option<(Message, Duration)>,
+        expiry: Option<Option<Duration>>,
+    ) {
+        let mut fire = None;
+        {
+            let mut st = self.lock();
+            let Some(session) = st.sessions.get_mut(client) else {
+                return;
+            };
+            if session.outbox.as_ref().map(|o| o.conn) != Some(conn) {
+                // Taken over: the new connection owns the session now; what
+                // this one had in flight is redelivered to it.
+                if let Some(o) = &session.outbox {
+                    for d in unacked {
+                        let _ = o.tx.try_send(d);
+                    }
+                }
+                if let Some((m, _)) = will {
+                    fire = Some(m);
+                }
+            } else {
+                session.outbox = None;
+                if let Some(e) = expiry {
+                    session.expiry = e;
+                }
+                let ends_now = session.expiry == Some(Duration::ZERO);
+                if ends_now {
+                    self.remove_session_locked(&mut st, client);
+                } else {
+                    session.disconnected = Some(Instant::now());
+                    let max = self.config.max_queued;
+                    for d in unacked.into_iter().rev() {
+                        if d.qos != QoS::AtMostOnce && session.queue.len() < max {
+                            session.queue.push_front(d);
+                        }
+                    }
+                }
+                if let Some((m, delay)) = will {
+                    let delay = match st.sessions.get(client).map(|s| s.expiry) {
+                        // The will goes out at the latest when the session ends.
+                        Some(Some(e)) => delay.min(e),
+                        Some(None) => delay,
+                        None => Duration::ZERO,
+                    };
+                    if delay.is_zero() {
+                        fire = Some(m);
+                    } else {
+                        st.wills.push(PendingWill {
+                            client: client.clone(),
+                            conn,
+                            due: Instant::now() + delay,
+                            message: m,
+                        });
+                    }
+                }
+            }
+        }
+        if let Some(m) = fire {
+            self.publish(m);
+        }
+    }
+
+    /// Ends expired sessions and publishes wills whose delay ran out. Called
+    /// about once a second by the gateway's timer task.
+    pub fn tick(&self, now: Instant) {
+        let due: Vec<Message> = {
+            let mut st = self.lock();
+            let mut due = Vec::new();
+            st.wills.retain(|w| {
+                if w.due <= now {
+                    let _ = w.conn;
+                    due.push(w.message.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            let expired: Vec<Arc<str>> = st
+                .sessions
+                .iter()
+                .filter(|(_, s)| {
+                    s.outbox.is_none()
+                        && matches!((s.disconnected, s.expiry), (Some(d), Some(e)) if now >= d + e)
+                })
+                .map(|(c, _)| c.clone())
+                .collect();
+            for c in expired {
+                self.remove_session_locked(&mut st, &c);
+            }
+            due
+        };
+        for m in due {
+            self.publish(m);
+        }
+    }
+
+    fn remove_session_locked(&self, st: &mut State, client: &Arc<str>) {
+        if let Some(s) = st.sessions.remove(client) {
+            for filter in s.subscriptions.keys() {
+                Self::tree_remove(st, client, filter);
+            }
+        }
+    }
+
+    /// Adds or replaces a subscription of `client`. Returns the granted QoS
+    /// and the retained messages to send, or the SUBACK reason code.
+    pub fn subscribe(&self, client: &Arc<str>, full_filter: &str, opts: SubOptions) -> SubscribeResult {
+        let (share, filter) =
+            topic::parse_subscription(full_filter).map_err(|_| reason::TOPIC_FILTER_INVALID)?;
+        if share.is_some() && opts.options.no_local {
+            return Err(reason::PROTOCOL_ERROR);
+        }
+        let mut st = self.lock();
+        let session = st.sessions.get_mut(client).ok_or(reason::UNSPECIFIED_ERROR)?;
+        let existed = session.subscriptions.contains_key(full_filter);
+        if !existed && session.subscriptions.len() >= self.config.max_subscriptions {
+            return Err(reason::QUOTA_EXCEEDED);
+        }
+        session
+            .subscriptions
+            .insert(full_filter.to_string(), opts);
+        match &share {
+            None => {
+                st.tree.insert(
+                    &filter,
+                    SubKey::Client(client.clone()),
+                    SubValue::Client(opts),
+                );
+            }
+            Some(group) => {
+                let key = SubKey::Shared(group.as_str().into());
+                let mut members: Vec<(Arc<str>, SubOptions)> = match st.tree.get(&filter, &key) {
+                    Some(SubValue::Shared(g)) => g.members.clone(),
+                    _ => Vec::new(),
+                };
+                members.retain(|(c, _)| c != client);
+                members.push((client.clone(), opts));
+                st.tree.insert(
+                    &filter,
+                    key,
+                    SubValue::Shared(Arc::new(SharedGroup {
+                        members,
+                        next: AtomicUsize::new(0),
+                    })),
+                );
+            }
+        }
+        // Retained messages: not for shared subscriptions (§4.8.2), and per
+        // Retain Handling.
+        let send_retained = share.is_none()
+            && match opts.options.retain_handling {
+                0 => true,
+                1 => !existed,
+                _ => false,
+            };
+        let now = Instant::now();
+        let retained = if send_retained {
+            st.retained
+                .values()
+                .filter(|m| topic::matches(&filter, &m.topic) && !m.expired(now))
+                .map(|m| Delivery {
+                    message: m.clone(),
+                    qos: m.qos.min(opts.options.qos),
+                    retain: true,
+                    subscription_ids: opts.id.into_iter().collect(),
+                    dup: false,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok((opts.options.qos, retained))
+    }
+
+    /// Removes a subscription; whether it existed.
+    pub fn unsubscribe(&self, client: &Arc<str>, full_filter: &str) -> bool {
+        let mut st = self.lock();
+        let Some(session) = st.sessions.get_mut(client) else {
+            return false;
+        };
+        if session.subscriptions.remove(full_filter).is_none() {
+            return false;
+        }
+        Self::tree_remove(&mut st, client, full_filter);
+        true
+    }
+
+    fn tree_remove(st: &mut State, client: &Arc<str>, full_filter: &str) {
+        let Ok((share, filter)) = topic::parse_subscription(full_filter) else {
+            return;
+        };
+        match share {
+            None => {
+                st.tree.remove(&filter, &SubKey::Client(client.clone()));
+            }
+            Some(group) => {
+                let key = SubKey::Shared(group.as_str().into());
+                let members: Vec<(Arc<str>, SubOptions)> = match st.tree.get(&filter, &key) {
+                    Some(SubValue::Shared(g)) => {
+                        g.members.iter().filter(|(c, _)| c != client).cloned().collect()
+                    }
+                    _ => return,
+                };
+                if members.is_empty() {
+                    st.tree.remove(&filter, &key);
+                } else {
+                    st.tree.insert(
+                        &filter,
+                        key,
+                        SubValue::Shared(Arc::new(SharedGroup {
+                            members,
+                            next: AtomicUsize::new(0),
+                        })),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Routes a message to every matching subscriber, updates the retained
+    /// store, and hands it to the MoQT bridge. Returns how many subscribers
+    /// it matched.
+    pub fn publish(&self, message: Message) -> usize {
+        self.metrics.published.fetch_add(1, Relaxed);
+        let message = Arc::new(message);
+        let now = Instant::now();
+        let matched = {
+            let mut st = self.lock();
+            if message.retain {
+                if message.payload.is_empty() {
+                    st.retained.remove(&message.topic);
+                } else if st.retained.len() < self.config.max_retained
+                    || st.retained.contains_key(&message.topic)
+                {
+                    st.retained.insert(message.topic.clone(), message.clone());
+                }
+            }
+            // (client, options) of every match; a client matched by several
+            // subscriptions gets one delivery at the highest QoS with every
+            // Subscription Identifier (§3.3.4).
+            let mut targets: Vec<(Arc<str>, SubOptions)> = Vec::new();
+            for (key, value) in st.tree.matches(&message.topic) {
+                match (key, value) {
+                    (SubKey::Client(c), SubValue::Client(o)) => targets.push((c.clone(), *o)),
+                    (_, SubValue::Shared(g)) => {
+                        if let Some(m) = pick_member(&st.sessions, g) {
+                            targets.push(m);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            targets.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut matched = 0;
+            let mut i = 0;
+            while i < targets.len() {
+                let client = targets[i].0.clone();
+                let mut qos = QoS::AtMostOnce;
+                let mut ids = Vec::new();
+                let mut retain_as_published = false;
+                let mut skip = true;
+                while i < targets.len() && targets[i].0 == client {
+                    let o = targets[i].1;
+                    i += 1;
+                    if o.options.no_local && message.source == Source::Mqtt(client.clone()) {
+                        continue;
+                    }
+                    skip = false;
+                    qos = qos.max(o.options.qos);
+                    retain_as_published |= o.options.retain_as_published;
+                    ids.extend(o.id);
+                }
+                if skip {
+                    continue;
+                }
+                matched += 1;
+                let d = Delivery {
+                    message: message.clone(),
+                    qos: qos.min(message.qos),
+                    retain: retain_as_published && message.retain,
+                    subscription_ids: ids,
+                    dup: false,
+                };
+                if let Some(s) = st.sessions.get_mut(&client) {
+                    self.deliver(s, d, now);
+                }
+            }
+            matched
+        };
+        if message.source != Source::Moqt {
+            let tap = self.tap.lock().expect("tap lock").clone();
+            if let Some(tap) = tap {
+                tap(&message);
+            }
+        }
+        matched
+    }
+
+    fn deliver(&self, s: &mut Session, d: Delivery, now: Instant) {
+        match &s.outbox {
+            Some(o) => match o.tx.try_send(d) {
+                Ok(()) => {
+                    self.metrics.delivered.fetch_add(1, Relaxed);
+                }
+                Err(_) => {
+                    self.metrics.dropped.fetch_add(1, Relaxed);
+                }
+            },
+            None => {
+                if d.qos == QoS::AtMostOnce || d.message.expired(now) {
+                    return;
+                }
+                if s.queue.len() >= self.config.max_queued {
+                    self.metrics.dropped.fetch_add(1, Relaxed);
+                    return;
+                }
+                self.metrics.queued_offline.fetch_add(1, Relaxed);
+                s.queue.push_back(d);
+            }
+        }
+    }
+
+    /// Retained message of `topic`, if any.
+    pub fn retained(&self, topic: &str) -> Option<Arc<Message>> {
+        self.lock().retained.get(topic).cloned()
+    }
+}
+
+/// Round robin over a shared group, preferring connected members; a group of
+/// only offline members queues on the next one (their sessions persist).
+fn pick_member(
+    sessions: &HashMap<Arc<str>, Session>,
+    g: &SharedGroup,
+) -> Option<(Arc<str>, SubOptions)> {
+    let n = g.members.len();
+    if n == 0 {
+        return None;
+    }
+    let start = g.next.fetch_add(1, Relaxed);
+    let online = (0..n)
+        .map(|k| &g.members[(start + k) % n])
+        .find(|(c, _)| sessions.get(c).is_some_and(|s| s.outbox.is_some()));
+    online.or_else(|| g.members.get(start % n)).cloned()
+}

@@ -1,0 +1,668 @@
+//! One MQTT connection over any byte stream (TCP, TLS, a QUIC stream): the
+//! CONNECT handshake, the QoS 1/2 flows in both directions, topic aliases,
+//! keep alive, receive maximum, maximum packet size and the Will Message.
+//!
+//! One task per connection, one `select!` over reading the socket, writing
+//! the socket, deliveries from the broker, a takeover signal and the keep
+//! alive deadline. Reads and writes are both cancel-safe branches, so a client
+//! that publishes while not reading never deadlocks the broker; past
+//! [`MAX_WRITE_BUFFER`] unsent bytes the connection stops reading (the client
+//! is throttled by TCP) and stops taking deliveries (its queue in the broker
+//! fills and drops, counted).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use quichub_mqtt::reason;
+use quichub_mqtt::topic;
+use quichub_mqtt::{
+    decode, encode, encoded_len, Ack, ConnAck, Connect, DecodeError, Disconnect, Packet,
+    Properties, Publish, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe, Version,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::broker::{Broker, Delivery, Message, Outbox, Source, SubOptions};
+
+/// Unsent bytes past which the connection stops reading and taking deliveries.
+pub const MAX_WRITE_BUFFER: usize = 256 * 1024;
+
+/// Per-connection limits the broker announces in CONNACK.
+#[derive(Debug, Clone)]
+pub struct ConnConfig {
+    /// Largest packet accepted from clients (Maximum Packet Size).
+    pub max_packet_size: u32,
+    /// QoS 2 publishes a client may have unreleased (Receive Maximum).
+    pub receive_maximum: u16,
+    /// Topic aliases a client may use (Topic Alias Maximum).
+    pub topic_alias_maximum: u16,
+    /// Time allowed between the connection and its CONNECT.
+    pub connect_timeout: Duration,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        Self {
+            max_packet_size: 1024 * 1024,
+            receive_maximum: 1024,
+            topic_alias_maximum: 64,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a connection ended, for logs.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    /// Transport error.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// Malformed input.
+    #[error("decode: {0}")]
+    Decode(#[from] DecodeError),
+    /// The client broke a protocol rule.
+    #[error("protocol error: {0}")]
+    Protocol(&'static str),
+    /// No CONNECT in time, or keep alive expired.
+    #[error("timeout")]
+    Timeout,
+    /// CONNECT refused.
+    #[error("connect refused with code {0:#x}")]
+    Refused(u8),
+}
+
+enum Flight {
+    /// QoS 1 sent, or QoS 2 sent and waiting for PUBREC.
+    Sent(Delivery),
+    /// QoS 2 PUBREL sent, waiting for PUBCOMP.
+    Released,
+}
+
+/// A connection after its CONNECT.
+struct Conn {
+    version: Version,
+    client: Arc<str>,
+    conn_id: u64,
+    out: BytesMut,
+    /// Deliveries taken from the broker but not yet written (receive maximum).
+    pending: VecDeque<Delivery>,
+    /// Our QoS 1/2 publishes not yet completed, by packet id.
+    inflight: HashMap<u16, Flight>,
+    /// Client's Receive Maximum.
+    send_quota: usize,
+    /// Client's Maximum Packet Size.
+    client_max_packet: usize,
+    next_id: u16,
+    /// Client QoS 2 packet ids awaiting PUBREL.
+    awaiting_rel: std::collections::HashSet<u16>,
+    aliases: HashMap<u16, String>,
+    will: Option<(Message, Duration)>,
+    /// Session Expiry Interval as connected (0 forbids raising it at DISCONNECT).
+    connected_expiry: u32,
+    expiry_override: Option<Option<Duration>>,
+}
+
+/// Serves one MQTT connection until it ends.
+pub async fn serve<R, W>(
+    broker: Arc<Broker>,
+    cfg: Arc<ConnConfig>,
+    mut rd: R,
+    mut wr: W,
+) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut inbuf = BytesMut::with_capacity(4096);
+    let max_in = cfg.max_packet_size as usize;
+    // CONNECT.
+    let connect = tokio::time::timeout(cfg.connect_timeout, async {
+        loop {
+            match decode(&mut inbuf, None, max_in) {
+                Ok(Some(Packet::Connect(c))) => return Ok(c),
+                Ok(Some(_)) => return Err(ConnError::Protocol("first packet is not CONNECT")),
+                Ok(None) => {}
+                Err(DecodeError::UnsupportedProtocolVersion(_)) => {
+                    // Answer in 3.1.1, which every client version can read.
+                    let mut b = BytesMut::new();
+                    let ack = Packet::ConnAck(ConnAck {
+                        code: reason::V311_UNACCEPTABLE_PROTOCOL_VERSION,
+                        ..ConnAck::default()
+                    });
+                    let _ = encode(&ack, Version::V311, &mut b);
+                    let _ = wr.write_all(&b).await;
+                    return Err(ConnError::Refused(reason::UNSUPPORTED_PROTOCOL_VERSION));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            if rd.read_buf(&mut inbuf).await? == 0 {
+                return Err(ConnError::Protocol("closed before CONNECT"));
+            }
+        }
+    })
+    .await
+    .map_err(|_| ConnError::Timeout)??;
+
+    let version = connect.version;
+    let (conn, tx_kick, mut kick, mut rx, keep_alive) =
+        match accept(&broker, &cfg, connect, &mut wr).await? {
+            Some(x) => x,
+            None => return Ok(()),
+        };
+    drop(tx_kick);
+    let mut conn = conn;
+    let result = run(&broker, &cfg, &mut conn, &mut inbuf, &mut rd, &mut wr, &mut rx, &mut kick, keep_alive).await;
+    // Unacked QoS 1/2 deliveries go back to the session for the next connection.
+    let mut unacked: Vec<Delivery> = Vec::new();
+    let mut ids: Vec<u16> = conn.inflight.keys().copied().collect();
+    ids.sort_unstable();
+    for id in ids {
+        if let Some(Flight::Sent(mut d)) = conn.inflight.remove(&id) {
+            d.dup = true;
+            unacked.push(d);
+        }
+    }
+    unacked.extend(conn.pending.drain(..).filter(|d| d.qos != QoS::AtMostOnce));
+    rx.close();
+    while let Ok(d) = rx.try_recv() {
+        if d.qos != QoS::AtMostOnce {
+            unacked.push(d);
+        }
+    }
+    let will = match &result {
+        Ok(Ending::Normal) => None,
+        _ => conn.will.take(),
+    };
+    if let Err(e) = &result {
+        tracing::debug!(client = %conn.client, version = ?version, "mqtt connection ended: {e}");
+        // MQTT 5 clients learn why (§4.13.2); a 3.1.1 connection just closes.
+        if version == Version::V5 {
+            if let Some(code) = disconnect_code(e) {
+                conn.out.clear();
+                let _ = encode(
+                    &Packet::Disconnect(Disconnect {
+                        code,
+                        properties: Properties::default(),
+                    }),
+                    Version::V5,
+                    &mut conn.out,
+                );
+                let _ = tokio::time::timeout(Duration::from_secs(1), wr.write_all(&conn.out)).await;
+            }
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), wr.shutdown()).await;
+    broker.disconnect(&conn.client, conn.conn_id, unacked, will, conn.expiry_override);
+    result.map(|_| ())
+}
+
+fn disconnect_code(e: &ConnError) -> Option<u8> {
+    match e {
+        ConnError::Io(_) => None,
+        ConnError::Decode(d) => Some(d.reason_code()),
+        ConnError::Protocol(_) => Some(reason::PROTOCOL_ERROR),
+        ConnError::Timeout => Some(reason::KEEP_ALIVE_TIMEOUT),
+        ConnError::Refused(c) => Some(*c),
+    }
+}
+
+/// The CONNECT checks and CONNACK. `None` when refused (CONNACK sent).
+#[allow(clippy::type_complexity)]
+async fn accept<W: AsyncWrite + Unpin>(
+    broker: &Arc<Broker>,
+    cfg: &ConnConfig,
+    c: Connect,
+    wr: &mut W,
+) -> Result<
+    Option<(
+        Conn,
+        mpsc::Sender<u8>,
+        mpsc::Receiver<u8>,
+        mpsc::Receiver<Delivery>,
+        Option<Duration>,
+    )>,
+    ConnError,
+> {
+    let v = c.version;
+    let refuse = |code: u8| {
+        let code = if v == Version::V311 {
+            reason::connack_v311(code)
+        } else {
+            code
+        };
+        Packet::ConnAck(ConnAck {
+            code,
+            ..ConnAck::default()
+        })
+    };
+    let mut out = BytesMut::new();
+    let conn_id = broker.next_conn_id();
+    let mut props = Properties::default();
+    // Client Identifier: a 3.1.1 client with a persistent session must bring
+    // one; otherwise the broker makes one up (and tells a 5.0 client).
+    let client_id: Arc<str> = if c.client_id.is_empty() {
+        if v == Version::V311 && !c.clean_start {
+            let _ = encode(&refuse(reason::CLIENT_IDENTIFIER_NOT_VALID), v, &mut out);
+            wr.write_all(&out).await?;
+            return Ok(None);
+        }
+        let id = format!("quichub-{conn_id}-{:x}", std::process::id());
+        if v == Version::V5 {
+            props.assigned_client_identifier = Some(id.clone());
+        }
+        id.into()
+    } else {
+        c.client_id.as_str().into()
+    };
+    if c.properties.authentication_method.is_some() {
+        let _ = encode(&refuse(reason::BAD_AUTHENTICATION_METHOD), v, &mut out);
+        wr.write_all(&out).await?;
+        return Ok(None);
+    }
+    // Session Expiry: 3.1.1 Clean Session 1 ends with the connection, 0 is
+    // kept (up to the broker's maximum); 5.0 says it in seconds.
+    let requested = match v {
+        Version::V311 => {
+            if c.clean_start {
+                0
+            } else {
+                u32::MAX
+            }
+        }
+        Version::V5 => c.properties.session_expiry_interval.unwrap_or(0),
+    };
+    let granted = requested.min(broker.config.max_session_expiry);
+    if v == Version::V5 && granted != requested {
+        props.session_expiry_interval = Some(granted);
+    }
+    let expiry = Some(Duration::from_secs(granted.into()));
+    let will = match c.will {
+        Some(w) => {
+            if !topic::valid_topic_name(&w.topic) {
+                let _ = encode(&refuse(reason::TOPIC_NAME_INVALID), v, &mut out);
+                wr.write_all(&out).await?;
+                return Ok(None);
+            }
+            let delay = Duration::from_secs(w.properties.will_delay_interval.unwrap_or(0).into());
+            let m = Message::new(&w.topic, w.payload.clone(), w.qos, w.retain, Source::Will(client_id.clone()))
+                .with_properties(&w.properties, Instant::now());
+            Some((m, delay))
+        }
+        None => None,
+    };
+    let (tx, rx) = mpsc::channel(broker.config.max_queued.max(1));
+    let (kick_tx, kick_rx) = mpsc::channel(1);
+    let outbox = Outbox {
+        tx,
+        conn: conn_id,
+        kick: kick_tx.clone(),
+    };
+    let connected = match broker.connect(&client_id, c.clean_start, expiry, outbox) {
+        Ok(x) => x,
+        Err(code) => {
+            let _ = encode(&refuse(code), v, &mut out);
+            wr.write_all(&out).await?;
+            return Ok(None);
+        }
+    };
+    if v == Version::V5 {
+        props.receive_maximum = Some(cfg.receive_maximum);
+        props.topic_alias_maximum = Some(cfg.topic_alias_maximum);
+        props.maximum_packet_size = Some(cfg.max_packet_size);
+        props.retain_available = Some(true);
+        props.wildcard_subscription_available = Some(true);
+        props.subscription_identifier_available = Some(true);
+        props.shared_subscription_available = Some(true);
+    }
+    let ack = Packet::ConnAck(ConnAck {
+        session_present: connected.session_present,
+        code: reason::SUCCESS,
+        properties: props,
+    });
+    encode(&ack, v, &mut out).map_err(|_| ConnError::Protocol("CONNACK encoding"))?;
+    let keep_alive = (c.keep_alive > 0).then(|| Duration::from_millis(u64::from(c.keep_alive) * 1500));
+    let conn = Conn {
+        version: v,
+        client: client_id,
+        conn_id,
+        out,
+        pending: connected.backlog.into(),
+        inflight: HashMap::new(),
+        send_quota: c.properties.receive_maximum.unwrap_or(u16::MAX).max(1) as usize,
+        client_max_packet: c
+            .properties
+            .maximum_packet_size
+            .map_or(usize::MAX, |m| m as usize),
+        next_id: 1,
+        awaiting_rel: Default::default(),
+        aliases: HashMap::new(),
+        will,
+        connected_expiry: granted,
+        expiry_override: None,
+    };
+    Ok(Some((conn, kick_tx, kick_rx, rx, keep_alive)))
+}
+
+enum Ending {
+    /// DISCONNECT: the Will Message is discarded.
+    Normal,
+    /// DISCONNECT with reason 0x04: the Will Message is published.
+    WithWill,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run<R, W>(
+    broker: &Arc<Broker>,
+    cfg: &ConnConfig,
+    conn: &mut Conn,
+    inbuf: &mut BytesMut,
+    rd: &mut R,
+    wr: &mut W,
+    rx: &mut mpsc::Receiver<Delivery>,
+    kick: &mut mpsc::Receiver<u8>,
+    keep_alive: Option<Duration>,
+) -> Result<Ending, ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let max_in = cfg.max_packet_size as usize;
+    let mut deadline = keep_alive.map(|k| tokio::time::Instant::now() + k);
+    let mut eof = false;
+    // Packets that arrived with the CONNECT.
+    loop {
+        while let Some(p) = decode(inbuf, Some(conn.version), max_in)? {
+            if let Some(k) = keep_alive {
+                deadline = Some(tokio::time::Instant::now() + k);
+            }
+            if let Some(end) = handle(broker, cfg, conn, p)? {
+                conn.flush_pending();
+                let _ = tokio::time::timeout(Duration::from_secs(1), wr.write_all(&conn.out)).await;
+                return Ok(end);
+            }
+        }
+        if eof {
+            return Err(ConnError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        conn.flush_pending();
+        let can_read = conn.out.len() < MAX_WRITE_BUFFER;
+        let can_take = conn.out.len() < MAX_WRITE_BUFFER / 4 && conn.pending.len() < 64;
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            n = rd.read_buf(inbuf), if can_read => {
+                if n? == 0 {
+                    eof = true;
+                }
+            }
+            n = wr.write(&conn.out), if !conn.out.is_empty() => {
+                let n = n?;
+                if n == 0 {
+                    return Err(ConnError::Io(std::io::ErrorKind::WriteZero.into()));
+                }
+                conn.out.advance(n);
+            }
+            d = rx.recv(), if can_take => {
+                if let Some(d) = d {
+                    conn.pending.push_back(d);
+                }
+            }
+            code = kick.recv() => {
+                return Err(ConnError::Refused(code.unwrap_or(reason::SESSION_TAKEN_OVER)));
+            }
+            _ = sleep => return Err(ConnError::Timeout),
+        }
+    }
+}
+
+/// Handles one packet from the client; `Some` ends the connection cleanly.
+fn handle(
+    broker: &Arc<Broker>,
+    cfg: &ConnConfig,
+    conn: &mut Conn,
+    p: Packet,
+) -> Result<Option<Ending>, ConnError> {
+    let v = conn.version;
+    match p {
+        Packet::Publish(p) => on_publish(broker, cfg, conn, p)?,
+        Packet::PubAck(a) => {
+            if matches!(conn.inflight.get(&a.packet_id), Some(Flight::Sent(d)) if d.qos == QoS::AtLeastOnce) {
+                conn.inflight.remove(&a.packet_id);
+            }
+        }
+        Packet::PubRec(a) => {
+            let known = matches!(conn.inflight.get(&a.packet_id), Some(Flight::Sent(d)) if d.qos == QoS::ExactlyOnce);
+            let code = if known {
+                if reason::is_error(a.code) {
+                    conn.inflight.remove(&a.packet_id);
+                    return Ok(None);
+                }
+                conn.inflight.insert(a.packet_id, Flight::Released);
+                reason::SUCCESS
+            } else {
+                reason::PACKET_IDENTIFIER_NOT_FOUND
+            };
+            conn.send(&Packet::PubRel(ack(a.packet_id, code)));
+        }
+        Packet::PubComp(a) => {
+            if matches!(conn.inflight.get(&a.packet_id), Some(Flight::Released)) {
+                conn.inflight.remove(&a.packet_id);
+            }
+        }
+        Packet::PubRel(a) => {
+            let code = if conn.awaiting_rel.remove(&a.packet_id) {
+                reason::SUCCESS
+            } else {
+                reason::PACKET_IDENTIFIER_NOT_FOUND
+            };
+            conn.send(&Packet::PubComp(ack(a.packet_id, code)));
+        }
+        Packet::Subscribe(s) => on_subscribe(broker, conn, s),
+        Packet::Unsubscribe(u) => on_unsubscribe(broker, conn, u),
+        Packet::PingReq => conn.send(&Packet::PingResp),
+        Packet::Disconnect(d) => {
+            if let Some(e) = d.properties.session_expiry_interval {
+                if conn.connected_expiry == 0 && e != 0 {
+                    return Err(ConnError::Protocol("session expiry raised from 0 at DISCONNECT"));
+                }
+                let e = e.min(broker.config.max_session_expiry);
+                conn.expiry_override = Some(Some(Duration::from_secs(e.into())));
+            }
+            return Ok(Some(if d.code == reason::DISCONNECT_WITH_WILL {
+                Ending::WithWill
+            } else {
+                Ending::Normal
+            }));
+        }
+        Packet::Connect(_) => return Err(ConnError::Protocol("second CONNECT")),
+        Packet::Auth(_) if v == Version::V5 => {
+            return Err(ConnError::Protocol("AUTH without an authentication method"))
+        }
+        _ => return Err(ConnError::Protocol("packet not sent by clients")),
+    }
+    Ok(None)
+}
+
+fn ack(packet_id: u16, code: u8) -> Ack {
+    Ack {
+        packet_id,
+        code,
+        properties: Properties::default(),
+    }
+}
+
+fn on_publish(
+    broker: &Arc<Broker>,
+    cfg: &ConnConfig,
+    conn: &mut Conn,
+    mut p: Publish,
+) -> Result<(), ConnError> {
+    if let Some(alias) = p.properties.topic_alias {
+        if alias == 0 || alias > cfg.topic_alias_maximum {
+            return Err(ConnError::Refused(reason::TOPIC_ALIAS_INVALID));
+        }
+        if p.topic.is_empty() {
+            match conn.aliases.get(&alias) {
+                Some(t) => p.topic = t.clone(),
+                None => return Err(ConnError::Protocol("unknown topic alias")),
+            }
+        } else {
+            conn.aliases.insert(alias, p.topic.clone());
+        }
+    }
+    if !topic::valid_topic_name(&p.topic) {
+        return Err(ConnError::Refused(reason::TOPIC_NAME_INVALID));
+    }
+    let id = p.packet_id.unwrap_or(0);
+    if p.qos == QoS::ExactlyOnce {
+        if conn.awaiting_rel.contains(&id) {
+            // A retransmission of a message already routed: acknowledge only.
+            conn.send(&Packet::PubRec(ack(id, reason::SUCCESS)));
+            return Ok(());
+        }
+        if conn.awaiting_rel.len() >= cfg.receive_maximum as usize {
+            return Err(ConnError::Refused(reason::RECEIVE_MAXIMUM_EXCEEDED));
+        }
+    }
+    let utf8_bad = p.properties.payload_format_indicator == Some(1)
+        && std::str::from_utf8(&p.payload).is_err();
+    let code = if utf8_bad {
+        reason::PAYLOAD_FORMAT_INVALID
+    } else {
+        let m = Message::new(&p.topic, p.payload, p.qos, p.retain, Source::Mqtt(conn.client.clone()))
+            .with_properties(&p.properties, Instant::now());
+        if broker.publish(m) == 0 {
+            reason::NO_MATCHING_SUBSCRIBERS
+        } else {
+            reason::SUCCESS
+        }
+    };
+    match p.qos {
+        QoS::AtMostOnce => {}
+        QoS::AtLeastOnce => conn.send(&Packet::PubAck(ack(id, code))),
+        QoS::ExactlyOnce => {
+            if !reason::is_error(code) {
+                conn.awaiting_rel.insert(id);
+            }
+            conn.send(&Packet::PubRec(ack(id, code)));
+        }
+    }
+    Ok(())
+}
+
+fn on_subscribe(broker: &Arc<Broker>, conn: &mut Conn, s: Subscribe) {
+    let id = s.properties.subscription_identifiers.first().copied();
+    let mut codes = Vec::with_capacity(s.filters.len());
+    let mut retained = Vec::new();
+    for f in &s.filters {
+        let opts = SubOptions {
+            options: f.options,
+            id,
+        };
+        match broker.subscribe(&conn.client, &f.filter, opts) {
+            Ok((qos, r)) => {
+                codes.push(qos.as_u8());
+                retained.extend(r);
+            }
+            Err(code) => codes.push(code),
+        }
+    }
+    conn.send(&Packet::SubAck(SubAck {
+        packet_id: s.packet_id,
+        codes,
+        properties: Properties::default(),
+    }));
+    // Retained messages follow the SUBACK (§3.8.4).
+    conn.pending.extend(retained);
+}
+
+fn on_unsubscribe(broker: &Arc<Broker>, conn: &mut Conn, u: Unsubscribe) {
+    let codes = u
+        .filters
+        .iter()
+        .map(|f| {
+            if broker.unsubscribe(&conn.client, f) {
+                reason::SUCCESS
+            } else {
+                reason::NO_SUBSCRIPTION_EXISTED
+            }
+        })
+        .collect();
+    conn.send(&Packet::UnsubAck(UnsubAck {
+        packet_id: u.packet_id,
+        codes: if conn.version == Version::V5 { codes } else { Vec::new() },
+        properties: Properties::default(),
+    }));
+}
+
+impl Conn {
+    fn send(&mut self, p: &Packet) {
+        if let Err(e) = encode(p, self.version, &mut self.out) {
+            tracing::warn!("mqtt encode {}: {e}", p.name());
+        }
+    }
+
+    fn next_packet_id(&mut self) -> u16 {
+        loop {
+            let id = self.next_id;
+            self.next_id = self.next_id.checked_add(1).unwrap_or(1);
+            if !self.inflight.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Writes pending deliveries while the client's Receive Maximum allows.
+    fn flush_pending(&mut self) {
+        let now = Instant::now();
+        while self.out.len() < MAX_WRITE_BUFFER {
+            let Some(d) = self.pending.front() else {
+                return;
+            };
+            if d.qos != QoS::AtMostOnce && self.inflight.len() >= self.send_quota {
+                return;
+            }
+            let Some(d) = self.pending.pop_front() else {
+                return;
+            };
+            if d.message.expired(now) {
+                continue;
+            }
+            let m = &d.message;
+            let mut properties = Properties::default();
+            if self.version == Version::V5 {
+                properties = m.properties.clone();
+                properties.message_expiry_interval = m
+                    .expires
+                    .map(|e| e.saturating_duration_since(now).as_secs().max(1) as u32);
+                properties.subscription_identifiers = d.subscription_ids.clone();
+            }
+            let packet_id = (d.qos != QoS::AtMostOnce).then(|| self.next_packet_id());
+            let p = Packet::Publish(Publish {
+                dup: d.dup && d.qos != QoS::AtMostOnce,
+                qos: d.qos,
+                retain: d.retain,
+                topic: m.topic.to_string(),
+                packet_id,
+                properties,
+                payload: m.payload.clone(),
+            });
+            match encoded_len(&p, self.version) {
+                // Too large for this client: discarded as if delivered (§3.1.2.25).
+                Ok(n) if n > self.client_max_packet => continue,
+                Err(_) => continue,
+                Ok(_) => {}
+            }
+            self.send(&p);
+            if let Some(id) = packet_id {
+                self.inflight.insert(id, Flight::Sent(d));
+            }
+        }
+    }
+}

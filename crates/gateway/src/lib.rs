@@ -1,0 +1,23 @@
+//! # quichub-gateway
+//!
+//! The IoT side of quichub: an MQTT 3.1.1 / 5.0 broker whose topics are MoQT
+//! tracks of the relay's routing core, so a message published with any
+//! protocol reaches subscribers of every protocol.
+//!
+//! - [`mapping`]: the reversible topic ↔ track and message ↔ object mapping.
+//! - [`broker`]: sessions, subscriptions, shared subscriptions, retained
+//!   messages, offline queues and wills.
+//! - [`connection`]: one MQTT connection over any byte stream.
+//! - [`listener`]: accept loops.
+//! - [`bridge`]: the MoQT side: MQTT messages become objects of relay tracks,
+//!   and objects of MoQT-published tracks under `mqtt` become MQTT messages.
+#![warn(missing_docs)]
+
+pub mod bridge;
+pub mod broker;
+pub mod connection;
+pub mod listener;
+pub mod mapping;
+
+pub use broker::{Broker, BrokerConfig};
+pub use connection::ConnConfig;

@@ -1,0 +1,1 @@
+//! Topic tests.
