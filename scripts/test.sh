@@ -2,15 +2,20 @@
 # Runs every test of quichub on a fresh machine: installs the independent MoQT
 # implementation used by the interop tests (moq-dev's moq-relay and moq-clock,
 # from crates.io, into ~/.cache/quichub/tools; about 25 minutes on 2 cores the first time,
-# instant afterwards), then the whole workspace's test suite.
+# instant afterwards) and the third-party MQTT/HTTP clients (mosquitto from
+# Debian, paho-mqtt and aioquic from PyPI), then the whole workspace's test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Tools are built once per machine and shared by every checkout.
 export QUICHUB_TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
 ./scripts/install-moq-dev.sh --with-relay
+# mosquitto clients and broker (Debian), paho-mqtt and aioquic (PyPI, in a venv).
+./scripts/install-mqtt-tools.sh
 
 # The interop test fails (rather than skips) when this is set and a tool is missing.
 export QUICHUB_MOQ_DEV_BIN="$QUICHUB_TOOLS/bin"
+# The MQTT/HTTP tests likewise fail (rather than skip) without their clients.
+export QUICHUB_MQTT_PYTHON="$QUICHUB_TOOLS/py/bin/python"
 
 cargo test --workspace --locked

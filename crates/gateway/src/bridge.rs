@@ -159,21 +159,24 @@ impl Bridge {
 
     fn sweep(&self, now: Instant) {
         let mut gone = Vec::new();
-        self.slots.lock().expect("bridge lock").retain(|_, s| match s {
-            Slot::Live {
-                entry, last_used, ..
-            } => {
-                let idle = now.duration_since(*last_used) > IDLE_TRACK
-                    && entry.subscribers.load(Relaxed) == 0;
-                if idle || entry.track.is_ended() {
-                    gone.push(entry.clone());
-                    false
-                } else {
-                    true
+        self.slots
+            .lock()
+            .expect("bridge lock")
+            .retain(|_, s| match s {
+                Slot::Live {
+                    entry, last_used, ..
+                } => {
+                    let idle = now.duration_since(*last_used) > IDLE_TRACK
+                        && entry.subscribers.load(Relaxed) == 0;
+                    if idle || entry.track.is_ended() {
+                        gone.push(entry.clone());
+                        false
+                    } else {
+                        true
+                    }
                 }
-            }
-            Slot::Refused(at) => now.duration_since(*at) < REFUSAL_BACKOFF,
-        });
+                Slot::Refused(at) => now.duration_since(*at) < REFUSAL_BACKOFF,
+            });
         for e in gone {
             self.own.lock().expect("bridge own").remove(&e.track.id);
             // PUBLISH_DONE status "Track Ended".

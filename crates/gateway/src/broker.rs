@@ -222,6 +222,9 @@ pub struct Connected {
 /// Why a SUBSCRIBE filter was refused: its reason code.
 pub type SubscribeResult = Result<(QoS, Vec<Delivery>), u8>;
 
+/// A hook that sees every routed message (see [`Broker::set_tap`]).
+pub type Tap = Arc<dyn Fn(&Arc<Message>) + Send + Sync>;
+
 /// The broker.
 pub struct Broker {
     /// Limits.
@@ -232,8 +235,7 @@ pub struct Broker {
     conn_ids: AtomicU64,
     /// Called with every routed message that did not come from MoQT, so the
     /// MoQT bridge can publish it as an object.
-    #[allow(clippy::type_complexity)]
-    tap: Mutex<Option<Arc<dyn Fn(&Arc<Message>) + Send + Sync>>>,
+    tap: Mutex<Option<Tap>>,
 }
 
 impl Broker {
@@ -253,7 +255,7 @@ impl Broker {
     }
 
     /// Installs the hook that sees every published message (the MoQT bridge).
-    pub fn set_tap(&self, f: Arc<dyn Fn(&Arc<Message>) + Send + Sync>) {
+    pub fn set_tap(&self, f: Tap) {
         *self.tap.lock().expect("tap lock") = Some(f);
     }
 
@@ -265,6 +267,23 @@ impl Broker {
     /// Number of sessions.
     pub fn sessions(&self) -> usize {
         self.lock().sessions.len()
+    }
+
+    /// Number of subscriptions of `client`'s session (0 without a session).
+    pub fn client_subscriptions(&self, client: &str) -> usize {
+        self.lock()
+            .sessions
+            .get(client)
+            .map_or(0, |s| s.subscriptions.len())
+    }
+
+    /// Number of subscriptions over all sessions.
+    pub fn subscriptions(&self) -> usize {
+        self.lock()
+            .sessions
+            .values()
+            .map(|s| s.subscriptions.len())
+            .sum()
     }
 
     /// Attaches a connection to the session of `client`, creating or resuming
@@ -288,13 +307,16 @@ impl Broker {
         if exists && clean_start {
             self.remove_session_locked(&mut st, client);
         }
-        let session = st.sessions.entry(client.clone()).or_insert_with(|| Session {
-            outbox: None,
-            subscriptions: HashMap::new(),
-            expiry,
-            disconnected: None,
-            queue: VecDeque::new(),
-        });
+        let session = st
+            .sessions
+            .entry(client.clone())
+            .or_insert_with(|| Session {
+                outbox: None,
+                subscriptions: HashMap::new(),
+                expiry,
+                disconnected: None,
+                queue: VecDeque::new(),
+            });
         if let Some(old) = session.outbox.take() {
             let _ = old.kick.try_send(reason::SESSION_TAKEN_OVER);
         }
@@ -429,21 +451,27 @@ impl Broker {
 
     /// Adds or replaces a subscription of `client`. Returns the granted QoS
     /// and the retained messages to send, or the SUBACK reason code.
-    pub fn subscribe(&self, client: &Arc<str>, full_filter: &str, opts: SubOptions) -> SubscribeResult {
+    pub fn subscribe(
+        &self,
+        client: &Arc<str>,
+        full_filter: &str,
+        opts: SubOptions,
+    ) -> SubscribeResult {
         let (share, filter) =
             topic::parse_subscription(full_filter).map_err(|_| reason::TOPIC_FILTER_INVALID)?;
         if share.is_some() && opts.options.no_local {
             return Err(reason::PROTOCOL_ERROR);
         }
         let mut st = self.lock();
-        let session = st.sessions.get_mut(client).ok_or(reason::UNSPECIFIED_ERROR)?;
+        let session = st
+            .sessions
+            .get_mut(client)
+            .ok_or(reason::UNSPECIFIED_ERROR)?;
         let existed = session.subscriptions.contains_key(full_filter);
         if !existed && session.subscriptions.len() >= self.config.max_subscriptions {
             return Err(reason::QUOTA_EXCEEDED);
         }
-        session
-            .subscriptions
-            .insert(full_filter.to_string(), opts);
+        session.subscriptions.insert(full_filter.to_string(), opts);
         match &share {
             None => {
                 st.tree.insert(
@@ -521,9 +549,12 @@ impl Broker {
             Some(group) => {
                 let key = SubKey::Shared(group.as_str().into());
                 let members: Vec<(Arc<str>, SubOptions)> = match st.tree.get(&filter, &key) {
-                    Some(SubValue::Shared(g)) => {
-                        g.members.iter().filter(|(c, _)| c != client).cloned().collect()
-                    }
+                    Some(SubValue::Shared(g)) => g
+                        .members
+                        .iter()
+                        .filter(|(c, _)| c != client)
+                        .cloned()
+                        .collect(),
                     _ => return,
                 };
                 if members.is_empty() {

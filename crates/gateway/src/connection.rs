@@ -153,7 +153,10 @@ where
         };
     drop(tx_kick);
     let mut conn = conn;
-    let result = run(&broker, &cfg, &mut conn, &mut inbuf, &mut rd, &mut wr, &mut rx, &mut kick, keep_alive).await;
+    let result = run(
+        &broker, &cfg, &mut conn, &mut inbuf, &mut rd, &mut wr, &mut rx, &mut kick, keep_alive,
+    )
+    .await;
     // Unacked QoS 1/2 deliveries go back to the session for the next connection.
     let mut unacked: Vec<Delivery> = Vec::new();
     let mut ids: Vec<u16> = conn.inflight.keys().copied().collect();
@@ -194,7 +197,13 @@ where
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), wr.shutdown()).await;
-    broker.disconnect(&conn.client, conn.conn_id, unacked, will, conn.expiry_override);
+    broker.disconnect(
+        &conn.client,
+        conn.conn_id,
+        unacked,
+        will,
+        conn.expiry_override,
+    );
     result.map(|_| ())
 }
 
@@ -286,8 +295,14 @@ async fn accept<W: AsyncWrite + Unpin>(
                 return Ok(None);
             }
             let delay = Duration::from_secs(w.properties.will_delay_interval.unwrap_or(0).into());
-            let m = Message::new(&w.topic, w.payload.clone(), w.qos, w.retain, Source::Will(client_id.clone()))
-                .with_properties(&w.properties, Instant::now());
+            let m = Message::new(
+                &w.topic,
+                w.payload.clone(),
+                w.qos,
+                w.retain,
+                Source::Will(client_id.clone()),
+            )
+            .with_properties(&w.properties, Instant::now());
             Some((m, delay))
         }
         None => None,
@@ -322,7 +337,8 @@ async fn accept<W: AsyncWrite + Unpin>(
         properties: props,
     });
     encode(&ack, v, &mut out).map_err(|_| ConnError::Protocol("CONNACK encoding"))?;
-    let keep_alive = (c.keep_alive > 0).then(|| Duration::from_millis(u64::from(c.keep_alive) * 1500));
+    let keep_alive =
+        (c.keep_alive > 0).then(|| Duration::from_millis(u64::from(c.keep_alive) * 1500));
     let conn = Conn {
         version: v,
         client: client_id,
@@ -432,7 +448,8 @@ fn handle(
     match p {
         Packet::Publish(p) => on_publish(broker, cfg, conn, p)?,
         Packet::PubAck(a) => {
-            if matches!(conn.inflight.get(&a.packet_id), Some(Flight::Sent(d)) if d.qos == QoS::AtLeastOnce) {
+            if matches!(conn.inflight.get(&a.packet_id), Some(Flight::Sent(d)) if d.qos == QoS::AtLeastOnce)
+            {
                 conn.inflight.remove(&a.packet_id);
             }
         }
@@ -469,7 +486,9 @@ fn handle(
         Packet::Disconnect(d) => {
             if let Some(e) = d.properties.session_expiry_interval {
                 if conn.connected_expiry == 0 && e != 0 {
-                    return Err(ConnError::Protocol("session expiry raised from 0 at DISCONNECT"));
+                    return Err(ConnError::Protocol(
+                        "session expiry raised from 0 at DISCONNECT",
+                    ));
                 }
                 let e = e.min(broker.config.max_session_expiry);
                 conn.expiry_override = Some(Some(Duration::from_secs(e.into())));
@@ -535,8 +554,14 @@ fn on_publish(
     let code = if utf8_bad {
         reason::PAYLOAD_FORMAT_INVALID
     } else {
-        let m = Message::new(&p.topic, p.payload, p.qos, p.retain, Source::Mqtt(conn.client.clone()))
-            .with_properties(&p.properties, Instant::now());
+        let m = Message::new(
+            &p.topic,
+            p.payload,
+            p.qos,
+            p.retain,
+            Source::Mqtt(conn.client.clone()),
+        )
+        .with_properties(&p.properties, Instant::now());
         if broker.publish(m) == 0 {
             reason::NO_MATCHING_SUBSCRIBERS
         } else {
@@ -596,7 +621,11 @@ fn on_unsubscribe(broker: &Arc<Broker>, conn: &mut Conn, u: Unsubscribe) {
         .collect();
     conn.send(&Packet::UnsubAck(UnsubAck {
         packet_id: u.packet_id,
-        codes: if conn.version == Version::V5 { codes } else { Vec::new() },
+        codes: if conn.version == Version::V5 {
+            codes
+        } else {
+            Vec::new()
+        },
         properties: Properties::default(),
     }));
 }

@@ -106,7 +106,10 @@ mod tests {
     #[test]
     fn table_of_the_module_docs() {
         let t = topic_to_track("sensors/room1/temp").unwrap();
-        assert_eq!(t.namespace, TrackNamespace::from_strs(&["mqtt", "sensors", "room1"]));
+        assert_eq!(
+            t.namespace,
+            TrackNamespace::from_strs(&["mqtt", "sensors", "room1"])
+        );
         assert_eq!(&t.name[..], b"temp");
         let t = topic_to_track("temp").unwrap();
         assert_eq!(t.namespace, root());
@@ -117,7 +120,16 @@ mod tests {
     #[test]
     fn round_trips_including_empty_levels() {
         for topic in [
-            "a", "a/b", "/", "/a", "a/", "a//b", "//", "$SYS/x", "dé/jà/vu", "a b/c",
+            "a",
+            "a/b",
+            "/",
+            "/a",
+            "a/",
+            "a//b",
+            "//",
+            "$SYS/x",
+            "dé/jà/vu",
+            "a b/c",
         ] {
             let track = topic_to_track(topic).unwrap();
             assert_eq!(track_to_topic(&track).as_deref(), Some(topic), "{topic:?}");
@@ -135,7 +147,10 @@ mod tests {
 
     #[test]
     fn foreign_tracks_have_no_topic() {
-        assert_eq!(track_to_topic(&FullTrackName::new("live/video", "hd")), None);
+        assert_eq!(
+            track_to_topic(&FullTrackName::new("live/video", "hd")),
+            None
+        );
         let slash = FullTrackName {
             namespace: TrackNamespace::from_strs(&["mqtt", "a/b"]),
             name: Bytes::from_static(b"c"),

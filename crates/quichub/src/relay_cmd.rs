@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use quichub_net::server::Server;
-use quichub_net::tls::Identity;
 use quichub_gateway::bridge::Bridge;
 use quichub_gateway::{Broker, BrokerConfig, ConnConfig};
+use quichub_net::server::Server;
+use quichub_net::tls::Identity;
 use quichub_relay::{Config, Relay};
 
 /// Relay options.
@@ -93,9 +93,13 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
     });
     let mqtt = match addr_or_off("mqtt", &args.mqtt)? {
         Some(a) => Some(
-            quichub_gateway::listener::spawn_tcp(a, broker.clone(), Arc::new(ConnConfig::default()))
-                .await
-                .with_context(|| format!("bind MQTT {a} (use --mqtt off or another address)"))?,
+            quichub_gateway::listener::spawn_tcp(
+                a,
+                broker.clone(),
+                Arc::new(ConnConfig::default()),
+            )
+            .await
+            .with_context(|| format!("bind MQTT {a} (use --mqtt off or another address)"))?,
         ),
         None => None,
     };

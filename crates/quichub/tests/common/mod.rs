@@ -73,6 +73,86 @@ impl TestRelay {
     }
 }
 
+/// A relay with the MQTT broker bridged onto it, MQTT on an OS-assigned TCP port.
+pub struct TestGateway {
+    pub relay: TestRelay,
+    pub broker: Arc<quichub_gateway::Broker>,
+    pub bridge: Arc<quichub_gateway::bridge::Bridge>,
+    pub mqtt: SocketAddr,
+}
+
+impl TestGateway {
+    pub async fn start() -> Self {
+        Self::with(
+            quichub_gateway::BrokerConfig::default(),
+            quichub_gateway::ConnConfig::default(),
+        )
+        .await
+    }
+
+    pub async fn with(
+        broker: quichub_gateway::BrokerConfig,
+        conn: quichub_gateway::ConnConfig,
+    ) -> Self {
+        let relay = TestRelay::start().await;
+        let broker = quichub_gateway::Broker::new(broker);
+        let bridge = quichub_gateway::bridge::Bridge::start(relay.relay.clone(), &broker);
+        let b = broker.clone();
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(Duration::from_millis(200));
+            loop {
+                t.tick().await;
+                b.tick(std::time::Instant::now());
+            }
+        });
+        let mqtt = quichub_gateway::listener::spawn_tcp(
+            "127.0.0.1:0".parse().unwrap(),
+            broker.clone(),
+            Arc::new(conn),
+        )
+        .await
+        .unwrap();
+        Self {
+            relay,
+            broker,
+            bridge,
+            mqtt,
+        }
+    }
+}
+
+/// The third-party MQTT tools, or `None` (test skipped) when they are not
+/// installed and `QUICHUB_MQTT_PYTHON` is unset; with it set (as
+/// `scripts/test.sh` does) a missing tool fails the test.
+pub fn mqtt_tools() -> Option<std::path::PathBuf> {
+    let required = std::env::var_os("QUICHUB_MQTT_PYTHON").map(std::path::PathBuf::from);
+    let python = required.clone().or_else(|| {
+        std::env::var_os("HOME")
+            .map(|h| std::path::PathBuf::from(h).join(".cache/quichub/tools/py/bin/python"))
+    });
+    let have_mosquitto = std::process::Command::new("mosquitto_pub")
+        .arg("--help")
+        .output()
+        .is_ok();
+    let py_ok = python.as_ref().is_some_and(|p| {
+        std::process::Command::new(p)
+            .args(["-c", "import paho.mqtt"])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    match (&required, have_mosquitto && py_ok) {
+        (_, true) => python,
+        (Some(p), false) => panic!(
+            "QUICHUB_MQTT_PYTHON={} is set but mosquitto_pub or paho-mqtt is missing: run scripts/install-mqtt-tools.sh",
+            p.display()
+        ),
+        (None, false) => {
+            eprintln!("SKIPPED: mosquitto clients / paho-mqtt not installed (scripts/install-mqtt-tools.sh)");
+            None
+        }
+    }
+}
+
 /// A hand-driven subscriber: a raw session that sends SETUP and one
 /// SUBSCRIBE, and never reads a data stream. Returns the session, its control
 /// stream and the request stream (keep them alive as long as needed).

@@ -1,0 +1,552 @@
+//! The MQTT broker end to end with Debian's mosquitto clients (3.1.1 and 5.0
+//! over TCP), across protocols with MoQT, and against malformed input while
+//! a healthy client keeps flowing.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use common::{mqtt_tools, within, TestGateway};
+use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
+use quichub_gateway::mapping::topic_to_track;
+use quichub_mqtt::{Packet, Properties, Version};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+fn port(gw: &TestGateway) -> String {
+    gw.mqtt.port().to_string()
+}
+
+/// Starts `mosquitto_sub` and waits until the broker holds its subscription.
+async fn sub(gw: &TestGateway, args: &[&str]) -> Child {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let id = format!(
+        "sub{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let mut child = Command::new("mosquitto_sub")
+        .args(["-h", "127.0.0.1", "-p", &port(gw), "-i", &id])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mosquitto_sub");
+    within(10, async {
+        // (A `-C N` satisfied by retained messages may already be gone.)
+        while gw.broker.client_subscriptions(&id) == 0 && child.try_wait().unwrap().is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    child
+}
+
+async fn publish(gw: &TestGateway, args: &[&str]) {
+    let out = within(
+        10,
+        Command::new("mosquitto_pub")
+            .args(["-h", "127.0.0.1", "-p", &port(gw)])
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("mosquitto_pub");
+    assert!(
+        out.status.success(),
+        "mosquitto_pub {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Waits for a `mosquitto_sub -C N` to exit and returns its stdout.
+async fn output(child: Child) -> String {
+    let out = within(10, child.wait_with_output()).await.unwrap();
+    assert!(
+        out.status.success(),
+        "mosquitto_sub failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_qos_0_1_2_in_both_versions() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let gw = TestGateway::start().await;
+    for v in ["mqttv311", "mqttv5"] {
+        for q in ["0", "1", "2"] {
+            let topic = format!("qos/{v}/{q}");
+            let s = sub(
+                &gw,
+                &["-V", v, "-q", q, "-t", &topic, "-C", "2", "-F", "%q %p"],
+            )
+            .await;
+            // One publish at each QoS: received QoS is the lower of the two.
+            publish(&gw, &["-V", v, "-q", "2", "-t", &topic, "-m", "two"]).await;
+            publish(&gw, &["-V", v, "-q", "0", "-t", &topic, "-m", "zero"]).await;
+            let got = output(s).await;
+            assert_eq!(got, format!("{q} two\n0 zero\n"), "{v} sub qos {q}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_retained_replaced_and_cleared() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let gw = TestGateway::start().await;
+    publish(&gw, &["-t", "r/a", "-m", "old", "-r", "-q", "1"]).await;
+    publish(&gw, &["-t", "r/a", "-m", "new", "-r", "-q", "1"]).await;
+    publish(&gw, &["-t", "r/b", "-m", "b", "-r"]).await;
+    let s = sub(&gw, &["-t", "r/#", "-C", "2", "-F", "%r %t %p"]).await;
+    let got = output(s).await;
+    let mut lines: Vec<_> = got.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["1 r/a new", "1 r/b b"]);
+    // An empty retained payload clears; a live message is not flagged retained.
+    publish(&gw, &["-t", "r/a", "-r", "-n"]).await;
+    let s = sub(&gw, &["-t", "r/#", "-C", "2", "-F", "%r %t %p"]).await;
+    publish(&gw, &["-t", "r/c", "-m", "live"]).await;
+    let got = output(s).await;
+    assert_eq!(got, "1 r/b b\n0 r/c live\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_will_on_abrupt_close_only() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let gw = TestGateway::start().await;
+    let watcher = sub(&gw, &["-t", "wills/#", "-C", "1", "-F", "%t %p"]).await;
+    // A clean exit sends DISCONNECT: no will.
+    let clean = sub(
+        &gw,
+        &[
+            "-t",
+            "x",
+            "-C",
+            "1",
+            "--will-topic",
+            "wills/clean",
+            "--will-payload",
+            "no",
+        ],
+    )
+    .await;
+    publish(&gw, &["-t", "x", "-m", "bye"]).await;
+    output(clean).await;
+    // SIGKILL: the broker sees the TCP connection drop and publishes the will.
+    let mut dying = sub(
+        &gw,
+        &[
+            "-t",
+            "y",
+            "--will-topic",
+            "wills/dead",
+            "--will-payload",
+            "gone",
+            "--will-qos",
+            "1",
+        ],
+    )
+    .await;
+    dying.kill().await.unwrap();
+    assert_eq!(output(watcher).await, "wills/dead gone\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_wildcards_and_dollar_topics() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let gw = TestGateway::start().await;
+    let all = sub(&gw, &["-t", "#", "-C", "3", "-F", "%t"]).await;
+    let plus = sub(&gw, &["-t", "+/b/#", "-C", "2", "-F", "%t"]).await;
+    let sys = sub(&gw, &["-t", "$SYS/#", "-C", "1", "-F", "%t"]).await;
+    for t in ["$SYS/load", "a/b", "a/b/c/d", "x/y"] {
+        publish(&gw, &["-t", t, "-m", "m", "-q", "1"]).await;
+    }
+    assert_eq!(output(all).await, "a/b\na/b/c/d\nx/y\n", "# skips $SYS");
+    assert_eq!(
+        output(plus).await,
+        "a/b\na/b/c/d\n",
+        "+/b/# matches a/b too"
+    );
+    assert_eq!(output(sys).await, "$SYS/load\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_shared_subscriptions_split_the_stream() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let gw = TestGateway::start().await;
+    let a = sub(
+        &gw,
+        &["-V", "5", "-t", "$share/g/jobs", "-C", "5", "-F", "%p"],
+    )
+    .await;
+    let b = sub(
+        &gw,
+        &["-V", "5", "-t", "$share/g/jobs", "-C", "5", "-F", "%p"],
+    )
+    .await;
+    let all = sub(&gw, &["-t", "jobs", "-C", "10", "-F", "%p"]).await;
+    for i in 0..10 {
+        publish(&gw, &["-t", "jobs", "-m", &i.to_string(), "-q", "1"]).await;
+    }
+    let (a, b) = (output(a).await, output(b).await);
+    let mut got: Vec<u32> = a
+        .lines()
+        .chain(b.lines())
+        .map(|l| l.parse().unwrap())
+        .collect();
+    got.sort_unstable();
+    assert_eq!(
+        got,
+        (0..10).collect::<Vec<_>>(),
+        "each message to one member"
+    );
+    assert_eq!(output(all).await.lines().count(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_v5_properties_pass_through() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let gw = TestGateway::start().await;
+    let s = sub(
+        &gw,
+        &["-V", "5", "-t", "p", "-C", "1", "-F", "%C|%P|%R|%F|%p"],
+    )
+    .await;
+    publish(
+        &gw,
+        &[
+            "-V",
+            "5",
+            "-t",
+            "p",
+            "-m",
+            "body",
+            "-q",
+            "1",
+            "-D",
+            "publish",
+            "content-type",
+            "text/plain",
+            "-D",
+            "publish",
+            "user-property",
+            "site",
+            "lab",
+            "-D",
+            "publish",
+            "response-topic",
+            "replies/1",
+            "-D",
+            "publish",
+            "payload-format-indicator",
+            "1",
+        ],
+    )
+    .await;
+    assert_eq!(output(s).await, "text/plain|site:lab|replies/1|1|body\n");
+}
+
+/// Cross-protocol: mosquitto_pub → MoQT subscriber, payload bytes untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_publish_reaches_moqt_subscriber() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let gw = TestGateway::start().await;
+    // The first message publishes the topic's track in the relay.
+    publish(&gw, &["-t", "plant/line1/temp", "-m", "first"]).await;
+    let client = gw.relay.client("https").await;
+    let name = topic_to_track("plant/line1/temp").unwrap();
+    assert_eq!(
+        name,
+        moqt::FullTrackName {
+            namespace: moqt::TrackNamespace::from_strs(&["mqtt", "plant", "line1"]),
+            name: Bytes::from_static(b"temp"),
+        }
+    );
+    let mut s = client
+        .subscribe(name, SubscribeOptions::default())
+        .await
+        .unwrap();
+    let payload = "21.5 °C \u{1F321}";
+    publish(&gw, &["-t", "plant/line1/temp", "-m", payload, "-q", "1"]).await;
+    let o = within(5, async {
+        loop {
+            match s.next().await {
+                Some(SubscriptionEvent::Object(o)) => return o,
+                Some(_) => {}
+                None => panic!("subscription ended"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(o.payload, Bytes::from(payload));
+    assert_eq!(o.object_id, 0, "one message per group");
+}
+
+/// Cross-protocol: MoQT publisher (PUBLISH under `mqtt`) → mosquitto_sub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moqt_publisher_reaches_mosquitto_sub() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let gw = TestGateway::start().await;
+    let s = sub(
+        &gw,
+        &["-t", "cam/+", "-q", "1", "-C", "3", "-F", "%t %q %p"],
+    )
+    .await;
+    let publisher = gw.relay.client("moqt").await;
+    let name = topic_to_track("cam/status").unwrap();
+    let track = publisher
+        .create_track(name.clone(), 1, TrackMode::Push)
+        .await
+        .unwrap();
+    // The gateway's tap joins the track as soon as the relay accepts PUBLISH.
+    within(5, async {
+        while gw
+            .relay
+            .relay
+            .find_track(&name)
+            .is_none_or(|e| e.track.receivers() == 0)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // One subgroup keeps order (separate groups travel on separate streams).
+    let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
+    for o in 0..2u64 {
+        w.write(o, Bytes::from(format!("stream{o}"))).await.unwrap();
+    }
+    w.finish();
+    // Datagram objects arrive as QoS 0 (best effort), stream objects as QoS 1.
+    within(5, async {
+        while !track.send_datagram(1, 0, Bytes::from_static(b"dgram")) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // The datagram takes no stream, so it may overtake the stream objects.
+    let got = output(s).await;
+    let mut lines: Vec<_> = got.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "cam/status 0 dgram",
+            "cam/status 1 stream0",
+            "cam/status 1 stream1"
+        ]
+    );
+    assert!(
+        got.find("stream0") < got.find("stream1"),
+        "one subgroup keeps order"
+    );
+}
+
+/// A minimal client on our own codec, for bytes no real client would send.
+struct Raw {
+    tcp: TcpStream,
+    buf: BytesMut,
+    version: Version,
+}
+
+impl Raw {
+    async fn connect(gw: &TestGateway, version: Version, id: &str) -> Raw {
+        let mut r = Raw {
+            tcp: TcpStream::connect(gw.mqtt).await.unwrap(),
+            buf: BytesMut::new(),
+            version,
+        };
+        r.send(&Packet::Connect(quichub_mqtt::Connect {
+            version,
+            client_id: id.into(),
+            clean_start: true,
+            keep_alive: 30,
+            username: None,
+            password: None,
+            will: None,
+            properties: Properties::default(),
+        }))
+        .await;
+        match r.recv().await {
+            Some(Packet::ConnAck(a)) => assert_eq!(a.code, 0),
+            other => panic!("expected CONNACK, got {other:?}"),
+        }
+        r
+    }
+
+    async fn send(&mut self, p: &Packet) {
+        let mut b = BytesMut::new();
+        quichub_mqtt::encode(p, self.version, &mut b).unwrap();
+        self.tcp.write_all(&b).await.unwrap();
+    }
+
+    async fn send_raw(&mut self, bytes: &[u8]) {
+        self.tcp.write_all(bytes).await.unwrap();
+    }
+
+    /// The next packet, or `None` once the broker closed the connection.
+    async fn recv(&mut self) -> Option<Packet> {
+        within(5, async {
+            loop {
+                if let Some(p) =
+                    quichub_mqtt::decode(&mut self.buf, Some(self.version), usize::MAX).unwrap()
+                {
+                    return Some(p);
+                }
+                match self.tcp.read_buf(&mut self.buf).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+    }
+
+    /// Reads until the broker's DISCONNECT (its reason code) or the close.
+    async fn closed(&mut self) -> Option<u8> {
+        let mut code = None;
+        while let Some(p) = self.recv().await {
+            if let Packet::Disconnect(d) = p {
+                code = Some(d.code);
+            }
+        }
+        code
+    }
+}
+
+/// A fresh 3.1.1 client publishes `n` on `ok`; `healthy` must receive it.
+async fn check_healthy(gw: &TestGateway, healthy: &mut Raw, n: u32) {
+    let mut p = Raw::connect(gw, Version::V311, &format!("pub{n}")).await;
+    p.send(&Packet::Publish(quichub_mqtt::Publish {
+        topic: "ok".into(),
+        payload: Bytes::from(n.to_string()),
+        ..Default::default()
+    }))
+    .await;
+    match healthy.recv().await {
+        Some(Packet::Publish(m)) => assert_eq!(m.payload, Bytes::from(n.to_string())),
+        other => panic!("healthy subscriber got {other:?}"),
+    }
+}
+
+/// Bad input closes only the offending connection, with the right reason
+/// code for MQTT 5; a healthy subscriber keeps receiving throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_input_closes_only_the_offender() {
+    let gw = TestGateway::start().await;
+    let mut healthy = Raw::connect(&gw, Version::V5, "healthy").await;
+    healthy
+        .send(&Packet::Subscribe(quichub_mqtt::Subscribe {
+            packet_id: 1,
+            filters: vec![quichub_mqtt::SubscribeFilter {
+                filter: "ok".into(),
+                options: Default::default(),
+            }],
+            properties: Properties::default(),
+        }))
+        .await;
+    assert!(matches!(healthy.recv().await, Some(Packet::SubAck(_))));
+    // PUBLISH before CONNECT: closed without an answer.
+    let mut t = TcpStream::connect(gw.mqtt).await.unwrap();
+    t.write_all(&[0x30, 0x05, 0x00, 0x01, b'a', b'h', b'i'])
+        .await
+        .unwrap();
+    let mut sink = Vec::new();
+    let read = within(5, t.read_to_end(&mut sink)).await;
+    assert!(read.is_err() || sink.is_empty(), "no answer before CONNECT");
+    check_healthy(&gw, &mut healthy, 1).await;
+
+    // A wildcard in a PUBLISH topic: Topic Name invalid.
+    let mut bad = Raw::connect(&gw, Version::V5, "wild").await;
+    bad.send_raw(&[0x30, 0x06, 0x00, 0x03, b'a', b'/', b'+', 0x00])
+        .await;
+    assert_eq!(
+        bad.closed().await,
+        Some(quichub_mqtt::reason::TOPIC_NAME_INVALID)
+    );
+    check_healthy(&gw, &mut healthy, 2).await;
+
+    // A packet over the Maximum Packet Size, refused from its header alone.
+    let mut big = Raw::connect(&gw, Version::V5, "big").await;
+    big.send_raw(&[0x30, 0xff, 0xff, 0xff, 0x7f]).await;
+    assert_eq!(
+        big.closed().await,
+        Some(quichub_mqtt::reason::PACKET_TOO_LARGE)
+    );
+    check_healthy(&gw, &mut healthy, 3).await;
+
+    // Invalid UTF-8 in a topic: Malformed Packet.
+    let mut utf = Raw::connect(&gw, Version::V5, "utf").await;
+    utf.send_raw(&[0x30, 0x05, 0x00, 0x02, 0xc3, 0x28, 0x00])
+        .await;
+    assert_eq!(
+        utf.closed().await,
+        Some(quichub_mqtt::reason::MALFORMED_PACKET)
+    );
+    check_healthy(&gw, &mut healthy, 4).await;
+
+    // A 3.1.1 client breaking a rule is just disconnected (no DISCONNECT in 3.1.1).
+    let mut old = Raw::connect(&gw, Version::V311, "old").await;
+    old.send_raw(&[0x82, 0x02, 0x00, 0x01]).await; // SUBSCRIBE with no filter
+    assert_eq!(old.closed().await, None);
+    check_healthy(&gw, &mut healthy, 5).await;
+
+    // A second CONNECT is a protocol error.
+    let mut twice = Raw::connect(&gw, Version::V5, "twice").await;
+    twice
+        .send(&Packet::Connect(quichub_mqtt::Connect {
+            version: Version::V5,
+            client_id: "twice".into(),
+            clean_start: true,
+            keep_alive: 0,
+            username: None,
+            password: None,
+            will: None,
+            properties: Properties::default(),
+        }))
+        .await;
+    assert_eq!(
+        twice.closed().await,
+        Some(quichub_mqtt::reason::PROTOCOL_ERROR)
+    );
+    check_healthy(&gw, &mut healthy, 6).await;
+}
+
+/// An unsupported protocol level gets a CONNACK it can read, then the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_protocol_version_is_refused() {
+    let gw = TestGateway::start().await;
+    let mut t = TcpStream::connect(gw.mqtt).await.unwrap();
+    // CONNECT "MQTT" level 6.
+    t.write_all(&[
+        0x10, 0x0d, 0x00, 0x04, b'M', b'Q', b'T', b'T', 0x06, 0x02, 0x00, 0x3c, 0x00, 0x01, b'x',
+    ])
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    within(5, t.read_to_end(&mut got)).await.unwrap();
+    assert_eq!(
+        got,
+        [0x20, 0x02, 0x00, 0x01],
+        "CONNACK unacceptable protocol version"
+    );
+}
