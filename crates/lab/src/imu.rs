@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+
+use crate::rt::{runtime, step, STEP};
 use bytes::{BufMut, Bytes, BytesMut};
 use moqt::FullTrackName;
 use quichub_client::synth::now_micros;
@@ -161,25 +163,6 @@ struct ServerSync {
     published: oneshot::Receiver<()>,
     subscribed: oneshot::Sender<()>,
     t0: oneshot::Receiver<u64>,
-}
-
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?)
-}
-
-const STEP: Duration = Duration::from_secs(10);
-
-async fn step<T, E: Into<anyhow::Error>>(
-    what: &str,
-    f: impl std::future::Future<Output = Result<T, E>>,
-) -> anyhow::Result<T> {
-    match tokio::time::timeout(STEP, f).await {
-        Ok(r) => r.map_err(Into::into).with_context(|| what.to_string()),
-        Err(_) => bail!("timed out: {what}"),
-    }
 }
 
 /// Runs one mode once across `emu`.

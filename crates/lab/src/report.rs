@@ -8,7 +8,7 @@ use quichub_netem::profile::Profile;
 use serde::Serialize;
 
 use crate::imu::{Mode, RunConfig, SENSORS};
-use crate::stats::{show, SensorRun, Spread};
+use crate::stats::{show, spread_of, SensorRun, Spread, LATENCY_BIN_S};
 use crate::svg::{line_chart, Series, COLORS};
 use crate::LabArgs;
 
@@ -76,6 +76,8 @@ pub struct SummaryRow {
     pub p99_ms: Option<Spread>,
     /// Per-second bins: median, min, max over repetitions.
     pub per_second: Vec<Spread>,
+    /// Median latency per bin of generation time (ms), spread over repetitions.
+    pub latency_over_time_ms: Vec<Option<Spread>>,
 }
 
 /// Everything the experiment writes to `results.json`.
@@ -107,10 +109,6 @@ pub fn one_line(p: &Profile) -> String {
         .filter(|l| !l.starts_with("profile ") && !l.starts_with("source:"))
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-fn spread_of(v: impl Iterator<Item = f64>) -> Option<Spread> {
-    Spread::of(&v.collect::<Vec<_>>())
 }
 
 impl Output {
@@ -156,6 +154,17 @@ impl Output {
                         p50_ms: spread_of(rs.iter().filter_map(|s| s.p50_ms)),
                         p99_ms: spread_of(rs.iter().filter_map(|s| s.p99_ms)),
                         per_second,
+                        latency_over_time_ms: (0..rs
+                            .iter()
+                            .map(|s| s.latency_over_time_ms.len())
+                            .max()
+                            .unwrap_or(0))
+                            .map(|i| {
+                                spread_of(rs.iter().filter_map(|s| {
+                                    s.latency_over_time_ms.get(i).copied().flatten()
+                                }))
+                            })
+                            .collect(),
                     });
                 }
             }
@@ -254,6 +263,45 @@ impl Output {
         )
     }
 
+    fn latency_time_chart(&self, link: &Profile) -> String {
+        let mut series = Vec::new();
+        for (mi, mode) in Mode::ALL.iter().enumerate() {
+            for (si, sensor) in SENSORS.iter().enumerate() {
+                let Some(r) = self
+                    .summary
+                    .iter()
+                    .find(|r| r.link == link.name && r.mode == mode.label() && r.sensor == *sensor)
+                else {
+                    continue;
+                };
+                let pts: Vec<(f64, Spread)> = r
+                    .latency_over_time_ms
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, s)| s.map(|s| ((i as f64 + 0.5) * LATENCY_BIN_S, s)))
+                    .collect();
+                series.push(Series {
+                    label: format!("{} {}", mode.label(), sensor),
+                    color: COLORS[mi % COLORS.len()].to_string(),
+                    dashed: si == 1,
+                    points: pts.iter().map(|(x, s)| (*x, s.median)).collect(),
+                    band: pts.iter().map(|(x, s)| (*x, s.min, s.max)).collect(),
+                });
+            }
+        }
+        line_chart(
+            &format!("IMU latency over time — link {}", link.name),
+            &format!(
+                "link: {}\n{}; median latency of the samples generated in each {LATENCY_BIN_S} s bin: median line, min–max band over repetitions",
+                one_line(link),
+                self.how()
+            ),
+            "sample generation time, s since the sensors started",
+            "one-way latency, ms",
+            &series,
+        )
+    }
+
     fn latency_chart(&self) -> String {
         // p99 per mode (x = mode index) is clearer as a table; plot p50/p99
         // of each sensor across modes as points joined by lines.
@@ -321,6 +369,10 @@ impl Output {
         w("results.json", serde_json::to_string_pretty(self)?)?;
         for link in &self.links {
             w(&format!("rate-{}.svg", link.name), self.rate_chart(link))?;
+            w(
+                &format!("latency-time-{}.svg", link.name),
+                self.latency_time_chart(link),
+            )?;
         }
         w("latency-p99.svg", self.latency_chart())?;
         w("seed-000.svg", seed_chart())?;
@@ -405,6 +457,11 @@ impl Output {
                 let _ = writeln!(o);
             }
             let _ = writeln!(o, "\n![rate {}](rate-{}.svg)\n", link.name, link.name);
+            let _ = writeln!(
+                o,
+                "![latency over time {}](latency-time-{}.svg)\n",
+                link.name, link.name
+            );
         }
         let _ = writeln!(o, "![latency](latency-p99.svg)\n");
         let _ = writeln!(o, "## Beside the seed (Table 7)\n");

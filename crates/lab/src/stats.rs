@@ -27,7 +27,13 @@ pub struct SensorRun {
     pub p99_ms: Option<f64>,
     /// Largest latency in milliseconds.
     pub max_ms: Option<f64>,
+    /// Median latency (ms) of the received samples generated in each
+    /// [`LATENCY_BIN_S`] bin of generation time; `None` where none arrived.
+    pub latency_over_time_ms: Vec<Option<f64>>,
 }
+
+/// Width of the latency-over-time bins, seconds of generation time.
+pub const LATENCY_BIN_S: f64 = 0.25;
 
 /// Computes per-sensor metrics of a run; `bins` one-second bins.
 pub fn sensor_metrics(raw: &RawRun, duration_s: f64, bins: usize) -> Vec<SensorRun> {
@@ -38,6 +44,8 @@ pub fn sensor_metrics(raw: &RawRun, duration_s: f64, bins: usize) -> Vec<SensorR
             let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
                 .expect("valid bounds");
             let mut dups = 0;
+            let nbins = (duration_s / LATENCY_BIN_S).ceil().max(1.0) as usize;
+            let mut lat_bins: Vec<Vec<f64>> = vec![Vec::new(); nbins];
             for a in raw.arrivals.iter().filter(|a| a.sensor == s) {
                 if !seen.insert(a.seq) {
                     dups += 1;
@@ -47,6 +55,9 @@ pub fn sensor_metrics(raw: &RawRun, duration_s: f64, bins: usize) -> Vec<SensorR
                 let last = per_second.len() - 1;
                 per_second[bin.min(last)] += 1;
                 let _ = hist.record(a.recv_us.saturating_sub(a.sent_us).max(1));
+                let gen_s = a.sent_us.saturating_sub(raw.t0_us) as f64 / 1e6;
+                let lb = ((gen_s / LATENCY_BIN_S) as usize).min(nbins - 1);
+                lat_bins[lb].push(a.recv_us.saturating_sub(a.sent_us) as f64 / 1000.0);
             }
             let received = seen.len() as u64;
             let q = |p: f64| (received > 0).then(|| hist.value_at_quantile(p) as f64 / 1000.0);
@@ -61,6 +72,10 @@ pub fn sensor_metrics(raw: &RawRun, duration_s: f64, bins: usize) -> Vec<SensorR
                 p50_ms: q(0.5),
                 p99_ms: q(0.99),
                 max_ms: (received > 0).then(|| hist.max() as f64 / 1000.0),
+                latency_over_time_ms: lat_bins
+                    .iter()
+                    .map(|v| Spread::of(v).map(|s| s.median))
+                    .collect(),
             }
         })
         .collect()
@@ -111,6 +126,11 @@ impl Spread {
             p = prec
         )
     }
+}
+
+/// Summarises the values of an iterator; `None` when empty.
+pub fn spread_of(v: impl Iterator<Item = f64>) -> Option<Spread> {
+    Spread::of(&v.collect::<Vec<_>>())
 }
 
 /// Shows an optional spread, `–` when absent.
@@ -178,6 +198,10 @@ mod tests {
         );
         assert_eq!(m[1].per_second, vec![0, 1, 0]);
         assert_eq!(m[0].rate, 1.0);
+        // Generation-time bins of 0.25 s over 2 s; all samples sent at t0.
+        assert_eq!(m[0].latency_over_time_ms.len(), 8);
+        assert_eq!(m[0].latency_over_time_ms[0], Some(4500.25));
+        assert_eq!(m[0].latency_over_time_ms[1], None);
         assert!(decode_sample(&p[..10]).is_none());
     }
 }

@@ -35,7 +35,9 @@ fn imu_quick_structure() {
     }
     let out: PathBuf = std::env::temp_dir().join(format!("qh-lab-imu-{}", std::process::id()));
     let a = args(&out);
-    let Experiment::Imu(imu) = a.experiment.clone();
+    let Experiment::Imu(imu) = a.experiment.clone() else {
+        panic!("parsed as imu")
+    };
     let (dir, ok) = quichub_lab::run_imu(&a, &imu).expect("experiment runs");
     assert!(dir.starts_with(out.join("imu")), "{}", dir.display());
 
@@ -57,6 +59,12 @@ fn imu_quick_structure() {
         })
         .count();
     assert!(svgs >= 1, "at least one plot");
+    for link in ["clean", "constrained"] {
+        assert!(
+            dir.join(format!("latency-time-{link}.svg")).exists(),
+            "latency-over-time plot for {link}"
+        );
+    }
 
     let runs = json["runs"].as_array().unwrap();
     let failed: Vec<String> = runs
