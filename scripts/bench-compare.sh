@@ -33,7 +33,7 @@ done
 run() { # relay-name profile subscribers port
 	local name="$1" profile="$2" n="$3" port="$4" pid
 	case "$name" in
-	quichub) QUICHUB_THREADS=1 taskset -c 0 "$Q" relay --bind "127.0.0.1:$port" --metrics off --mqtt off --cert "$WORK/cert.pem" --key "$WORK/key.pem" >"$WORK/$name.log" 2>&1 & ;;
+	quichub) QUICHUB_THREADS=1 taskset -c 0 "$Q" relay --bind "127.0.0.1:$port" --metrics off --mqtt off --http off --cert "$WORK/cert.pem" --key "$WORK/key.pem" >"$WORK/$name.log" 2>&1 & ;;
 	moq-relay) taskset -c 0 "$MOQ_RELAY" --listen "127.0.0.1:$port" --listen-tls-cert "$WORK/cert.pem" \
 		--listen-tls-key "$WORK/key.pem" --auth-public '**' >"$WORK/$name.log" 2>&1 & ;;
 	esac

@@ -157,6 +157,44 @@ impl Bridge {
         track.subgroup_end(group, 0, true);
     }
 
+    /// The payloads of the last `n` messages of `topic` still in the relay's
+    /// cache, oldest first: what HTTP's `X-History-Length` replays. Reads
+    /// the gateway's own track of the topic, or the MoQT-published one. The
+    /// cache bounds it (per-track bytes and age, see the relay config), and
+    /// so does the mapping: a topic with no track has no history.
+    pub fn history(&self, topic: &str, n: usize) -> Vec<Bytes> {
+        if n == 0 {
+            return Vec::new();
+        }
+        let own = match self.slots.lock().expect("bridge lock").get(topic) {
+            Some(Slot::Live { entry, .. }) => Some(entry.track.clone()),
+            _ => None,
+        };
+        let track = match own {
+            Some(t) => t,
+            None => {
+                let Some(name) = mapping::topic_to_track(topic) else {
+                    return Vec::new();
+                };
+                match self.relay.find_track(&name) {
+                    Some(e) => e.track.clone(),
+                    None => return Vec::new(),
+                }
+            }
+        };
+        let objects =
+            track.cached_range(Location::new(0, 0), Location::new(u64::MAX, u64::MAX), false);
+        let mut last: Vec<Bytes> = objects
+            .iter()
+            .rev()
+            .filter(|o| o.status == ObjectStatus::Normal)
+            .take(n)
+            .map(|o| o.payload.clone())
+            .collect();
+        last.reverse();
+        last
+    }
+
     fn sweep(&self, now: Instant) {
         let mut gone = Vec::new();
         self.slots

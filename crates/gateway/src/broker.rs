@@ -15,7 +15,9 @@ use bytes::Bytes;
 use quichub_mqtt::reason;
 use quichub_mqtt::topic::{self, TopicTree};
 use quichub_mqtt::{Properties, QoS, SubscriptionOptions};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+
+use crate::store::{Recovered, Record, Store};
 
 /// Limits on what clients control.
 #[derive(Debug, Clone)]
@@ -57,6 +59,8 @@ pub enum Source {
     Moqt,
     /// A Will Message of this client.
     Will(Arc<str>),
+    /// Recovered from the durable store after a restart.
+    Store,
 }
 
 /// One application message, shared by every delivery.
@@ -129,6 +133,9 @@ pub struct Delivery {
     pub subscription_ids: Vec<u32>,
     /// Sent before and not acknowledged: the DUP flag is set.
     pub dup: bool,
+    /// Sequence number in the durable store, when the delivery is persisted
+    /// (QoS 1/2 to a persistent session): acknowledge it with [`Broker::ack`].
+    pub seq: Option<u64>,
 }
 
 /// Options of one subscription as the broker keeps them.
@@ -179,6 +186,21 @@ struct Session {
     disconnected: Option<Instant>,
     /// QoS 1/2 messages kept while offline, oldest first.
     queue: VecDeque<Delivery>,
+    /// The attached connection resumed the session (Clean Start 0), so a
+    /// connection it took over hands its in-flight messages on and its
+    /// delayed Will Message is not sent (§3.1.3.2.2).
+    resumed: bool,
+}
+
+impl Session {
+    /// Whether the session outlives its connection (and is in the store).
+    fn persistent(&self) -> bool {
+        self.expiry != Some(Duration::ZERO)
+    }
+}
+
+fn expiry_secs(e: Option<Duration>) -> u32 {
+    e.map_or(u32::MAX, |d| d.as_secs().min(u64::from(u32::MAX)) as u32)
 }
 
 #[derive(Debug)]
@@ -233,6 +255,7 @@ pub struct Broker {
     pub metrics: BrokerMetrics,
     state: Mutex<State>,
     conn_ids: AtomicU64,
+    store: Option<Arc<Store>>,
     /// Called with every routed message that did not come from MoQT, so the
     /// MoQT bridge can publish it as an object.
     tap: Mutex<Option<Tap>>,
@@ -241,13 +264,82 @@ pub struct Broker {
 impl Broker {
     /// A new broker.
     pub fn new(config: BrokerConfig) -> Arc<Self> {
+        Self::build(config, None)
+    }
+
+    fn build(config: BrokerConfig, store: Option<Arc<Store>>) -> Arc<Self> {
         Arc::new(Self {
             config,
             metrics: BrokerMetrics::default(),
             state: Mutex::default(),
             conn_ids: AtomicU64::new(1),
+            store,
             tap: Mutex::new(None),
         })
+    }
+
+    /// A broker whose durable state lives in `store`, starting from what the
+    /// store recovered: persistent sessions (offline, their expiry counting
+    /// from now) with subscriptions and queued messages, and retained messages.
+    pub fn with_store(config: BrokerConfig, store: Arc<Store>, recovered: Recovered) -> Arc<Self> {
+        let broker = Self::build(config, Some(store));
+        {
+            let mut st = broker.lock();
+            let now = Instant::now();
+            for (client, rec) in recovered.sessions {
+                let expiry =
+                    (rec.expiry != u32::MAX).then(|| Duration::from_secs(rec.expiry.into()));
+                let queue = rec
+                    .queue
+                    .into_iter()
+                    .map(|q| Delivery {
+                        message: q.message,
+                        qos: q.qos,
+                        retain: q.retain,
+                        subscription_ids: q.ids,
+                        dup: true,
+                        seq: Some(q.seq),
+                    })
+                    .collect();
+                st.sessions.insert(
+                    client.clone(),
+                    Session {
+                        outbox: None,
+                        subscriptions: HashMap::new(),
+                        expiry,
+                        disconnected: Some(now),
+                        queue,
+                        resumed: false,
+                    },
+                );
+                for (filter, opts) in rec.subscriptions {
+                    if let Some(s) = st.sessions.get_mut(&client) {
+                        s.subscriptions.insert(filter.clone(), opts);
+                    }
+                    Self::tree_insert(&mut st, &client, &filter, opts);
+                }
+            }
+            for (_, m) in recovered.retained {
+                st.retained.insert(m.topic.clone(), m);
+            }
+        }
+        broker
+    }
+
+    /// The durable store's synced ticket, when there is a store: an
+    /// acknowledgement that depends on ticket `t` waits until it reaches `t`.
+    pub fn durable(&self) -> Option<(watch::Receiver<u64>, Arc<Store>)> {
+        self.store.as_ref().map(|s| (s.synced(), s.clone()))
+    }
+
+    /// A persisted delivery was acknowledged by the client (or dropped).
+    pub fn ack(&self, client: &Arc<str>, seq: u64) {
+        if let Some(store) = &self.store {
+            store.append(Record::Done {
+                client: client.clone(),
+                seq,
+            });
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -304,8 +396,25 @@ impl Broker {
         if !exists && st.sessions.len() >= self.config.max_sessions {
             return Err(reason::SERVER_BUSY);
         }
+        // A connection still attached is told to close (session taken over),
+        // also when Clean Start discards its session.
+        if let Some(old) = st.sessions.get_mut(client).and_then(|s| s.outbox.take()) {
+            let _ = old.kick.try_send(reason::SESSION_TAKEN_OVER);
+        }
         if exists && clean_start {
             self.remove_session_locked(&mut st, client);
+        }
+        if let Some(store) = &self.store {
+            if expiry != Some(Duration::ZERO) {
+                store.append(Record::Session {
+                    client: client.clone(),
+                    expiry: expiry_secs(expiry),
+                });
+            } else if exists && !clean_start {
+                store.append(Record::SessionGone {
+                    client: client.clone(),
+                });
+            }
         }
         let session = st
             .sessions
@@ -316,11 +425,10 @@ impl Broker {
                 expiry,
                 disconnected: None,
                 queue: VecDeque::new(),
+                resumed: false,
             });
-        if let Some(old) = session.outbox.take() {
-            let _ = old.kick.try_send(reason::SESSION_TAKEN_OVER);
-        }
         let present = exists && !clean_start;
+        session.resumed = present;
         session.outbox = Some(outbox);
         session.expiry = expiry;
         session.disconnected = None;
@@ -356,19 +464,29 @@ impl Broker {
             };
             if session.outbox.as_ref().map(|o| o.conn) != Some(conn) {
                 // Taken over: the new connection owns the session now; what
-                // this one had in flight is redelivered to it.
-                if let Some(o) = &session.outbox {
+                // this one had in flight is redelivered to it. Its will goes
+                // out unless delayed and the session continues (§3.1.2.5);
+                // with Clean Start the session ended.
+                if let Some(o) = session.outbox.as_ref().filter(|_| session.resumed) {
                     for d in unacked {
                         let _ = o.tx.try_send(d);
                     }
                 }
-                if let Some((m, _)) = will {
-                    fire = Some(m);
+                if let Some((m, delay)) = will {
+                    if delay.is_zero() || !session.resumed {
+                        fire = Some(m);
+                    }
                 }
             } else {
                 session.outbox = None;
                 if let Some(e) = expiry {
                     session.expiry = e;
+                    if let (Some(store), true) = (&self.store, session.persistent()) {
+                        store.append(Record::Session {
+                            client: client.clone(),
+                            expiry: expiry_secs(e),
+                        });
+                    }
                 }
                 let ends_now = session.expiry == Some(Duration::ZERO);
                 if ends_now {
@@ -443,6 +561,11 @@ impl Broker {
 
     fn remove_session_locked(&self, st: &mut State, client: &Arc<str>) {
         if let Some(s) = st.sessions.remove(client) {
+            if let (Some(store), true) = (&self.store, s.persistent()) {
+                store.append(Record::SessionGone {
+                    client: client.clone(),
+                });
+            }
             for filter in s.subscriptions.keys() {
                 Self::tree_remove(st, client, filter);
             }
@@ -472,6 +595,46 @@ impl Broker {
             return Err(reason::QUOTA_EXCEEDED);
         }
         session.subscriptions.insert(full_filter.to_string(), opts);
+        if let (Some(store), true) = (&self.store, session.persistent()) {
+            store.append(Record::Sub {
+                client: client.clone(),
+                filter: full_filter.to_string(),
+                options: opts,
+            });
+        }
+        Self::tree_insert(&mut st, client, full_filter, opts);
+        // Retained messages: not for shared subscriptions (§4.8.2), and per
+        // Retain Handling.
+        let send_retained = share.is_none()
+            && match opts.options.retain_handling {
+                0 => true,
+                1 => !existed,
+                _ => false,
+            };
+        let now = Instant::now();
+        let retained = if send_retained {
+            st.retained
+                .values()
+                .filter(|m| topic::matches(&filter, &m.topic) && !m.expired(now))
+                .map(|m| Delivery {
+                    message: m.clone(),
+                    qos: m.qos.min(opts.options.qos),
+                    retain: true,
+                    subscription_ids: opts.id.into_iter().collect(),
+                    dup: false,
+                    seq: None,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok((opts.options.qos, retained))
+    }
+
+    fn tree_insert(st: &mut State, client: &Arc<str>, full_filter: &str, opts: SubOptions) {
+        let Ok((share, filter)) = topic::parse_subscription(full_filter) else {
+            return;
+        };
         match &share {
             None => {
                 st.tree.insert(
@@ -498,31 +661,6 @@ impl Broker {
                 );
             }
         }
-        // Retained messages: not for shared subscriptions (§4.8.2), and per
-        // Retain Handling.
-        let send_retained = share.is_none()
-            && match opts.options.retain_handling {
-                0 => true,
-                1 => !existed,
-                _ => false,
-            };
-        let now = Instant::now();
-        let retained = if send_retained {
-            st.retained
-                .values()
-                .filter(|m| topic::matches(&filter, &m.topic) && !m.expired(now))
-                .map(|m| Delivery {
-                    message: m.clone(),
-                    qos: m.qos.min(opts.options.qos),
-                    retain: true,
-                    subscription_ids: opts.id.into_iter().collect(),
-                    dup: false,
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        Ok((opts.options.qos, retained))
     }
 
     /// Removes a subscription; whether it existed.
@@ -533,6 +671,12 @@ impl Broker {
         };
         if session.subscriptions.remove(full_filter).is_none() {
             return false;
+        }
+        if let (Some(store), true) = (&self.store, session.persistent()) {
+            store.append(Record::Unsub {
+                client: client.clone(),
+                filter: full_filter.to_string(),
+            });
         }
         Self::tree_remove(&mut st, client, full_filter);
         true
@@ -577,18 +721,42 @@ impl Broker {
     /// store, and hands it to the MoQT bridge. Returns how many subscribers
     /// it matched.
     pub fn publish(&self, message: Message) -> usize {
+        self.publish_durable(message).0
+    }
+
+    /// [`Self::publish`], also returning the store ticket that must be durable
+    /// before the publish is acknowledged (0 when nothing was persisted).
+    pub fn publish_durable(&self, message: Message) -> (usize, u64) {
         self.metrics.published.fetch_add(1, Relaxed);
         let message = Arc::new(message);
         let now = Instant::now();
+        let mut p = Persist {
+            store: self.store.as_deref(),
+            seq: None,
+            ticket: 0,
+        };
         let matched = {
             let mut st = self.lock();
             if message.retain {
                 if message.payload.is_empty() {
-                    st.retained.remove(&message.topic);
+                    if st.retained.remove(&message.topic).is_some() {
+                        if let Some(store) = p.store {
+                            p.ticket = store.append(Record::Unretain {
+                                topic: message.topic.clone(),
+                            });
+                        }
+                    }
                 } else if st.retained.len() < self.config.max_retained
                     || st.retained.contains_key(&message.topic)
                 {
                     st.retained.insert(message.topic.clone(), message.clone());
+                    if let Some(store) = p.store {
+                        let seq = p.seq(&message);
+                        p.ticket = store.append(Record::Retain {
+                            topic: message.topic.clone(),
+                            seq,
+                        });
+                    }
                 }
             }
             // (client, options) of every match; a client matched by several
@@ -636,9 +804,10 @@ impl Broker {
                     retain: retain_as_published && message.retain,
                     subscription_ids: ids,
                     dup: false,
+                    seq: None,
                 };
                 if let Some(s) = st.sessions.get_mut(&client) {
-                    self.deliver(s, d, now);
+                    self.deliver(&client, s, d, now, &mut p);
                 }
             }
             matched
@@ -649,27 +818,55 @@ impl Broker {
                 tap(&message);
             }
         }
-        matched
+        (matched, p.ticket)
     }
 
-    fn deliver(&self, s: &mut Session, d: Delivery, now: Instant) {
+    fn deliver(
+        &self,
+        client: &Arc<str>,
+        s: &mut Session,
+        mut d: Delivery,
+        now: Instant,
+        p: &mut Persist<'_>,
+    ) {
+        if s.outbox.is_none() {
+            if d.qos == QoS::AtMostOnce || d.message.expired(now) {
+                return;
+            }
+            if s.queue.len() >= self.config.max_queued {
+                self.metrics.dropped.fetch_add(1, Relaxed);
+                return;
+            }
+        }
+        // Logged before it is handed over, so its acknowledgement (logged by
+        // the connection) can never precede it in the log.
+        if let (Some(store), true) = (p.store, d.qos != QoS::AtMostOnce && s.persistent()) {
+            let seq = p.seq(&d.message);
+            p.ticket = store.append(Record::Queue {
+                client: client.clone(),
+                seq,
+                qos: d.qos,
+                retain: d.retain,
+                ids: d.subscription_ids.clone(),
+            });
+            d.seq = Some(seq);
+        }
         match &s.outbox {
             Some(o) => match o.tx.try_send(d) {
                 Ok(()) => {
                     self.metrics.delivered.fetch_add(1, Relaxed);
                 }
-                Err(_) => {
+                Err(e) => {
                     self.metrics.dropped.fetch_add(1, Relaxed);
+                    if let (Some(store), Some(seq)) = (p.store, e.into_inner().seq) {
+                        store.append(Record::Done {
+                            client: client.clone(),
+                            seq,
+                        });
+                    }
                 }
             },
             None => {
-                if d.qos == QoS::AtMostOnce || d.message.expired(now) {
-                    return;
-                }
-                if s.queue.len() >= self.config.max_queued {
-                    self.metrics.dropped.fetch_add(1, Relaxed);
-                    return;
-                }
                 self.metrics.queued_offline.fetch_add(1, Relaxed);
                 s.queue.push_back(d);
             }
@@ -679,6 +876,28 @@ impl Broker {
     /// Retained message of `topic`, if any.
     pub fn retained(&self, topic: &str) -> Option<Arc<Message>> {
         self.lock().retained.get(topic).cloned()
+    }
+}
+
+/// Persistence of one publish: the message body is written at most once,
+/// on first need.
+struct Persist<'a> {
+    store: Option<&'a Store>,
+    seq: Option<u64>,
+    ticket: u64,
+}
+
+impl Persist<'_> {
+    fn seq(&mut self, m: &Message) -> u64 {
+        match (self.seq, self.store) {
+            (Some(s), _) => s,
+            (None, Some(store)) => {
+                let s = store.put_message(m);
+                self.seq = Some(s);
+                s
+            }
+            (None, None) => 0,
+        }
     }
 }
 

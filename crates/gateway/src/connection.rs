@@ -76,8 +76,8 @@ pub enum ConnError {
 enum Flight {
     /// QoS 1 sent, or QoS 2 sent and waiting for PUBREC.
     Sent(Delivery),
-    /// QoS 2 PUBREL sent, waiting for PUBCOMP.
-    Released,
+    /// QoS 2 PUBREL sent, waiting for PUBCOMP (with the store sequence).
+    Released(Option<u64>),
 }
 
 /// A connection after its CONNECT.
@@ -101,6 +101,10 @@ struct Conn {
     will: Option<(Message, Duration)>,
     /// Session Expiry Interval as connected (0 forbids raising it at DISCONNECT).
     connected_expiry: u32,
+    /// PUBACK/PUBREC in PUBLISH order, each after its store ticket is durable.
+    acks: VecDeque<(u64, Packet)>,
+    /// The store's durable ticket (none without a store).
+    durable: Option<(tokio::sync::watch::Receiver<u64>, Arc<crate::store::Store>)>,
     expiry_override: Option<Option<Duration>>,
 }
 
@@ -356,6 +360,8 @@ async fn accept<W: AsyncWrite + Unpin>(
         aliases: HashMap::new(),
         will,
         connected_expiry: granted,
+        acks: VecDeque::new(),
+        durable: broker.durable(),
         expiry_override: None,
     };
     Ok(Some((conn, kick_tx, kick_rx, rx, keep_alive)))
@@ -394,7 +400,12 @@ where
                 deadline = Some(tokio::time::Instant::now() + k);
             }
             if let Some(end) = handle(broker, cfg, conn, p)? {
-                conn.flush_pending();
+                if let Some((rx, _)) = conn.durable.as_mut() {
+                    let last = conn.acks.back().map_or(0, |(t, _)| *t);
+                    let _ = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|v| *v >= last)).await;
+                }
+                conn.flush_acks()?;
+                conn.flush_pending(broker);
                 let _ = tokio::time::timeout(Duration::from_secs(1), wr.write_all(&conn.out)).await;
                 return Ok(end);
             }
@@ -402,7 +413,18 @@ where
         if eof {
             return Err(ConnError::Io(std::io::ErrorKind::UnexpectedEof.into()));
         }
-        conn.flush_pending();
+        conn.flush_acks()?;
+        conn.flush_pending(broker);
+        let waiting_durable = !conn.acks.is_empty();
+        let mut durable = conn.durable.as_ref().map(|(rx, _)| rx.clone());
+        let synced = async {
+            match durable.as_mut() {
+                Some(rx) if waiting_durable => {
+                    let _ = rx.changed().await;
+                }
+                _ => std::future::pending().await,
+            }
+        };
         let can_read = conn.out.len() < MAX_WRITE_BUFFER;
         let can_take = conn.out.len() < MAX_WRITE_BUFFER / 4 && conn.pending.len() < 64;
         let sleep = async {
@@ -432,6 +454,7 @@ where
             code = kick.recv() => {
                 return Err(ConnError::Refused(code.unwrap_or(reason::SESSION_TAKEN_OVER)));
             }
+            _ = synced => {}
             _ = sleep => return Err(ConnError::Timeout),
         }
     }
@@ -450,17 +473,26 @@ fn handle(
         Packet::PubAck(a) => {
             if matches!(conn.inflight.get(&a.packet_id), Some(Flight::Sent(d)) if d.qos == QoS::AtLeastOnce)
             {
-                conn.inflight.remove(&a.packet_id);
+                if let Some(Flight::Sent(d)) = conn.inflight.remove(&a.packet_id) {
+                    conn.done(broker, d.seq);
+                }
             }
         }
         Packet::PubRec(a) => {
             let known = matches!(conn.inflight.get(&a.packet_id), Some(Flight::Sent(d)) if d.qos == QoS::ExactlyOnce);
             let code = if known {
                 if reason::is_error(a.code) {
-                    conn.inflight.remove(&a.packet_id);
+                    // The client refused it: it is not redelivered.
+                    if let Some(Flight::Sent(d)) = conn.inflight.remove(&a.packet_id) {
+                        conn.done(broker, d.seq);
+                    }
                     return Ok(None);
                 }
-                conn.inflight.insert(a.packet_id, Flight::Released);
+                let seq = match conn.inflight.get(&a.packet_id) {
+                    Some(Flight::Sent(d)) => d.seq,
+                    _ => None,
+                };
+                conn.inflight.insert(a.packet_id, Flight::Released(seq));
                 reason::SUCCESS
             } else {
                 reason::PACKET_IDENTIFIER_NOT_FOUND
@@ -468,8 +500,10 @@ fn handle(
             conn.send(&Packet::PubRel(ack(a.packet_id, code)));
         }
         Packet::PubComp(a) => {
-            if matches!(conn.inflight.get(&a.packet_id), Some(Flight::Released)) {
+            if let Some(Flight::Released(seq)) = conn.inflight.get(&a.packet_id) {
+                let seq = *seq;
                 conn.inflight.remove(&a.packet_id);
+                conn.done(broker, seq);
             }
         }
         Packet::PubRel(a) => {
@@ -535,6 +569,9 @@ fn on_publish(
             conn.aliases.insert(alias, p.topic.clone());
         }
     }
+    if !p.properties.subscription_identifiers.is_empty() {
+        return Err(ConnError::Protocol("Subscription Identifier in a client PUBLISH"));
+    }
     if !topic::valid_topic_name(&p.topic) {
         return Err(ConnError::Refused(reason::TOPIC_NAME_INVALID));
     }
@@ -542,7 +579,7 @@ fn on_publish(
     if p.qos == QoS::ExactlyOnce {
         if conn.awaiting_rel.contains(&id) {
             // A retransmission of a message already routed: acknowledge only.
-            conn.send(&Packet::PubRec(ack(id, reason::SUCCESS)));
+            conn.ack_after(0, Packet::PubRec(ack(id, reason::SUCCESS)));
             return Ok(());
         }
         if conn.awaiting_rel.len() >= cfg.receive_maximum as usize {
@@ -551,6 +588,7 @@ fn on_publish(
     }
     let utf8_bad = p.properties.payload_format_indicator == Some(1)
         && std::str::from_utf8(&p.payload).is_err();
+    let mut ticket = 0;
     let code = if utf8_bad {
         reason::PAYLOAD_FORMAT_INVALID
     } else {
@@ -562,20 +600,23 @@ fn on_publish(
             Source::Mqtt(conn.client.clone()),
         )
         .with_properties(&p.properties, Instant::now());
-        if broker.publish(m) == 0 {
+        let (matched, t) = broker.publish_durable(m);
+        ticket = t;
+        if matched == 0 {
             reason::NO_MATCHING_SUBSCRIBERS
         } else {
             reason::SUCCESS
         }
     };
+    // The acknowledgement waits until what the publish persisted is durable.
     match p.qos {
         QoS::AtMostOnce => {}
-        QoS::AtLeastOnce => conn.send(&Packet::PubAck(ack(id, code))),
+        QoS::AtLeastOnce => conn.ack_after(ticket, Packet::PubAck(ack(id, code))),
         QoS::ExactlyOnce => {
             if !reason::is_error(code) {
                 conn.awaiting_rel.insert(id);
             }
-            conn.send(&Packet::PubRec(ack(id, code)));
+            conn.ack_after(ticket, Packet::PubRec(ack(id, code)));
         }
     }
     Ok(())
@@ -631,6 +672,38 @@ fn on_unsubscribe(broker: &Arc<Broker>, conn: &mut Conn, u: Unsubscribe) {
 }
 
 impl Conn {
+    /// Queues an acknowledgement to send once `ticket` is durable, after every
+    /// acknowledgement queued before it (§4.6: in PUBLISH order).
+    fn ack_after(&mut self, ticket: u64, p: Packet) {
+        self.acks.push_back((ticket, p));
+    }
+
+    /// Sends the acknowledgements whose records are durable.
+    fn flush_acks(&mut self) -> Result<(), ConnError> {
+        let synced = match &self.durable {
+            Some((rx, store)) => {
+                if store.failed() && !self.acks.is_empty() {
+                    return Err(ConnError::Refused(reason::IMPLEMENTATION_SPECIFIC_ERROR));
+                }
+                *rx.borrow()
+            }
+            None => u64::MAX,
+        };
+        while self.acks.front().is_some_and(|(t, _)| *t <= synced) {
+            if let Some((_, p)) = self.acks.pop_front() {
+                self.send(&p);
+            }
+        }
+        Ok(())
+    }
+
+    /// A persisted delivery left the session (acknowledged or dropped).
+    fn done(&self, broker: &Broker, seq: Option<u64>) {
+        if let Some(seq) = seq {
+            broker.ack(&self.client, seq);
+        }
+    }
+
     fn send(&mut self, p: &Packet) {
         if let Err(e) = encode(p, self.version, &mut self.out) {
             tracing::warn!("mqtt encode {}: {e}", p.name());
@@ -648,7 +721,7 @@ impl Conn {
     }
 
     /// Writes pending deliveries while the client's Receive Maximum allows.
-    fn flush_pending(&mut self) {
+    fn flush_pending(&mut self, broker: &Broker) {
         let now = Instant::now();
         while self.out.len() < MAX_WRITE_BUFFER {
             let Some(d) = self.pending.front() else {
@@ -661,6 +734,7 @@ impl Conn {
                 return;
             };
             if d.message.expired(now) {
+                self.done(broker, d.seq);
                 continue;
             }
             let m = &d.message;
@@ -683,10 +757,12 @@ impl Conn {
                 payload: m.payload.clone(),
             });
             match encoded_len(&p, self.version) {
+                Ok(n) if n <= self.client_max_packet => {}
                 // Too large for this client: discarded as if delivered (§3.1.2.25).
-                Ok(n) if n > self.client_max_packet => continue,
-                Err(_) => continue,
-                Ok(_) => {}
+                _ => {
+                    self.done(broker, d.seq);
+                    continue;
+                }
             }
             self.send(&p);
             if let Some(id) = packet_id {

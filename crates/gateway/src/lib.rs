@@ -9,15 +9,23 @@
 //!   messages, offline queues and wills.
 //! - [`connection`]: one MQTT connection over any byte stream.
 //! - [`listener`]: accept loops.
+//! - [`quic`]: MQTT over QUIC (ALPN `mqtt`), single- and multi-stream.
+//! - [`store`]: the durable log (retained messages, persistent sessions and
+//!   their queued messages), with its fsync policy.
 //! - [`bridge`]: the MoQT side: MQTT messages become objects of relay tracks,
 //!   and objects of MoQT-published tracks under `mqtt` become MQTT messages.
+//! - [`http`]: the HTTP pub/sub API (Drift's routes, Server-Sent Events), its
+//!   transport-independent core and HTTP/1.1 + HTTP/2 over TCP.
 #![warn(missing_docs)]
 
 pub mod bridge;
 pub mod broker;
 pub mod connection;
+pub mod http;
 pub mod listener;
 pub mod mapping;
+pub mod quic;
+pub mod store;
 
 pub use broker::{Broker, BrokerConfig};
 pub use connection::ConnConfig;

@@ -58,7 +58,10 @@ fn check_packet(raw: &[u8], p: &Packet, version: Option<Version>) {
     if used <= PREFIX_CHECK_LIMIT {
         for cut in 0..used {
             let mut part = BytesMut::from(&raw[..cut]);
-            assert_eq!(decode(&mut part, version, DEFAULT_MAX_PACKET_SIZE), Ok(None));
+            assert_eq!(
+                decode(&mut part, version, DEFAULT_MAX_PACKET_SIZE),
+                Ok(None)
+            );
             assert_eq!(part.len(), cut, "Ok(None) consumed bytes");
         }
     }
@@ -68,7 +71,10 @@ fn check_packet(raw: &[u8], p: &Packet, version: Option<Version>) {
             assert_eq!((size, max), (used, used - 1));
             assert_eq!(whole.len(), used, "size rejection consumed bytes");
         }
-        other => panic!("packet of {used} bytes with a limit of {}: {other:?}", used - 1),
+        other => panic!(
+            "packet of {used} bytes with a limit of {}: {other:?}",
+            used - 1
+        ),
     }
 
     let v = match (p, version) {

@@ -41,4 +41,7 @@ pub use packet::{
     DEFAULT_MAX_PACKET_SIZE,
 };
 pub use properties::Properties;
-pub use topic::{matches, parse_subscription, valid_topic_filter, valid_topic_name, TopicTree};
+pub use topic::{
+    matches, parse_subscription, valid_topic_filter, valid_topic_name, Filter, SharedFilter,
+    TopicError, TopicTree,
+};

@@ -172,10 +172,7 @@ pub(crate) fn allowed(pid: u8, ctx: Ctx) -> Option<bool> {
         id::REQUEST_PROBLEM_INFORMATION | id::REQUEST_RESPONSE_INFORMATION => ctx == Connect,
         id::WILL_DELAY_INTERVAL => ctx == Will,
         id::SERVER_REFERENCE => matches!(ctx, ConnAck | Disconnect),
-        id::REASON_STRING => matches!(
-            ctx,
-            ConnAck | Ack | SubAck | UnsubAck | Disconnect | Auth
-        ),
+        id::REASON_STRING => matches!(ctx, ConnAck | Ack | SubAck | UnsubAck | Disconnect | Auth),
         id::RECEIVE_MAXIMUM | id::TOPIC_ALIAS_MAXIMUM | id::MAXIMUM_PACKET_SIZE => {
             matches!(ctx, Connect | ConnAck)
         }
@@ -301,12 +298,16 @@ impl Properties {
                 }
                 once(&mut self.maximum_packet_size, pid, v)
             }
-            id::WILDCARD_SUBSCRIPTION_AVAILABLE => {
-                once(&mut self.wildcard_subscription_available, pid, flag(pid, r)?)
-            }
-            id::SUBSCRIPTION_IDENTIFIER_AVAILABLE => {
-                once(&mut self.subscription_identifier_available, pid, flag(pid, r)?)
-            }
+            id::WILDCARD_SUBSCRIPTION_AVAILABLE => once(
+                &mut self.wildcard_subscription_available,
+                pid,
+                flag(pid, r)?,
+            ),
+            id::SUBSCRIPTION_IDENTIFIER_AVAILABLE => once(
+                &mut self.subscription_identifier_available,
+                pid,
+                flag(pid, r)?,
+            ),
             id::SHARED_SUBSCRIPTION_AVAILABLE => {
                 once(&mut self.shared_subscription_available, pid, flag(pid, r)?)
             }
@@ -319,7 +320,8 @@ impl Properties {
         let mut c = Counter::default();
         self.encode_body(ctx, &mut c)?;
         let len = u32::try_from(c.0).map_err(|_| EncodeError::PacketTooLarge(c.0))?;
-        out.varint(len).map_err(|_| EncodeError::PacketTooLarge(c.0))?;
+        out.varint(len)
+            .map_err(|_| EncodeError::PacketTooLarge(c.0))?;
         self.encode_body(ctx, out)
     }
 
@@ -342,11 +344,21 @@ impl Properties {
                 }
             };
         }
-        put!(id::PAYLOAD_FORMAT_INDICATOR, self.payload_format_indicator, |v| out.u8(*v));
-        put!(id::MESSAGE_EXPIRY_INTERVAL, self.message_expiry_interval, |v| out.u32(*v));
+        put!(
+            id::PAYLOAD_FORMAT_INDICATOR,
+            self.payload_format_indicator,
+            |v| out.u8(*v)
+        );
+        put!(
+            id::MESSAGE_EXPIRY_INTERVAL,
+            self.message_expiry_interval,
+            |v| out.u32(*v)
+        );
         put!(id::CONTENT_TYPE, self.content_type, |v| out.string(v)?);
-        put!(id::RESPONSE_TOPIC, self.response_topic, |v| out.string(v)?);
-        put!(id::CORRELATION_DATA, self.correlation_data, |v| out.binary(v)?);
+        put!(id::RESPONSE_TOPIC, self.response_topic, |v| out
+            .string(v)?);
+        put!(id::CORRELATION_DATA, self.correlation_data, |v| out
+            .binary(v)?);
         if ok(id::SUBSCRIPTION_IDENTIFIER) {
             for &v in &self.subscription_identifiers {
                 if v == 0 {
@@ -356,24 +368,49 @@ impl Properties {
                 out.varint(v)?;
             }
         }
-        put!(id::SESSION_EXPIRY_INTERVAL, self.session_expiry_interval, |v| out.u32(*v));
-        put!(id::ASSIGNED_CLIENT_IDENTIFIER, self.assigned_client_identifier, |v| out.string(v)?);
-        put!(id::SERVER_KEEP_ALIVE, self.server_keep_alive, |v| out.u16(*v));
-        put!(id::AUTHENTICATION_METHOD, self.authentication_method, |v| out.string(v)?);
-        put!(id::AUTHENTICATION_DATA, self.authentication_data, |v| out.binary(v)?);
-        put!(id::REQUEST_PROBLEM_INFORMATION, self.request_problem_information, |v| out
-            .u8(u8::from(*v)));
-        put!(id::WILL_DELAY_INTERVAL, self.will_delay_interval, |v| out.u32(*v));
-        put!(id::REQUEST_RESPONSE_INFORMATION, self.request_response_information, |v| out
-            .u8(u8::from(*v)));
-        put!(id::RESPONSE_INFORMATION, self.response_information, |v| out.string(v)?);
-        put!(id::SERVER_REFERENCE, self.server_reference, |v| out.string(v)?);
+        put!(
+            id::SESSION_EXPIRY_INTERVAL,
+            self.session_expiry_interval,
+            |v| out.u32(*v)
+        );
+        put!(
+            id::ASSIGNED_CLIENT_IDENTIFIER,
+            self.assigned_client_identifier,
+            |v| out.string(v)?
+        );
+        put!(id::SERVER_KEEP_ALIVE, self.server_keep_alive, |v| out
+            .u16(*v));
+        put!(id::AUTHENTICATION_METHOD, self.authentication_method, |v| {
+            out.string(v)?
+        });
+        put!(id::AUTHENTICATION_DATA, self.authentication_data, |v| out
+            .binary(
+            v
+        )?);
+        put!(
+            id::REQUEST_PROBLEM_INFORMATION,
+            self.request_problem_information,
+            |v| out.u8(u8::from(*v))
+        );
+        put!(id::WILL_DELAY_INTERVAL, self.will_delay_interval, |v| out
+            .u32(*v));
+        put!(
+            id::REQUEST_RESPONSE_INFORMATION,
+            self.request_response_information,
+            |v| out.u8(u8::from(*v))
+        );
+        put!(id::RESPONSE_INFORMATION, self.response_information, |v| out
+            .string(v)?);
+        put!(id::SERVER_REFERENCE, self.server_reference, |v| out
+            .string(v)?);
         put!(id::REASON_STRING, self.reason_string, |v| out.string(v)?);
         put!(id::RECEIVE_MAXIMUM, self.receive_maximum, |v| out.u16(*v));
-        put!(id::TOPIC_ALIAS_MAXIMUM, self.topic_alias_maximum, |v| out.u16(*v));
+        put!(id::TOPIC_ALIAS_MAXIMUM, self.topic_alias_maximum, |v| out
+            .u16(*v));
         put!(id::TOPIC_ALIAS, self.topic_alias, |v| out.u16(*v));
         put!(id::MAXIMUM_QOS, self.maximum_qos, |v| out.u8(*v));
-        put!(id::RETAIN_AVAILABLE, self.retain_available, |v| out.u8(u8::from(*v)));
+        put!(id::RETAIN_AVAILABLE, self.retain_available, |v| out
+            .u8(u8::from(*v)));
         if ok(id::USER_PROPERTY) {
             for (k, v) in &self.user_properties {
                 out.u8(id::USER_PROPERTY);
@@ -381,13 +418,23 @@ impl Properties {
                 out.string(v)?;
             }
         }
-        put!(id::MAXIMUM_PACKET_SIZE, self.maximum_packet_size, |v| out.u32(*v));
-        put!(id::WILDCARD_SUBSCRIPTION_AVAILABLE, self.wildcard_subscription_available, |v| out
-            .u8(u8::from(*v)));
-        put!(id::SUBSCRIPTION_IDENTIFIER_AVAILABLE, self.subscription_identifier_available, |v| out
-            .u8(u8::from(*v)));
-        put!(id::SHARED_SUBSCRIPTION_AVAILABLE, self.shared_subscription_available, |v| out
-            .u8(u8::from(*v)));
+        put!(id::MAXIMUM_PACKET_SIZE, self.maximum_packet_size, |v| out
+            .u32(*v));
+        put!(
+            id::WILDCARD_SUBSCRIPTION_AVAILABLE,
+            self.wildcard_subscription_available,
+            |v| out.u8(u8::from(*v))
+        );
+        put!(
+            id::SUBSCRIPTION_IDENTIFIER_AVAILABLE,
+            self.subscription_identifier_available,
+            |v| out.u8(u8::from(*v))
+        );
+        put!(
+            id::SHARED_SUBSCRIPTION_AVAILABLE,
+            self.shared_subscription_available,
+            |v| out.u8(u8::from(*v))
+        );
         Ok(())
     }
 }

@@ -2,9 +2,11 @@
 //!
 //! The thin IO layer under quichub: one quinn endpoint that serves raw QUIC
 //! (ALPN `moqt-18`) and WebTransport over HTTP/3 (ALPN `h3`, subprotocol
-//! `moqt-18`) on the same UDP port; TLS from PEM files or a short-lived
-//! self-signed certificate; client connections by URL; framed control-message
-//! IO over streams; and a tiny HTTP server for Prometheus metrics.
+//! `moqt-18`) on the same UDP port, plus bare QUIC connections of other
+//! ALPNs (`mqtt`, see [`server::establish_any`]) for their own handlers; TLS
+//! from PEM files or a short-lived self-signed certificate; client connections
+//! by URL; framed control-message IO over streams; and a tiny HTTP server for
+//! Prometheus metrics.
 //!
 //! Both ways in yield a [`web_transport_quinn::Session`], which gives raw QUIC
 //! and WebTransport one API (streams and datagrams), so nothing above this

@@ -1,5 +1,6 @@
-//! The server endpoint: one UDP socket, ALPN `moqt-18` (raw QUIC) and `h3`
-//! (WebTransport) side by side.
+//! The server endpoint: one UDP socket, ALPN `moqt-18` (raw QUIC), `h3`
+//! (WebTransport) and `mqtt` (MQTT over QUIC, served by the gateway) side by
+//! side.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,6 +11,9 @@ use web_transport_quinn::Session;
 
 use crate::tls::{provider, Identity};
 use crate::Transport;
+
+/// ALPN of MQTT over QUIC (EMQX's and the MQTT-over-QUIC drafts' choice).
+pub const ALPN_MQTT: &[u8] = b"mqtt";
 
 /// A bound server endpoint.
 pub struct Server {
@@ -36,7 +40,11 @@ impl Server {
             .with_no_client_auth()
             .with_single_cert(identity.chain.clone(), identity.key.clone_key())
             .context("certificate and key do not match")?;
-        tls.alpn_protocols = vec![moqt::ALPN.as_bytes().to_vec(), b"h3".to_vec()];
+        tls.alpn_protocols = vec![
+            moqt::ALPN.as_bytes().to_vec(),
+            b"h3".to_vec(),
+            ALPN_MQTT.to_vec(),
+        ];
         tls.max_early_data_size = u32::MAX;
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
@@ -92,9 +100,39 @@ pub(crate) fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket>
     Ok(socket.into())
 }
 
-/// Completes the handshake of one incoming connection. Run it in its own task so
-/// a slow peer never delays others.
+/// What a finished handshake yields: a MoQT session, or a QUIC connection of
+/// another protocol (`mqtt`) for its own handler.
+pub enum Established {
+    /// Raw QUIC `moqt-18` or WebTransport (boxed: a session is large).
+    Moqt(Box<Accepted>),
+    /// Any other ALPN the endpoint offers, with the bare connection.
+    Other {
+        /// The negotiated ALPN (for example [`ALPN_MQTT`]).
+        alpn: Vec<u8>,
+        /// The connection, handshake done.
+        conn: quinn::Connection,
+        /// Peer address.
+        remote: SocketAddr,
+    },
+}
+
+/// Completes the handshake of one incoming MoQT connection (an `mqtt` one is
+/// an error here: use [`establish_any`]). Run it in its own task so a slow
+/// peer never delays others.
 pub async fn establish(incoming: quinn::Incoming) -> anyhow::Result<Accepted> {
+    match establish_any(incoming).await? {
+        Established::Moqt(a) => Ok(*a),
+        Established::Other { alpn, conn, .. } => {
+            conn.close(0u32.into(), b"unexpected ALPN");
+            anyhow::bail!("unexpected ALPN {:?}", String::from_utf8_lossy(&alpn))
+        }
+    }
+}
+
+/// Completes the handshake of one incoming connection: MoQT ones up to the
+/// session (WebTransport CONNECT included), others (`mqtt`) up to the QUIC
+/// handshake. Run it in its own task so a slow peer never delays others.
+pub async fn establish_any(incoming: quinn::Incoming) -> anyhow::Result<Established> {
     let remote = incoming.remote_address();
     let conn = incoming.await.context("QUIC handshake")?;
     let alpn = conn
@@ -103,12 +141,15 @@ pub async fn establish(incoming: quinn::Incoming) -> anyhow::Result<Accepted> {
         .and_then(|h| h.protocol)
         .unwrap_or_default();
     if alpn == moqt::ALPN.as_bytes() {
-        return Ok(Accepted {
+        return Ok(Established::Moqt(Box::new(Accepted {
             session: Session::raw(conn),
             transport: Transport::Quic,
             path: None,
             remote,
-        });
+        })));
+    }
+    if alpn == ALPN_MQTT {
+        return Ok(Established::Other { alpn, conn, remote });
     }
     anyhow::ensure!(
         alpn == b"h3",
@@ -138,10 +179,10 @@ pub async fn establish(incoming: quinn::Incoming) -> anyhow::Result<Accepted> {
         .respond(response)
         .await
         .context("WebTransport respond")?;
-    Ok(Accepted {
+    Ok(Established::Moqt(Box::new(Accepted {
         session,
         transport: Transport::WebTransport,
         path: Some(path),
         remote,
-    })
+    })))
 }

@@ -44,6 +44,9 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         metrics: "off".into(),
         config: None,
         mqtt: "off".into(),
+        http: "off".into(),
+        data_dir: None,
+        fsync: "always".into(),
     })
     .await?;
     let scheme = if a.webtransport { "https" } else { "moqt" };

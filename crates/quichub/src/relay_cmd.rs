@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use quichub_gateway::bridge::Bridge;
+use quichub_gateway::store::{Fsync, Store};
 use quichub_gateway::{Broker, BrokerConfig, ConnConfig};
 use quichub_net::server::Server;
 use quichub_net::tls::Identity;
@@ -33,6 +34,28 @@ pub struct RelayArgs {
     /// TCP address of the MQTT 3.1.1/5 broker (`off` to disable).
     #[arg(long, default_value = "127.0.0.1:1883")]
     pub mqtt: String,
+    /// Directory of the broker's durable state (retained messages, persistent
+    /// sessions and their queued messages); `off` keeps it in memory only.
+    /// Default: `$XDG_STATE_HOME/quichub`, else `~/.local/state/quichub`.
+    /// Not opened with `--mqtt off`.
+    #[arg(long)]
+    pub data_dir: Option<String>,
+    /// When the broker's log reaches the disk before a QoS 1/2 publish is
+    /// acknowledged: `always` (fdatasync, group commit: survives power loss)
+    /// or `never` (written to the OS: survives a crash of the process).
+    #[arg(long, default_value = "always", value_parser = ["always", "never"])]
+    pub fsync: String,
+    /// TCP address of the HTTP pub/sub API over HTTP/1.1 and cleartext
+    /// HTTP/2 (`off` to disable); see docs/http-api.md.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub http: String,
+}
+
+fn default_data_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .map(|d| d.join("quichub"))
 }
 
 fn addr_or_off(flag: &str, v: &str) -> anyhow::Result<Option<SocketAddr>> {
@@ -58,6 +81,8 @@ pub struct Running {
     pub metrics: Option<SocketAddr>,
     /// The bound MQTT TCP address, if any.
     pub mqtt: Option<SocketAddr>,
+    /// The bound HTTP API TCP address, if any.
+    pub http: Option<SocketAddr>,
 }
 
 /// Binds and starts the relay's tasks.
@@ -76,12 +101,38 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
     let server = Arc::new(Server::bind(args.bind, &identity)?);
     let addr = server.local_addr()?;
     let relay = Relay::new(config);
-    tokio::spawn(quichub_relay::endpoint::accept_loop(
-        relay.clone(),
-        server.clone(),
-    ));
-    let broker = Broker::new(BrokerConfig::default());
+    let mqtt_addr = addr_or_off("mqtt", &args.mqtt)?;
+    let data_dir = match args.data_dir.as_deref() {
+        Some("off") => None,
+        Some(d) => Some(PathBuf::from(d)),
+        None => default_data_dir(),
+    };
+    let broker = match (&mqtt_addr, data_dir) {
+        (Some(_), Some(dir)) => {
+            let fsync = if args.fsync == "never" {
+                Fsync::Never
+            } else {
+                Fsync::Always
+            };
+            let (store, recovered) = Store::open(&dir, fsync)
+                .with_context(|| format!("open broker state in {}", dir.display()))?;
+            tracing::info!(
+                "broker state {}: {} records, {} sessions, {} retained",
+                store.path().display(),
+                recovered.records,
+                recovered.sessions.len(),
+                recovered.retained.len()
+            );
+            Broker::with_store(BrokerConfig::default(), store, recovered)
+        }
+        _ => Broker::new(BrokerConfig::default()),
+    };
     let bridge = Bridge::start(relay.clone(), &broker);
+    let http_api = quichub_gateway::http::Api::new(
+        broker.clone(),
+        Some(bridge.clone()),
+        quichub_gateway::http::ApiConfig::default(),
+    );
     let b = broker.clone();
     tokio::spawn(async move {
         let _bridge = bridge;
@@ -91,15 +142,38 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
             b.tick(std::time::Instant::now());
         }
     });
-    let mqtt = match addr_or_off("mqtt", &args.mqtt)? {
+    let conn_config = Arc::new(ConnConfig::default());
+    let mqtt = match mqtt_addr {
         Some(a) => Some(
-            quichub_gateway::listener::spawn_tcp(
-                a,
-                broker.clone(),
-                Arc::new(ConnConfig::default()),
-            )
-            .await
-            .with_context(|| format!("bind MQTT {a} (use --mqtt off or another address)"))?,
+            quichub_gateway::listener::spawn_tcp(a, broker.clone(), conn_config.clone())
+                .await
+                .with_context(|| format!("bind MQTT {a} (use --mqtt off or another address)"))?,
+        ),
+        None => None,
+    };
+    // MQTT over QUIC on the relay's UDP port (ALPN `mqtt`) whenever the broker runs.
+    let mut alpn_handlers = quichub_relay::endpoint::AlpnHandlers::new();
+    if mqtt.is_some() {
+        let (b, c) = (broker.clone(), conn_config.clone());
+        let handler: quichub_relay::endpoint::AlpnHandler = Arc::new(move |conn| {
+            Box::pin(quichub_gateway::quic::serve_quic(
+                conn,
+                b.clone(),
+                c.clone(),
+            ))
+        });
+        alpn_handlers.insert(quichub_net::server::ALPN_MQTT.to_vec(), handler);
+    }
+    tokio::spawn(quichub_relay::endpoint::accept_loop_with(
+        relay.clone(),
+        server.clone(),
+        alpn_handlers,
+    ));
+    let http = match addr_or_off("http", &args.http)? {
+        Some(a) => Some(
+            quichub_gateway::http::tcp::spawn_tcp(a, http_api.clone())
+                .await
+                .with_context(|| format!("bind HTTP {a} (use --http off or another address)"))?,
         ),
         None => None,
     };
@@ -124,6 +198,7 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         server,
         metrics,
         mqtt,
+        http,
     })
 }
 
@@ -140,6 +215,10 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
         writeln!(out, "certificate sha256 {}", r.fingerprint)?;
         if let Some(m) = r.mqtt {
             writeln!(out, "mqtt tcp {m} (MQTT 3.1.1 and 5.0)")?;
+            writeln!(out, "mqtt quic udp {} (ALPN mqtt)", r.addr)?;
+        }
+        if let Some(h) = r.http {
+            writeln!(out, "http tcp {h} (HTTP/1.1, HTTP/2 cleartext)")?;
         }
         if let Some(m) = r.metrics {
             writeln!(out, "metrics http://{m}/metrics")?;

@@ -7,7 +7,8 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use common::raw_mqtt::Raw;
 use common::{mqtt_tools, within, TestGateway};
 use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
 use quichub_gateway::mapping::topic_to_track;
@@ -359,78 +360,6 @@ async fn moqt_publisher_reaches_mosquitto_sub() {
         got.find("stream0") < got.find("stream1"),
         "one subgroup keeps order"
     );
-}
-
-/// A minimal client on our own codec, for bytes no real client would send.
-struct Raw {
-    tcp: TcpStream,
-    buf: BytesMut,
-    version: Version,
-}
-
-impl Raw {
-    async fn connect(gw: &TestGateway, version: Version, id: &str) -> Raw {
-        let mut r = Raw {
-            tcp: TcpStream::connect(gw.mqtt).await.unwrap(),
-            buf: BytesMut::new(),
-            version,
-        };
-        r.send(&Packet::Connect(quichub_mqtt::Connect {
-            version,
-            client_id: id.into(),
-            clean_start: true,
-            keep_alive: 30,
-            username: None,
-            password: None,
-            will: None,
-            properties: Properties::default(),
-        }))
-        .await;
-        match r.recv().await {
-            Some(Packet::ConnAck(a)) => assert_eq!(a.code, 0),
-            other => panic!("expected CONNACK, got {other:?}"),
-        }
-        r
-    }
-
-    async fn send(&mut self, p: &Packet) {
-        let mut b = BytesMut::new();
-        quichub_mqtt::encode(p, self.version, &mut b).unwrap();
-        self.tcp.write_all(&b).await.unwrap();
-    }
-
-    async fn send_raw(&mut self, bytes: &[u8]) {
-        self.tcp.write_all(bytes).await.unwrap();
-    }
-
-    /// The next packet, or `None` once the broker closed the connection.
-    async fn recv(&mut self) -> Option<Packet> {
-        within(5, async {
-            loop {
-                if let Some(p) =
-                    quichub_mqtt::decode(&mut self.buf, Some(self.version), usize::MAX).unwrap()
-                {
-                    return Some(p);
-                }
-                match self.tcp.read_buf(&mut self.buf).await {
-                    Ok(0) | Err(_) => return None,
-                    Ok(_) => {}
-                }
-            }
-        })
-        .await
-    }
-
-    /// Reads until the broker's DISCONNECT (its reason code) or the close.
-    async fn closed(&mut self) -> Option<u8> {
-        let mut code = None;
-        while let Some(p) = self.recv().await {
-            if let Packet::Disconnect(d) = p {
-                code = Some(d.code);
-            }
-        }
-        code
-    }
 }
 
 /// A fresh 3.1.1 client publishes `n` on `ok`; `healthy` must receive it.

@@ -26,7 +26,17 @@ impl Drop for RelayProcess {
 
 fn start_relay() -> RelayProcess {
     let mut child = Command::new(BIN)
-        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off", "--mqtt", "off"])
+        .args([
+            "relay",
+            "--bind",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+            "--mqtt",
+            "off",
+            "--http",
+            "off",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -207,6 +217,8 @@ fn relay_config_file() {
             "off",
             "--mqtt",
             "off",
+            "--http",
+            "off",
             "--config",
         ])
         .arg(&good)
@@ -231,6 +243,8 @@ fn relay_config_file() {
             "--metrics",
             "off",
             "--mqtt",
+            "off",
+            "--http",
             "off",
             "--config",
         ])

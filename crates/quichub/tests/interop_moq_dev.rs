@@ -69,6 +69,8 @@ fn start_quichub(cert: &Path, key: &Path) -> (Proc, u16) {
             "off",
             "--mqtt",
             "off",
+            "--http",
+            "off",
             "--cert",
         ])
         .arg(cert)

@@ -1,21 +1,58 @@
 //! Runs the relay on a bound endpoint: accept, handshake each connection in
-//! its own task, serve the session; drain with GOAWAY on shutdown.
+//! its own task, serve the session; drain with GOAWAY on shutdown. QUIC
+//! connections of other ALPNs (`mqtt`) go to handlers the binary supplies, so
+//! this crate knows nothing of the protocols behind them.
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quichub_net::server::{establish, Server};
+use quichub_net::server::{establish_any, Established, Server};
+use web_transport_quinn::quinn;
 
 use crate::core::Relay;
 use crate::session;
 
-/// Accepts connections until the endpoint closes.
+/// Serves one QUIC connection of a non-MoQT ALPN until it ends.
+pub type AlpnHandler =
+    Arc<dyn Fn(quinn::Connection) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// Handlers by ALPN (for example `b"mqtt"`), for [`accept_loop_with`].
+pub type AlpnHandlers = HashMap<Vec<u8>, AlpnHandler>;
+
+/// QUIC application close code for a connection whose ALPN has no handler
+/// (the endpoint offers `mqtt` even when no broker runs).
+pub const NO_HANDLER: u32 = 0x1;
+
+/// Accepts connections until the endpoint closes (MoQT only: a connection of
+/// any other ALPN is closed).
 pub async fn accept_loop(relay: Arc<Relay>, server: Arc<Server>) {
+    accept_loop_with(relay, server, AlpnHandlers::new()).await
+}
+
+/// Accepts connections until the endpoint closes; MoQT ones become relay
+/// sessions, others go to the handler for their ALPN.
+pub async fn accept_loop_with(relay: Arc<Relay>, server: Arc<Server>, handlers: AlpnHandlers) {
+    let handlers = Arc::new(handlers);
     while let Some(incoming) = server.accept().await {
         let relay = relay.clone();
+        let handlers = handlers.clone();
         tokio::spawn(async move {
-            match establish(incoming).await {
-                Ok(accepted) => session::serve(relay, accepted).await,
+            match establish_any(incoming).await {
+                Ok(Established::Moqt(accepted)) => session::serve(relay, *accepted).await,
+                Ok(Established::Other { alpn, conn, remote }) => match handlers.get(&alpn) {
+                    Some(h) => h(conn).await,
+                    None => {
+                        tracing::debug!(
+                            %remote,
+                            "no handler for ALPN {:?}",
+                            String::from_utf8_lossy(&alpn)
+                        );
+                        conn.close(NO_HANDLER.into(), b"protocol not served");
+                    }
+                },
                 Err(e) => tracing::debug!("handshake failed: {e:#}"),
             }
         });

@@ -379,4 +379,3 @@ fn decode_unsuback(v: Version, r: &mut Reader) -> Result<UnsubAck, DecodeError> 
         properties,
     })
 }
-

@@ -93,7 +93,9 @@ fn body<S: Sink>(packet: &Packet, v: Version, out: &mut S) -> Result<(), EncodeE
             Ok(())
         }
         Packet::PingReq | Packet::PingResp => Ok(()),
-        Packet::Disconnect(d) => code_and_properties(d.code, &d.properties, v, Ctx::Disconnect, out),
+        Packet::Disconnect(d) => {
+            code_and_properties(d.code, &d.properties, v, Ctx::Disconnect, out)
+        }
         Packet::Auth(a) => match v {
             Version::V311 => Err(EncodeError::UnsupportedInVersion),
             Version::V5 => code_and_properties(a.code, &a.properties, v, Ctx::Auth, out),

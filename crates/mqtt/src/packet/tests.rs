@@ -183,7 +183,10 @@ fn connect_v5_password_without_username_is_allowed() {
     let Packet::Connect(c) = one(&bytes, None) else {
         panic!("not a CONNECT")
     };
-    assert_eq!((c.username, c.password), (None, Some(Bytes::from_static(&[9]))));
+    assert_eq!(
+        (c.username, c.password),
+        (None, Some(Bytes::from_static(&[9])))
+    );
     assert!(!c.clean_start);
 }
 
@@ -195,11 +198,36 @@ fn connect_errors() {
         ]
     };
     assert!(dec(&base(0x02), None).unwrap().is_some());
-    err(&base(0x03), None, E::ConnectReservedFlag, reason::MALFORMED_PACKET);
-    err(&base(0x0a), None, E::InvalidWillFlags, reason::MALFORMED_PACKET);
-    err(&base(0x22), None, E::InvalidWillFlags, reason::MALFORMED_PACKET);
-    err(&base(0x1e), None, E::InvalidWillFlags, reason::MALFORMED_PACKET);
-    err(&base(0x42), None, E::PasswordWithoutUsername, reason::MALFORMED_PACKET);
+    err(
+        &base(0x03),
+        None,
+        E::ConnectReservedFlag,
+        reason::MALFORMED_PACKET,
+    );
+    err(
+        &base(0x0a),
+        None,
+        E::InvalidWillFlags,
+        reason::MALFORMED_PACKET,
+    );
+    err(
+        &base(0x22),
+        None,
+        E::InvalidWillFlags,
+        reason::MALFORMED_PACKET,
+    );
+    err(
+        &base(0x1e),
+        None,
+        E::InvalidWillFlags,
+        reason::MALFORMED_PACKET,
+    );
+    err(
+        &base(0x42),
+        None,
+        E::PasswordWithoutUsername,
+        reason::MALFORMED_PACKET,
+    );
     // Trailing byte after the payload.
     let mut t = base(0x02);
     t[1] += 1;
@@ -253,9 +281,22 @@ fn connect_protocol_versions() {
 
 #[test]
 fn only_connect_before_connect() {
-    err(&[0xc0, 0], None, E::ExpectedConnect(12), reason::PROTOCOL_ERROR);
+    err(
+        &[0xc0, 0],
+        None,
+        E::ExpectedConnect(12),
+        reason::PROTOCOL_ERROR,
+    );
     err(&[0x30], None, E::ExpectedConnect(3), reason::PROTOCOL_ERROR);
-    err(&[0x11, 0], None, E::InvalidFlags { packet_type: 1, flags: 1 }, 0x81);
+    err(
+        &[0x11, 0],
+        None,
+        E::InvalidFlags {
+            packet_type: 1,
+            flags: 1,
+        },
+        0x81,
+    );
 }
 
 // ---- CONNACK ----
@@ -289,7 +330,10 @@ fn connack() {
     };
     let mut with_props = v3.clone();
     with_props.properties.reason_string = Some("no".into());
-    assert_eq!(enc(&Packet::ConnAck(with_props), Version::V311), [0x20, 2, 0, 5]);
+    assert_eq!(
+        enc(&Packet::ConnAck(with_props), Version::V311),
+        [0x20, 2, 0, 5]
+    );
 }
 
 // ---- PUBLISH ----
@@ -344,8 +388,8 @@ fn publish_qos1_retain_v311() {
 #[test]
 fn publish_qos2_dup_v5_properties() {
     let bytes = [
-        0x3c, 0x14, 0, 1, b't', 0, 5, // topic, packet id
-        13,   // properties
+        0x3c, 0x14, 0, 1, b't', 0, 5,  // topic, packet id
+        13, // properties
         0x02, 0, 0, 0, 60, // message expiry
         0x0b, 1, // subscription identifier 1
         0x0b, 0x80, 0x01, // subscription identifier 128
@@ -380,7 +424,12 @@ fn publish_v5_topic_alias_only() {
         ..Publish::default()
     });
     exact(&[0x30, 7, 0, 0, 3, 0x23, 0, 3, b'x'], V5, &p);
-    err(&[0x30, 4, 0, 0, 0, b'x'], V5, E::EmptyTopicWithoutAlias, 0x82);
+    err(
+        &[0x30, 4, 0, 0, 0, b'x'],
+        V5,
+        E::EmptyTopicWithoutAlias,
+        0x82,
+    );
     err(&[0x30, 3, 0, 0, b'x'], V3, E::InvalidTopicName, 0x90);
 }
 
@@ -411,13 +460,43 @@ fn property_errors() {
         b[1] = (b.len() - 2) as u8;
         b
     };
-    err(&publish(&[0x11, 0, 0, 0, 1]), V5, E::PropertyNotAllowed(0x11), 0x82);
-    err(&publish(&[0x02, 0, 0, 0, 1, 0x02, 0, 0, 0, 2]), V5, E::DuplicateProperty(0x02), 0x82);
+    err(
+        &publish(&[0x11, 0, 0, 0, 1]),
+        V5,
+        E::PropertyNotAllowed(0x11),
+        0x82,
+    );
+    err(
+        &publish(&[0x02, 0, 0, 0, 1, 0x02, 0, 0, 0, 2]),
+        V5,
+        E::DuplicateProperty(0x02),
+        0x82,
+    );
     err(&publish(&[0x05, 0]), V5, E::UnknownProperty(0x05), 0x81);
-    err(&publish(&[0x01, 2]), V5, E::InvalidPropertyValue(0x01), 0x82);
-    err(&publish(&[0x23, 0, 0]), V5, E::InvalidPropertyValue(0x23), 0x82);
-    err(&publish(&[0x0b, 0]), V5, E::InvalidPropertyValue(0x0b), 0x82);
-    err(&publish(&[0x08, 0, 1, b'+']), V5, E::InvalidPropertyValue(0x08), 0x82);
+    err(
+        &publish(&[0x01, 2]),
+        V5,
+        E::InvalidPropertyValue(0x01),
+        0x82,
+    );
+    err(
+        &publish(&[0x23, 0, 0]),
+        V5,
+        E::InvalidPropertyValue(0x23),
+        0x82,
+    );
+    err(
+        &publish(&[0x0b, 0]),
+        V5,
+        E::InvalidPropertyValue(0x0b),
+        0x82,
+    );
+    err(
+        &publish(&[0x08, 0, 1, b'+']),
+        V5,
+        E::InvalidPropertyValue(0x08),
+        0x82,
+    );
     err(&publish(&[0x02, 0, 0]), V5, E::UnexpectedEof, 0x81);
     // User properties may repeat.
     let Some(Packet::Publish(p)) = dec(
@@ -427,7 +506,10 @@ fn property_errors() {
     .unwrap() else {
         panic!()
     };
-    assert_eq!(p.properties.user_properties, vec![user("a", ""), user("a", "")]);
+    assert_eq!(
+        p.properties.user_properties,
+        vec![user("a", ""), user("a", "")]
+    );
     // CONNECT: receive maximum 0, maximum packet size 0.
     let connect = |props: &[u8]| {
         let mut b = vec![0x10, 0, 0, 4, b'M', b'Q', b'T', b'T', 5, 2, 0, 0];
@@ -438,10 +520,30 @@ fn property_errors() {
         b
     };
     assert!(dec(&connect(&[0x21, 0, 1]), None).unwrap().is_some());
-    err(&connect(&[0x21, 0, 0]), None, E::InvalidPropertyValue(0x21), 0x82);
-    err(&connect(&[0x27, 0, 0, 0, 0]), None, E::InvalidPropertyValue(0x27), 0x82);
-    err(&connect(&[0x17, 1, 0x17, 1]), None, E::DuplicateProperty(0x17), 0x82);
-    err(&connect(&[0x23, 0, 1]), None, E::PropertyNotAllowed(0x23), 0x82);
+    err(
+        &connect(&[0x21, 0, 0]),
+        None,
+        E::InvalidPropertyValue(0x21),
+        0x82,
+    );
+    err(
+        &connect(&[0x27, 0, 0, 0, 0]),
+        None,
+        E::InvalidPropertyValue(0x27),
+        0x82,
+    );
+    err(
+        &connect(&[0x17, 1, 0x17, 1]),
+        None,
+        E::DuplicateProperty(0x17),
+        0x82,
+    );
+    err(
+        &connect(&[0x23, 0, 1]),
+        None,
+        E::PropertyNotAllowed(0x23),
+        0x82,
+    );
 }
 
 // ---- acks ----
@@ -461,7 +563,10 @@ fn acks() {
     };
     exact(&[0x40, 3, 0, 7, 0x10], V5, &Packet::PubAck(nms.clone()));
     // An explicit empty property block decodes to the same ack.
-    assert_eq!(one(&[0x40, 4, 0, 7, 0x10, 0], V5), Packet::PubAck(nms.clone()));
+    assert_eq!(
+        one(&[0x40, 4, 0, 7, 0x10, 0], V5),
+        Packet::PubAck(nms.clone())
+    );
     assert_eq!(one(&[0x40, 4, 0, 7, 0, 0], V5), Packet::PubAck(a.clone()));
     // Reason string.
     let rs = Ack {
@@ -471,11 +576,31 @@ fn acks() {
         },
         ..nms.clone()
     };
-    exact(&[0x40, 8, 0, 7, 0x10, 4, 0x1f, 0, 1, b'x'], V5, &Packet::PubAck(rs.clone()));
+    exact(
+        &[0x40, 8, 0, 7, 0x10, 4, 0x1f, 0, 1, b'x'],
+        V5,
+        &Packet::PubAck(rs.clone()),
+    );
     // 3.1.1 drops code and properties.
     assert_eq!(enc(&Packet::PubAck(rs), Version::V311), [0x40, 2, 0, 7]);
-    err(&[0x60, 2, 0, 7], V3, E::InvalidFlags { packet_type: 6, flags: 0 }, 0x81);
-    err(&[0x42, 2, 0, 7], V3, E::InvalidFlags { packet_type: 4, flags: 2 }, 0x81);
+    err(
+        &[0x60, 2, 0, 7],
+        V3,
+        E::InvalidFlags {
+            packet_type: 6,
+            flags: 0,
+        },
+        0x81,
+    );
+    err(
+        &[0x42, 2, 0, 7],
+        V3,
+        E::InvalidFlags {
+            packet_type: 4,
+            flags: 2,
+        },
+        0x81,
+    );
     err(&[0x40, 3, 0, 7, 0], V3, E::TrailingBytes(1), 0x81);
     err(&[0x40, 2, 0, 0], V5, E::ZeroPacketId, 0x82);
     err(&[0x40, 1, 0], V5, E::UnexpectedEof, 0x81);
@@ -513,9 +638,7 @@ fn subscribe_v311() {
 
 #[test]
 fn subscribe_v5_options_and_identifier() {
-    let bytes = [
-        0x82, 0x0b, 0, 11, 2, 0x0b, 7, 0, 3, b'x', b'/', b'+', 0x2d,
-    ];
+    let bytes = [0x82, 0x0b, 0, 11, 2, 0x0b, 7, 0, 3, b'x', b'/', b'+', 0x2d];
     let p = Packet::Subscribe(Subscribe {
         packet_id: 11,
         filters: vec![SubscribeFilter {
@@ -545,10 +668,33 @@ fn subscribe_errors() {
     err(&[0x82, 2, 0, 1], V3, E::NoTopicFilters, 0x82);
     err(&[0x82, 3, 0, 1, 0], V5, E::NoTopicFilters, 0x82);
     err(&[0x82, 6, 0, 0, 0, 1, b'a', 0], V3, E::ZeroPacketId, 0x82);
-    err(&[0x80, 6, 0, 1, 0, 1, b'a', 0], V3, E::InvalidFlags { packet_type: 8, flags: 0 }, 0x81);
-    err(&[0x82, 6, 0, 1, 0, 1, b'a', 4], V3, E::ReservedBitsSet, 0x81);
-    err(&[0x82, 7, 0, 1, 0, 0, 1, b'a', 0x40], V5, E::ReservedBitsSet, 0x81);
-    err(&[0x82, 7, 0, 1, 0, 0, 1, b'a', 0x30], V5, E::InvalidRetainHandling, 0x82);
+    err(
+        &[0x80, 6, 0, 1, 0, 1, b'a', 0],
+        V3,
+        E::InvalidFlags {
+            packet_type: 8,
+            flags: 0,
+        },
+        0x81,
+    );
+    err(
+        &[0x82, 6, 0, 1, 0, 1, b'a', 4],
+        V3,
+        E::ReservedBitsSet,
+        0x81,
+    );
+    err(
+        &[0x82, 7, 0, 1, 0, 0, 1, b'a', 0x40],
+        V5,
+        E::ReservedBitsSet,
+        0x81,
+    );
+    err(
+        &[0x82, 7, 0, 1, 0, 0, 1, b'a', 0x30],
+        V5,
+        E::InvalidRetainHandling,
+        0x82,
+    );
     err(&[0x82, 7, 0, 1, 0, 0, 1, b'a', 3], V5, E::InvalidQoS, 0x81);
     err(&[0x82, 5, 0, 1, 0, 1, b'a'], V3, E::UnexpectedEof, 0x81);
     err(
@@ -575,7 +721,12 @@ fn suback() {
     exact(&[0x90, 5, 0, 11, 0, 1, 0x8f], V5, &p5);
     // 3.1.1 has a single failure code.
     assert_eq!(enc(&p5, Version::V311), [0x90, 4, 0, 11, 1, 0x80]);
-    err(&[0x90, 3, 0, 10, 0x8f], V3, E::InvalidReasonCode(0x8f), 0x81);
+    err(
+        &[0x90, 3, 0, 10, 0x8f],
+        V3,
+        E::InvalidReasonCode(0x8f),
+        0x81,
+    );
 }
 
 // ---- UNSUBSCRIBE / UNSUBACK ----
@@ -590,7 +741,15 @@ fn unsubscribe() {
     exact(&[0xa2, 7, 0, 12, 0, 3, b'a', b'/', b'b'], V3, &p);
     exact(&[0xa2, 8, 0, 12, 0, 0, 3, b'a', b'/', b'b'], V5, &p);
     err(&[0xa2, 2, 0, 12], V3, E::NoTopicFilters, 0x82);
-    err(&[0xa0, 2, 0, 12], V3, E::InvalidFlags { packet_type: 10, flags: 0 }, 0x81);
+    err(
+        &[0xa0, 2, 0, 12],
+        V3,
+        E::InvalidFlags {
+            packet_type: 10,
+            flags: 0,
+        },
+        0x81,
+    );
     err(&[0xa2, 5, 0, 0, 0, 1, b'a'], V3, E::ZeroPacketId, 0x82);
 }
 
@@ -618,7 +777,15 @@ fn ping() {
     exact(&[0xc0, 0], V3, &Packet::PingReq);
     exact(&[0xd0, 0], V5, &Packet::PingResp);
     err(&[0xc0, 1, 0], V3, E::TrailingBytes(1), 0x81);
-    err(&[0xc1, 0], V3, E::InvalidFlags { packet_type: 12, flags: 1 }, 0x81);
+    err(
+        &[0xc1, 0],
+        V3,
+        E::InvalidFlags {
+            packet_type: 12,
+            flags: 1,
+        },
+        0x81,
+    );
 }
 
 #[test]
@@ -673,8 +840,18 @@ fn auth() {
 #[test]
 fn fixed_header_errors() {
     err(&[0x00, 0], V3, E::InvalidPacketType(0), 0x81);
-    err(&[0x30, 0xff, 0xff, 0xff, 0xff, 0x01], V5, E::MalformedVarInt, 0x81);
-    err(&[0x30, 0x80, 0x80, 0x80, 0x80], V5, E::MalformedVarInt, 0x81);
+    err(
+        &[0x30, 0xff, 0xff, 0xff, 0xff, 0x01],
+        V5,
+        E::MalformedVarInt,
+        0x81,
+    );
+    err(
+        &[0x30, 0x80, 0x80, 0x80, 0x80],
+        V5,
+        E::MalformedVarInt,
+        0x81,
+    );
     // Three continuation bytes are still a valid prefix.
     assert_eq!(dec(&[0x30, 0x80, 0x80, 0x80], V5), Ok(None));
 }
@@ -694,7 +871,9 @@ fn oversized_packet_rejected_from_fixed_header() {
     assert_eq!(E::PacketTooLarge { size: 0, max: 0 }.reason_code(), 0x95);
     // Exactly at the limit is fine; the size counts the fixed header.
     let p = [0x30, 4, 0, 1, b't', 0];
-    assert!(decode(&mut BytesMut::from(&p[..]), V5, 6).unwrap().is_some());
+    assert!(decode(&mut BytesMut::from(&p[..]), V5, 6)
+        .unwrap()
+        .is_some());
     assert!(matches!(
         decode(&mut BytesMut::from(&p[..2]), V5, 5),
         Err(E::PacketTooLarge { size: 6, max: 5 })
@@ -702,7 +881,10 @@ fn oversized_packet_rejected_from_fixed_header() {
     // Even before CONNECT.
     assert!(matches!(
         decode(&mut BytesMut::from(&[0x10, 0xe8, 0x07][..]), None, 100),
-        Err(E::PacketTooLarge { size: 1003, max: 100 })
+        Err(E::PacketTooLarge {
+            size: 1003,
+            max: 100
+        })
     ));
 }
 
@@ -739,15 +921,31 @@ fn encode_errors() {
         assert_eq!(encoded_len(p, Version::V5), Err(e));
         assert!(out.is_empty());
     };
-    check(&Packet::Publish(p.clone()), EncodeError::InvalidPacketId, &mut out);
+    check(
+        &Packet::Publish(p.clone()),
+        EncodeError::InvalidPacketId,
+        &mut out,
+    );
     p.packet_id = Some(0);
-    check(&Packet::Publish(p.clone()), EncodeError::InvalidPacketId, &mut out);
+    check(
+        &Packet::Publish(p.clone()),
+        EncodeError::InvalidPacketId,
+        &mut out,
+    );
     p.qos = QoS::AtMostOnce;
     p.packet_id = Some(1);
-    check(&Packet::Publish(p.clone()), EncodeError::InvalidPacketId, &mut out);
+    check(
+        &Packet::Publish(p.clone()),
+        EncodeError::InvalidPacketId,
+        &mut out,
+    );
     p.packet_id = None;
     p.topic = "x".repeat(70_000);
-    check(&Packet::Publish(p.clone()), EncodeError::FieldTooLong(70_000), &mut out);
+    check(
+        &Packet::Publish(p.clone()),
+        EncodeError::FieldTooLong(70_000),
+        &mut out,
+    );
     p.topic = "t".into();
     p.properties.subscription_identifiers = vec![crate::MAX_VARINT + 1];
     check(
@@ -766,7 +964,11 @@ fn encode_errors() {
         }],
         properties: Properties::default(),
     };
-    check(&Packet::Subscribe(s), EncodeError::InvalidRetainHandling(3), &mut out);
+    check(
+        &Packet::Subscribe(s),
+        EncodeError::InvalidRetainHandling(3),
+        &mut out,
+    );
     let c = Connect {
         version: Version::V311,
         client_id: String::new(),
@@ -777,7 +979,11 @@ fn encode_errors() {
         will: None,
         properties: Properties::default(),
     };
-    check(&Packet::Connect(c), EncodeError::PasswordWithoutUsername, &mut out);
+    check(
+        &Packet::Connect(c),
+        EncodeError::PasswordWithoutUsername,
+        &mut out,
+    );
 }
 
 #[test]
@@ -951,16 +1157,15 @@ fn qos() -> impl Strategy<Value = QoS> {
 }
 
 fn will() -> BoxedStrategy<Will> {
-    (topic(), binary(), qos(), any::<bool>(), properties()).prop_map(
-        |(topic, payload, qos, retain, p)| Will {
+    (topic(), binary(), qos(), any::<bool>(), properties())
+        .prop_map(|(topic, payload, qos, retain, p)| Will {
             topic,
             payload,
             qos,
             retain,
             properties: only_allowed(p, Ctx::Will),
-        },
-    )
-    .boxed()
+        })
+        .boxed()
 }
 
 fn connect() -> BoxedStrategy<Connect> {
@@ -974,19 +1179,23 @@ fn connect() -> BoxedStrategy<Connect> {
         proptest::option::of(will()),
         properties(),
     )
-        .prop_map(|(v5, client_id, clean_start, keep_alive, username, password, will, p)| {
-            Connect {
+        .prop_map(
+            |(v5, client_id, clean_start, keep_alive, username, password, will, p)| Connect {
                 version: if v5 { Version::V5 } else { Version::V311 },
                 client_id,
                 clean_start,
                 keep_alive,
-                password: if v5 || username.is_some() { password } else { None },
+                password: if v5 || username.is_some() {
+                    password
+                } else {
+                    None
+                },
                 username,
                 will,
                 properties: only_allowed(p, Ctx::Connect),
-            }
-        })
-    .boxed()
+            },
+        )
+        .boxed()
 }
 
 fn publish() -> BoxedStrategy<Publish> {
@@ -1016,34 +1225,34 @@ fn publish() -> BoxedStrategy<Publish> {
                 payload,
             }
         })
-    .boxed()
+        .boxed()
 }
 
 fn code_props(ctx: Ctx) -> BoxedStrategy<(u8, Properties)> {
     (prop_oneof![Just(0u8), any::<u8>()], properties())
         .prop_map(move |(c, p)| (c, only_allowed(p, ctx)))
-    .boxed()
+        .boxed()
 }
 
 fn ack() -> BoxedStrategy<Ack> {
-    (1..=u16::MAX, code_props(Ctx::Ack)).prop_map(|(packet_id, (code, properties))| Ack {
-        packet_id,
-        code,
-        properties,
-    })
-    .boxed()
+    (1..=u16::MAX, code_props(Ctx::Ack))
+        .prop_map(|(packet_id, (code, properties))| Ack {
+            packet_id,
+            code,
+            properties,
+        })
+        .boxed()
 }
 
 fn options() -> BoxedStrategy<SubscriptionOptions> {
-    (qos(), any::<bool>(), any::<bool>(), 0u8..=2).prop_map(|(qos, nl, rap, rh)| {
-        SubscriptionOptions {
+    (qos(), any::<bool>(), any::<bool>(), 0u8..=2)
+        .prop_map(|(qos, nl, rap, rh)| SubscriptionOptions {
             qos,
             no_local: nl,
             retain_as_published: rap,
             retain_handling: rh,
-        }
-    })
-    .boxed()
+        })
+        .boxed()
 }
 
 fn packet() -> BoxedStrategy<Packet> {
@@ -1074,32 +1283,42 @@ fn packet() -> BoxedStrategy<Packet> {
                     .collect(),
                 properties: only_allowed(p, Ctx::Subscribe),
             })),
-        (1..=u16::MAX, proptest::collection::vec(any::<u8>(), 0..4), properties()).prop_map(
-            |(packet_id, codes, p)| Packet::SubAck(SubAck {
+        (
+            1..=u16::MAX,
+            proptest::collection::vec(any::<u8>(), 0..4),
+            properties()
+        )
+            .prop_map(|(packet_id, codes, p)| Packet::SubAck(SubAck {
                 packet_id,
                 codes,
                 properties: only_allowed(p, Ctx::SubAck),
-            })
-        ),
-        (1..=u16::MAX, proptest::collection::vec(string(), 1..4), properties()).prop_map(
-            |(packet_id, filters, p)| Packet::Unsubscribe(Unsubscribe {
+            })),
+        (
+            1..=u16::MAX,
+            proptest::collection::vec(string(), 1..4),
+            properties()
+        )
+            .prop_map(|(packet_id, filters, p)| Packet::Unsubscribe(Unsubscribe {
                 packet_id,
                 filters,
                 properties: only_allowed(p, Ctx::Unsubscribe),
-            })
-        ),
-        (1..=u16::MAX, proptest::collection::vec(any::<u8>(), 0..4), properties()).prop_map(
-            |(packet_id, codes, p)| Packet::UnsubAck(UnsubAck {
+            })),
+        (
+            1..=u16::MAX,
+            proptest::collection::vec(any::<u8>(), 0..4),
+            properties()
+        )
+            .prop_map(|(packet_id, codes, p)| Packet::UnsubAck(UnsubAck {
                 packet_id,
                 codes,
                 properties: only_allowed(p, Ctx::UnsubAck),
-            })
-        ),
+            })),
         Just(Packet::PingReq),
         Just(Packet::PingResp),
         code_props(Ctx::Disconnect)
             .prop_map(|(code, properties)| Packet::Disconnect(Disconnect { code, properties })),
-        code_props(Ctx::Auth).prop_map(|(code, properties)| Packet::Auth(Auth { code, properties })),
+        code_props(Ctx::Auth)
+            .prop_map(|(code, properties)| Packet::Auth(Auth { code, properties })),
     ]
     .boxed()
 }

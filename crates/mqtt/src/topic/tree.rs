@@ -120,6 +120,12 @@ impl<K: Eq + Hash, V> TopicTree<K, V> {
         self.for_each_match(topic, |k, v| out.push((k, v)));
         out
     }
+
+    /// Whether the tree holds no node at all (emptied branches are pruned).
+    #[cfg(test)]
+    pub(crate) fn has_no_nodes(&self) -> bool {
+        self.root.is_empty()
+    }
 }
 
 fn remove_in<K: Eq + Hash, V>(node: &mut Node<K, V>, levels: &[&str], key: &K) -> Option<V> {

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod raw_mqtt;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -205,5 +207,49 @@ pub fn close_code(e: &web_transport_quinn::SessionError) -> Option<u64> {
         ) => Some(c.error_code.into_inner()),
         SessionError::WebTransportError(WebTransportError::Closed(code, _)) => Some(*code as u64),
         _ => None,
+    }
+}
+
+/// The HTTP pub/sub API of a [`TestGateway`], HTTP/1.1 and HTTP/2 on an
+/// OS-assigned loopback TCP port.
+pub struct TestHttp {
+    pub api: Arc<quichub_gateway::http::Api>,
+    pub addr: SocketAddr,
+}
+
+impl TestHttp {
+    /// `http://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl TestGateway {
+    /// Starts the HTTP API on this gateway's broker and bridge.
+    pub async fn http(&self, config: quichub_gateway::http::ApiConfig) -> TestHttp {
+        let api =
+            quichub_gateway::http::Api::new(self.broker.clone(), Some(self.bridge.clone()), config);
+        let addr =
+            quichub_gateway::http::tcp::spawn_tcp("127.0.0.1:0".parse().unwrap(), api.clone())
+                .await
+                .unwrap();
+        TestHttp { api, addr }
+    }
+}
+
+/// Whether `curl` with HTTP/2 is installed; `None` skips the test, except
+/// where `QUICHUB_MQTT_PYTHON` is set (scripts/test.sh), where it fails.
+pub fn curl_http2() -> Option<()> {
+    let ok = std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"));
+    match (ok, std::env::var_os("QUICHUB_MQTT_PYTHON").is_some()) {
+        (true, _) => Some(()),
+        (false, true) => panic!("curl with HTTP2 is missing: run scripts/install-mqtt-tools.sh"),
+        (false, false) => {
+            eprintln!("SKIPPED: curl with HTTP/2 not installed (scripts/install-mqtt-tools.sh)");
+            None
+        }
     }
 }

@@ -1,0 +1,784 @@
+//! The transport-independent core of the HTTP API: a request with its whole
+//! body in, a response out whose body is complete or a stream of chunks.
+//! HTTP/1.1, HTTP/2 ([`super::tcp`]) and HTTP/3 all drive [`Api::handle`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use quichub_mqtt::{QoS, SubscriptionOptions};
+use tokio::sync::{mpsc, watch};
+
+use super::route::{route, Route, TIME_METHODS, TOPIC_METHODS};
+use super::sse;
+use crate::bridge::Bridge;
+use crate::broker::{Broker, Delivery, Message, Outbox, SubOptions, Source};
+
+/// `X-History-Length`: replay the last N messages before the live ones.
+pub const HISTORY_LENGTH: HeaderName = HeaderName::from_static("x-history-length");
+/// `X-Retain: 1`: the published message is retained (MQTT RETAIN).
+pub const RETAIN: HeaderName = HeaderName::from_static("x-retain");
+/// Response header of `POST`: how many subscribers (of every protocol) the
+/// message matched.
+pub const MATCHED: HeaderName = HeaderName::from_static("x-matched-subscribers");
+
+/// Limits of the API.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Largest request body (a published message), bytes: beyond it 413.
+    pub max_body: usize,
+    /// Most topics in the registry: beyond it `PUT` answers 507.
+    pub max_topics: usize,
+    /// Most concurrent `GET` streams: beyond it 503.
+    pub max_subscribers: usize,
+    /// Largest `X-History-Length`: beyond it 400.
+    pub max_history: usize,
+    /// Deliveries queued for one stream that the client has not read yet:
+    /// beyond it the broker drops messages for that stream (and counts them).
+    pub queue: usize,
+    /// A comment line is sent on an idle stream this often, so proxies keep
+    /// it open and a client gone is noticed.
+    pub keepalive: Duration,
+    /// Longest wait for the broker's durable store before `POST` answers
+    /// (only when the message was persisted: retained, or queued for a
+    /// persistent MQTT session).
+    pub durable_timeout: Duration,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            max_body: 1024 * 1024,
+            max_topics: 10_000,
+            max_subscribers: 1_000,
+            max_history: 1_000,
+            queue: 1_024,
+            keepalive: Duration::from_secs(15),
+            durable_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The body of a response.
+#[derive(Debug)]
+pub enum ApiBody {
+    /// The whole body.
+    Full(Bytes),
+    /// A stream of chunks (Server-Sent Events): the response ends when the
+    /// sender is dropped; dropping the receiver (client gone) ends the
+    /// subscription.
+    Stream(mpsc::Receiver<Bytes>),
+}
+
+impl ApiBody {
+    /// An empty body.
+    pub fn empty() -> Self {
+        ApiBody::Full(Bytes::new())
+    }
+}
+
+/// Counters of the API.
+#[derive(Debug, Default)]
+pub struct ApiMetrics {
+    /// Requests handled.
+    pub requests: AtomicU64,
+    /// Messages published by `POST`.
+    pub published: AtomicU64,
+    /// Events written to streams (history and live).
+    pub events: AtomicU64,
+}
+
+/// The HTTP pub/sub API on a broker (and the MoQT bridge, for history).
+pub struct Api {
+    broker: Arc<Broker>,
+    bridge: Option<Arc<Bridge>>,
+    config: ApiConfig,
+    /// Topics created with `PUT`; dropping a sender ends the streams of that
+    /// topic (`DELETE`).
+    topics: Mutex<HashMap<Arc<str>, watch::Sender<()>>>,
+    subscribers: AtomicUsize,
+    next_stream: AtomicU64,
+    /// Makes stream client ids unguessable by MQTT clients (which could
+    /// otherwise take their sessions over).
+    nonce: u64,
+    /// Counters.
+    pub metrics: ApiMetrics,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("config", &self.config)
+            .field("subscribers", &self.subscribers)
+            .finish_non_exhaustive()
+    }
+}
+
+type Resp = Response<ApiBody>;
+
+impl Api {
+    /// An API publishing into `broker`; `bridge` serves `X-History-Length`
+    /// from the relay's cache (without it history is always empty).
+    pub fn new(broker: Arc<Broker>, bridge: Option<Arc<Bridge>>, config: ApiConfig) -> Arc<Self> {
+        let nonce = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ (std::process::id() as u64).rotate_left(32);
+        Arc::new(Self {
+            broker,
+            bridge,
+            config,
+            topics: Mutex::default(),
+            subscribers: AtomicUsize::new(0),
+            next_stream: AtomicU64::new(1),
+            nonce,
+            metrics: ApiMetrics::default(),
+        })
+    }
+
+    /// The limits.
+    pub fn config(&self) -> &ApiConfig {
+        &self.config
+    }
+
+    /// Largest request body: a transport reads at most this many bytes and
+    /// answers [`Api::payload_too_large`] beyond.
+    pub fn max_body(&self) -> usize {
+        self.config.max_body
+    }
+
+    /// Number of topics in the registry.
+    pub fn topics(&self) -> usize {
+        self.topics.lock().expect("topics lock").len()
+    }
+
+    /// Number of open `GET` streams.
+    pub fn subscribers(&self) -> usize {
+        self.subscribers.load(Relaxed)
+    }
+
+    /// The 413 answer, for a transport whose request body ran over
+    /// [`Api::max_body`].
+    pub fn payload_too_large(&self) -> Resp {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("body over {} bytes", self.config.max_body),
+        )
+    }
+
+    /// Handles one request. The URI's path routes it (its query is
+    /// ignored); the body is the whole request body.
+    pub async fn handle(self: &Arc<Self>, req: Request<Bytes>) -> Resp {
+        self.metrics.requests.fetch_add(1, Relaxed);
+        let head = req.method() == Method::HEAD;
+        let mut resp = self.dispatch(req).await;
+        if head {
+            // Same status and headers as GET, no body.
+            *resp.body_mut() = ApiBody::empty();
+        }
+        resp
+    }
+
+    async fn dispatch(self: &Arc<Self>, req: Request<Bytes>) -> Resp {
+        let (parts, body) = req.into_parts();
+        let method = parts.method;
+        match route(parts.uri.path()) {
+            Route::NotFound => error(StatusCode::NOT_FOUND, "no such route"),
+            Route::Time => match method {
+                Method::GET | Method::HEAD => time(),
+                _ => not_allowed(TIME_METHODS),
+            },
+            Route::BadTopic(why) => {
+                if is_topic_method(&method) {
+                    error(StatusCode::BAD_REQUEST, why)
+                } else {
+                    not_allowed(TOPIC_METHODS)
+                }
+            }
+            Route::Topic(topic) => match method {
+                Method::PUT => self.create(&topic),
+                Method::HEAD => self.exists(&topic),
+                Method::DELETE => self.delete(&topic),
+                Method::POST => self.publish(&topic, &parts.headers, body).await,
+                Method::GET => self.subscribe(&topic, &parts.headers),
+                _ => not_allowed(TOPIC_METHODS),
+            },
+        }
+    }
+
+    fn create(&self, topic: &str) -> Resp {
+        let mut topics = self.topics.lock().expect("topics lock");
+        if topics.contains_key(topic) {
+            return status(StatusCode::OK);
+        }
+        if topics.len() >= self.config.max_topics {
+            return error(StatusCode::INSUFFICIENT_STORAGE, "topic limit reached");
+        }
+        topics.insert(topic.into(), watch::channel(()).0);
+        status(StatusCode::CREATED)
+    }
+
+    fn exists(&self, topic: &str) -> Resp {
+        if self.topics.lock().expect("topics lock").contains_key(topic) {
+            status(StatusCode::OK)
+        } else {
+            status(StatusCode::NOT_FOUND)
+        }
+    }
+
+    fn delete(&self, topic: &str) -> Resp {
+        // Dropping the sender ends every stream of the topic.
+        match self.topics.lock().expect("topics lock").remove(topic) {
+            Some(_) => status(StatusCode::NO_CONTENT),
+            None => error(StatusCode::NOT_FOUND, "no such topic"),
+        }
+    }
+
+    async fn publish(&self, topic: &str, headers: &HeaderMap, body: Bytes) -> Resp {
+        if body.len() > self.config.max_body {
+            return self.payload_too_large();
+        }
+        if !self.topics.lock().expect("topics lock").contains_key(topic) {
+            return error(StatusCode::NOT_FOUND, "no such topic (create it with PUT)");
+        }
+        let retain = match headers.get(RETAIN).map(|v| v.as_bytes()) {
+            None | Some(b"0") | Some(b"false") => false,
+            Some(b"1") | Some(b"true") => true,
+            Some(_) => return error(StatusCode::BAD_REQUEST, "X-Retain must be 0 or 1"),
+        };
+        let mut m = Message::new(topic, body, QoS::AtLeastOnce, retain, Source::Http);
+        if let Some(ct) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
+            m.properties.content_type = Some(ct.to_string());
+        }
+        let (matched, ticket) = self.broker.publish_durable(m);
+        self.metrics.published.fetch_add(1, Relaxed);
+        if ticket > 0 {
+            if let Some((mut synced, store)) = self.broker.durable() {
+                let waited = tokio::time::timeout(
+                    self.config.durable_timeout,
+                    synced.wait_for(|v| *v >= ticket),
+                )
+                .await;
+                if !matches!(waited, Ok(Ok(_))) || store.failed() {
+                    return error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "the broker's store did not persist the message",
+                    );
+                }
+            }
+        }
+        let mut r = status(StatusCode::NO_CONTENT);
+        r.headers_mut().insert(MATCHED, HeaderValue::from(matched));
+        r
+    }
+
+    fn subscribe(self: &Arc<Self>, topic: &str, headers: &HeaderMap) -> Resp {
+        let history = match headers.get(HISTORY_LENGTH) {
+            None => 0,
+            Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()) {
+                Some(n) if n <= self.config.max_history => n,
+                _ => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        &format!(
+                            "X-History-Length must be an integer from 0 to {}",
+                            self.config.max_history
+                        ),
+                    )
+                }
+            },
+        };
+        let Some(deleted) = self
+            .topics
+            .lock()
+            .expect("topics lock")
+            .get(topic)
+            .map(|s| s.subscribe())
+        else {
+            return error(StatusCode::NOT_FOUND, "no such topic (create it with PUT)");
+        };
+        let Some(slot) = Slot::take(self) else {
+            let mut r = error(StatusCode::SERVICE_UNAVAILABLE, "too many subscribers");
+            r.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("5"));
+            return r;
+        };
+        let n = self.next_stream.fetch_add(1, Relaxed);
+        let client: Arc<str> = format!("$http/{:016x}/{n}", self.nonce).into();
+        let (tx, mut rx) = mpsc::channel(self.config.queue.max(1));
+        let (kick, kicked) = mpsc::channel(1);
+        let conn = self.broker.next_conn_id();
+        if self
+            .broker
+            .connect(&client, true, Some(Duration::ZERO), Outbox { tx, conn, kick })
+            .is_err()
+        {
+            return error(StatusCode::SERVICE_UNAVAILABLE, "broker session limit");
+        }
+        let session = Session {
+            broker: self.broker.clone(),
+            client,
+            conn,
+            _slot: slot,
+        };
+        let opts = SubOptions {
+            options: SubscriptionOptions {
+                qos: QoS::AtLeastOnce,
+                no_local: false,
+                retain_as_published: false,
+                retain_handling: 2,
+            },
+            id: None,
+        };
+        if self.broker.subscribe(&session.client, topic, opts).is_err() {
+            return error(StatusCode::SERVICE_UNAVAILABLE, "broker subscription refused");
+        }
+        // Live deliveries queue from here; the history is read after, so no
+        // message falls between the two. A message in both is dropped from
+        // the live side (see `Dedupe`).
+        let past = match (&self.bridge, history) {
+            (Some(b), n) if n > 0 => b.history(topic, n),
+            _ => Vec::new(),
+        };
+        let dedupe = Dedupe::new(&past, rx.len());
+        let (out, body) = mpsc::channel(16);
+        let api = self.clone();
+        let topic: Arc<str> = topic.into();
+        tokio::spawn(async move {
+            let _session = session;
+            let mut stream = Stream {
+                out,
+                seq: 0,
+                api: &api,
+            };
+            if stream.send(sse::comment("subscribed")).await.is_err() {
+                return;
+            }
+            for p in &past {
+                if stream.message(p).await.is_err() {
+                    return;
+                }
+            }
+            drop(past);
+            stream
+                .live(&mut rx, dedupe, deleted, kicked, &topic)
+                .await;
+        });
+        let mut r = Response::new(ApiBody::Stream(body));
+        let h = r.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        r
+    }
+}
+
+fn is_topic_method(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::POST | Method::PUT | Method::DELETE
+    )
+}
+
+/// A place among [`ApiConfig::max_subscribers`], given back on drop.
+struct Slot(Arc<Api>);
+
+impl Slot {
+    fn take(api: &Arc<Api>) -> Option<Slot> {
+        api.subscribers
+            .fetch_update(Relaxed, Relaxed, |n| {
+                (n < api.config.max_subscribers).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(api.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.subscribers.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A stream's broker session, ended on drop (the session does not outlive
+/// its stream: expiry 0).
+struct Session {
+    broker: Arc<Broker>,
+    client: Arc<str>,
+    conn: u64,
+    _slot: Slot,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.broker
+            .disconnect(&self.client, self.conn, Vec::new(), None, None);
+    }
+}
+
+/// Drops live deliveries of messages already replayed from history.
+///
+/// The broker routes a message to its subscribers before the bridge writes
+/// it to the relay's cache, so a message of the history snapshot that is
+/// also live was queued before the snapshot: among the first `pending`
+/// deliveries. Messages that MoQT publishers send take the other way (cache
+/// first, then the broker), so the check also stays on for [`Dedupe::GRACE`].
+/// A message is recognised by its payload buffer (the same `Bytes` in the
+/// cache and in the delivery, never copied); empty payloads are not
+/// deduplicated.
+struct Dedupe {
+    seen: Vec<Bytes>,
+    pending: usize,
+    until: Instant,
+}
+
+impl Dedupe {
+    const GRACE: Duration = Duration::from_secs(1);
+
+    fn new(past: &[Bytes], pending: usize) -> Self {
+        Self {
+            seen: past.iter().filter(|p| !p.is_empty()).cloned().collect(),
+            pending,
+            until: Instant::now() + Self::GRACE,
+        }
+    }
+
+    /// Whether `payload` was already sent from history.
+    fn replayed(&mut self, payload: &Bytes) -> bool {
+        if self.seen.is_empty() {
+            return false;
+        }
+        self.pending = self.pending.saturating_sub(1);
+        let hit = self
+            .seen
+            .iter()
+            .position(|s| s.as_ptr() == payload.as_ptr() && s.len() == payload.len());
+        if let Some(i) = hit {
+            self.seen.swap_remove(i);
+        }
+        if self.pending == 0 && Instant::now() >= self.until {
+            self.seen = Vec::new();
+        }
+        hit.is_some() && !payload.is_empty()
+    }
+}
+
+struct Stream<'a> {
+    out: mpsc::Sender<Bytes>,
+    seq: u64,
+    api: &'a Api,
+}
+
+struct Gone;
+
+impl Stream<'_> {
+    async fn send(&mut self, chunk: Bytes) -> Result<(), Gone> {
+        self.out.send(chunk).await.map_err(|_| Gone)
+    }
+
+    async fn message(&mut self, payload: &[u8]) -> Result<(), Gone> {
+        self.seq += 1;
+        self.api.metrics.events.fetch_add(1, Relaxed);
+        self.send(sse::message(self.seq, payload)).await
+    }
+
+    async fn live(
+        &mut self,
+        rx: &mut mpsc::Receiver<Delivery>,
+        mut dedupe: Dedupe,
+        mut deleted: watch::Receiver<()>,
+        mut kicked: mpsc::Receiver<u8>,
+        topic: &str,
+    ) {
+        let period = self.api.config.keepalive.max(Duration::from_millis(10));
+        let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                // The topic's sender is dropped by DELETE.
+                _ = deleted.changed() => {
+                    let data = serde_json::json!({ "topic": topic }).to_string();
+                    let _ = self.send(sse::event(sse::DELETED_EVENT, &data)).await;
+                    return;
+                }
+                _ = kicked.recv() => return,
+                _ = self.out.closed() => return,
+                d = rx.recv() => {
+                    let Some(d) = d else { return };
+                    if dedupe.replayed(&d.message.payload) {
+                        continue;
+                    }
+                    if self.message(&d.message.payload).await.is_err() {
+                        return;
+                    }
+                }
+                _ = keepalive.tick() => {
+                    if self.send(sse::comment("keep-alive")).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn status(s: StatusCode) -> Resp {
+    let mut r = Response::new(ApiBody::empty());
+    *r.status_mut() = s;
+    r
+}
+
+/// An error answer: `{"error": "..."}`.
+pub fn error(s: StatusCode, message: &str) -> Response<ApiBody> {
+    let body = serde_json::json!({ "error": message }).to_string();
+    let mut r = Response::new(ApiBody::Full(body.into()));
+    *r.status_mut() = s;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn not_allowed(allow: &'static str) -> Resp {
+    let mut r = error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+    r.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+fn time() -> Resp {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let body = serde_json::json!({ "unix_ms": ms }).to_string();
+    let mut r = Response::new(ApiBody::Full(body.into()));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BrokerConfig;
+
+    fn api(config: ApiConfig) -> Arc<Api> {
+        Api::new(Broker::new(BrokerConfig::default()), None, config)
+    }
+
+    fn req(method: Method, path: &str, body: &'static [u8]) -> Request<Bytes> {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Bytes::from_static(body))
+            .unwrap()
+    }
+
+    async fn call(api: &Arc<Api>, method: Method, path: &str) -> Resp {
+        api.handle(req(method, path, b"")).await
+    }
+
+    fn body_text(r: Resp) -> String {
+        match r.into_body() {
+            ApiBody::Full(b) => String::from_utf8(b.to_vec()).unwrap(),
+            ApiBody::Stream(_) => panic!("stream"),
+        }
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<Bytes>) -> Option<String> {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("stream stalled")
+            .map(|b| String::from_utf8(b.to_vec()).unwrap())
+    }
+
+    fn stream(r: Resp) -> mpsc::Receiver<Bytes> {
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()[CONTENT_TYPE], "text/event-stream");
+        match r.into_body() {
+            ApiBody::Stream(rx) => rx,
+            ApiBody::Full(b) => panic!("not a stream: {b:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn topic_lifecycle() {
+        let api = api(ApiConfig::default());
+        let t = "/v1/t/a%2Fb";
+        assert_eq!(call(&api, Method::HEAD, t).await.status(), 404);
+        assert_eq!(call(&api, Method::PUT, t).await.status(), 201);
+        assert_eq!(call(&api, Method::PUT, "/v1/t/a/b").await.status(), 200);
+        assert_eq!(call(&api, Method::HEAD, "/v1/t/a/b").await.status(), 200);
+        assert_eq!(api.topics(), 1);
+        assert_eq!(call(&api, Method::DELETE, t).await.status(), 204);
+        assert_eq!(call(&api, Method::DELETE, t).await.status(), 404);
+        assert_eq!(call(&api, Method::HEAD, t).await.status(), 404);
+        assert_eq!(call(&api, Method::POST, t).await.status(), 404);
+        assert_eq!(call(&api, Method::GET, t).await.status(), 404);
+    }
+
+    #[tokio::test]
+    async fn errors_and_methods() {
+        let api = api(ApiConfig::default());
+        let r = call(&api, Method::PATCH, "/v1/t/x").await;
+        assert_eq!(r.status(), 405);
+        assert_eq!(r.headers()[ALLOW], TOPIC_METHODS);
+        let r = call(&api, Method::POST, "/v1/time").await;
+        assert_eq!(r.status(), 405);
+        assert_eq!(r.headers()[ALLOW], TIME_METHODS);
+        let r = call(&api, Method::GET, "/nope").await;
+        assert_eq!(r.status(), 404);
+        assert_eq!(r.headers()[CONTENT_TYPE], "application/json");
+        assert!(body_text(r).contains("\"error\""));
+        assert_eq!(call(&api, Method::PUT, "/v1/t/a/%2B").await.status(), 400);
+        assert_eq!(call(&api, Method::PUT, "/v1/t/").await.status(), 400);
+        let r = call(&api, Method::GET, "/v1/time?x=1").await;
+        assert_eq!(r.status(), 200);
+        let v: serde_json::Value = serde_json::from_str(&body_text(r)).unwrap();
+        assert!(v["unix_ms"].as_u64().unwrap() > 1_600_000_000_000);
+        let r = call(&api, Method::HEAD, "/v1/time").await;
+        assert_eq!(r.status(), 200);
+        assert!(body_text(r).is_empty());
+    }
+
+    #[tokio::test]
+    async fn limits() {
+        let api = api(ApiConfig {
+            max_body: 4,
+            max_topics: 2,
+            max_subscribers: 1,
+            max_history: 10,
+            ..ApiConfig::default()
+        });
+        assert_eq!(call(&api, Method::PUT, "/v1/t/1").await.status(), 201);
+        assert_eq!(call(&api, Method::PUT, "/v1/t/2").await.status(), 201);
+        assert_eq!(call(&api, Method::PUT, "/v1/t/3").await.status(), 507);
+        assert_eq!(call(&api, Method::PUT, "/v1/t/2").await.status(), 200);
+        let r = api.handle(req(Method::POST, "/v1/t/1", b"12345")).await;
+        assert_eq!(r.status(), 413);
+        let r = api.handle(req(Method::POST, "/v1/t/1", b"1234")).await;
+        assert_eq!(r.status(), 204);
+        let mut h = req(Method::GET, "/v1/t/1", b"");
+        h.headers_mut()
+            .insert(HISTORY_LENGTH, HeaderValue::from_static("11"));
+        assert_eq!(api.handle(h).await.status(), 400);
+        let mut h = req(Method::GET, "/v1/t/1", b"");
+        h.headers_mut()
+            .insert(HISTORY_LENGTH, HeaderValue::from_static("many"));
+        assert_eq!(api.handle(h).await.status(), 400);
+        let first = stream(call(&api, Method::GET, "/v1/t/1").await);
+        assert_eq!(api.subscribers(), 1);
+        let r = call(&api, Method::GET, "/v1/t/2").await;
+        assert_eq!(r.status(), 503);
+        assert!(r.headers().contains_key(RETRY_AFTER));
+        // The client goes: its place and broker session are given back.
+        drop(first);
+        for _ in 0..100 {
+            if api.subscribers() == 0 && api.broker.sessions() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(api.subscribers(), 0);
+        assert_eq!(api.broker.sessions(), 0);
+        stream(call(&api, Method::GET, "/v1/t/2").await);
+    }
+
+    #[tokio::test]
+    async fn publish_reaches_stream_and_delete_ends_it() {
+        let api = api(ApiConfig::default());
+        assert_eq!(call(&api, Method::PUT, "/v1/t/s/1").await.status(), 201);
+        let mut rx = stream(call(&api, Method::GET, "/v1/t/s/1").await);
+        assert_eq!(next(&mut rx).await.unwrap(), ": subscribed\n\n");
+        let r = api.handle(req(Method::POST, "/v1/t/s/1", b"one\ntwo")).await;
+        assert_eq!(r.status(), 204);
+        assert_eq!(r.headers()[MATCHED], "1");
+        assert_eq!(
+            next(&mut rx).await.unwrap(),
+            "id: 1\nevent: message\ndata: one\ndata: two\n\n"
+        );
+        api.handle(req(Method::POST, "/v1/t/s/1", b"\xff")).await;
+        assert_eq!(
+            next(&mut rx).await.unwrap(),
+            "id: 2\nevent: message-base64\ndata: /w==\n\n"
+        );
+        // A message from another protocol, with a retained one first.
+        api.broker.publish(Message::new(
+            "s/1",
+            Bytes::from_static(b"mqtt"),
+            QoS::AtMostOnce,
+            true,
+            Source::Mqtt("c".into()),
+        ));
+        assert_eq!(
+            next(&mut rx).await.unwrap(),
+            "id: 3\nevent: message\ndata: mqtt\n\n"
+        );
+        assert_eq!(call(&api, Method::DELETE, "/v1/t/s/1").await.status(), 204);
+        assert_eq!(
+            next(&mut rx).await.unwrap(),
+            "event: deleted\ndata: {\"topic\":\"s/1\"}\n\n"
+        );
+        assert_eq!(next(&mut rx).await, None);
+        // A new stream does not get the retained message (history is explicit).
+        call(&api, Method::PUT, "/v1/t/s/1").await;
+        let mut rx = stream(call(&api, Method::GET, "/v1/t/s/1").await);
+        assert_eq!(next(&mut rx).await.unwrap(), ": subscribed\n\n");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), rx.recv())
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn post_headers_become_message_fields() {
+        let api = api(ApiConfig::default());
+        call(&api, Method::PUT, "/v1/t/r").await;
+        let mut r = req(Method::POST, "/v1/t/r", b"{}");
+        r.headers_mut()
+            .insert(RETAIN, HeaderValue::from_static("1"));
+        r.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        assert_eq!(api.handle(r).await.status(), 204);
+        let m = api.broker.retained("r").expect("retained");
+        assert_eq!(&m.payload[..], b"{}");
+        assert_eq!(m.qos, QoS::AtLeastOnce);
+        assert_eq!(m.source, Source::Http);
+        assert_eq!(m.properties.content_type.as_deref(), Some("application/json"));
+        let mut r = req(Method::POST, "/v1/t/r", b"x");
+        r.headers_mut()
+            .insert(RETAIN, HeaderValue::from_static("yes"));
+        assert_eq!(api.handle(r).await.status(), 400);
+    }
+
+    #[tokio::test]
+    async fn keepalive_comments_on_idle_streams() {
+        let api = api(ApiConfig {
+            keepalive: Duration::from_millis(20),
+            ..ApiConfig::default()
+        });
+        call(&api, Method::PUT, "/v1/t/k").await;
+        let mut rx = stream(call(&api, Method::GET, "/v1/t/k").await);
+        assert_eq!(next(&mut rx).await.unwrap(), ": subscribed\n\n");
+        assert_eq!(next(&mut rx).await.unwrap(), ": keep-alive\n\n");
+    }
+
+    #[test]
+    fn dedupe_recognises_the_same_buffer_only() {
+        let a = Bytes::from(b"same".to_vec());
+        let b = Bytes::from(b"same".to_vec());
+        let mut d = Dedupe::new(&[a.clone()], 2);
+        assert!(!d.replayed(&b), "equal bytes, other message");
+        assert!(d.replayed(&a.clone()));
+        assert!(!d.replayed(&a), "dropped once only");
+        let empty = Bytes::new();
+        let mut d = Dedupe::new(&[empty.clone()], 1);
+        assert!(!d.replayed(&empty));
+    }
+}

@@ -1,0 +1,568 @@
+//! MQTT over QUIC (ALPN `mqtt`), compatible with EMQX's MQTT over QUIC.
+//!
+//! - **Single-stream mode**: the client opens one bidirectional stream and
+//!   every packet travels on it, as on TCP.
+//! - **Multi-stream mode**: the first bidirectional stream is the *control*
+//!   stream (CONNECT/CONNACK, PINGREQ/PINGRESP, DISCONNECT, AUTH); closing it
+//!   ends the connection. Further client-opened streams (*lanes*) carry
+//!   PUBLISH, SUBSCRIBE and UNSUBSCRIBE, and the broker answers on the lane
+//!   the request came in on: PUBACK/PUBREC/PUBCOMP on the lane of the
+//!   PUBLISH/PUBREL, SUBACK/UNSUBACK on the lane of the request, and messages
+//!   matching a subscription on the lane where that subscription was made
+//!   (its retained messages included). Unidirectional client streams are
+//!   read too; their answers go to the control stream.
+//!
+//! One MQTT session per QUIC connection, run by the same
+//! [`connection::serve`](crate::connection::serve) as TCP. A small packet
+//! router sits between the QUIC streams and the session: it cuts each
+//! stream's bytes into whole packets and merges them into the session's
+//! input in arrival order, and routes each packet of the session's output to
+//! its lane by packet identifier or by the subscription its topic matches.
+//! With one stream (single-stream mode) the router only cuts packets.
+//!
+//! Session cleanup: when the control stream or the connection ends, the
+//! session's input ends, so `serve` publishes the Will (if any), returns the
+//! unacknowledged messages to the session and detaches it from the broker,
+//! exactly as for a TCP connection that drops.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use quichub_mqtt::{decode, topic, Packet, Version, DEFAULT_MAX_PACKET_SIZE};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::sync::mpsc;
+
+use crate::broker::Broker;
+use crate::connection::{serve, ConnConfig};
+
+/// A stream of the connection: 0 is the control stream.
+type Lane = u64;
+const CONTROL: Lane = 0;
+
+/// Bytes buffered between the router and the session, each way.
+const PIPE: usize = 64 * 1024;
+
+/// QUIC application error code when the connection closes normally.
+const CLOSE_OK: u32 = 0;
+
+/// Serves one MQTT-over-QUIC connection until it ends.
+pub async fn serve_quic(conn: quinn::Connection, broker: Arc<Broker>, cfg: Arc<ConnConfig>) {
+    let remote = conn.remote_address();
+    let control = match tokio::time::timeout(cfg.connect_timeout, conn.accept_bi()).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(%remote, "mqtt/quic: no control stream: {e}");
+            return;
+        }
+        Err(_) => {
+            conn.close(CLOSE_OK.into(), b"no stream opened");
+            return;
+        }
+    };
+    let max_in = cfg.max_packet_size as usize;
+    let (in_router, in_session) = tokio::io::duplex(PIPE);
+    let (out_session, out_router) = tokio::io::duplex(PIPE);
+    let routes = Arc::new(Mutex::new(Routes::default()));
+    let (frames_tx, frames_rx) = mpsc::channel::<Inbound>(64);
+    let (lanes_tx, lanes_rx) = mpsc::unbounded_channel::<LaneEvent>();
+
+    let (ctl_send, ctl_recv) = control;
+    let _ = lanes_tx.send(LaneEvent::Open(CONTROL, ctl_send));
+    let mut readers = tokio::task::JoinSet::new();
+    readers.spawn(read_lane(CONTROL, ctl_recv, frames_tx.clone(), max_in));
+
+    let session = async {
+        let r = serve(broker, cfg, in_session, out_session).await;
+        if let Err(e) = &r {
+            tracing::debug!(%remote, "mqtt/quic: {e}");
+        }
+    };
+    let output = route_output(out_router, lanes_rx, routes.clone());
+    let input = async {
+        route_input(in_router, frames_rx, routes.clone(), lanes_tx.clone()).await;
+        std::future::pending::<()>().await
+    };
+    let accept = async {
+        let mut next: Lane = 1;
+        loop {
+            tokio::select! {
+                bi = conn.accept_bi() => match bi {
+                    Ok((send, recv)) => {
+                        let lane = next;
+                        next += 1;
+                        // Registered before any of its packets can be answered.
+                        let _ = lanes_tx.send(LaneEvent::Open(lane, send));
+                        readers.spawn(read_lane(lane, recv, frames_tx.clone(), max_in));
+                    }
+                    Err(_) => break,
+                },
+                uni = conn.accept_uni() => match uni {
+                    Ok(recv) => {
+                        let lane = next;
+                        next += 1;
+                        readers.spawn(read_lane(lane, recv, frames_tx.clone(), max_in));
+                    }
+                    Err(_) => break,
+                },
+            }
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        _ = async { tokio::join!(session, output) } => {}
+        _ = input => {}
+        _ = accept => {}
+    }
+    conn.close(CLOSE_OK.into(), b"");
+}
+
+/// What a lane reader hands the router.
+enum Inbound {
+    /// One whole packet.
+    Packet(Lane, Bytes),
+    /// Bytes that are not a whole packet the session will take (too large or
+    /// a malformed header): handed over as they are so the session refuses
+    /// them with the right reason; the lane is not read further.
+    Garbage(Lane, Bytes),
+    /// The client finished or reset its side of the lane.
+    Closed(Lane),
+}
+
+enum LaneEvent {
+    /// A stream the router may answer on.
+    Open(Lane, quinn::SendStream),
+    /// The client's side of this lane ended: close ours once nothing routes to it.
+    Closed(Lane),
+}
+
+/// Where the session's answers go.
+#[derive(Default)]
+struct Routes {
+    version: Option<Version>,
+    /// Client packet identifiers in use (PUBLISH QoS 1/2, PUBREL, SUBSCRIBE,
+    /// UNSUBSCRIBE) → the lane their answer goes to.
+    client_ids: HashMap<u16, Lane>,
+    /// Our QoS 1/2 PUBLISH packet identifiers → the lane their PUBREL goes to.
+    server_ids: HashMap<u16, Lane>,
+    /// Topic filters (share name removed) → the lane of their subscription,
+    /// newest last.
+    subs: Vec<(String, Lane)>,
+    /// Lanes whose client side has ended.
+    closed: HashSet<Lane>,
+}
+
+impl Routes {
+    fn in_use(&self, lane: Lane) -> bool {
+        lane == CONTROL
+            || self.client_ids.values().any(|l| *l == lane)
+            || self.server_ids.values().any(|l| *l == lane)
+            || self.subs.iter().any(|(_, l)| *l == lane)
+    }
+
+    fn subscribe(&mut self, filter: &str, lane: Lane) {
+        let f = match topic::parse_subscription(filter) {
+            Ok((_, f)) => f,
+            Err(_) => return,
+        };
+        self.subs.retain(|(g, _)| *g != f);
+        self.subs.push((f, lane));
+    }
+
+    fn unsubscribe(&mut self, filter: &str) {
+        if let Ok((_, f)) = topic::parse_subscription(filter) {
+            self.subs.retain(|(g, _)| *g != f);
+        }
+    }
+
+    /// Notes where the answer to a client packet goes.
+    fn inbound(&mut self, lane: Lane, frame: &Bytes) {
+        let Some((kind, body)) = split(frame) else {
+            return;
+        };
+        match kind {
+            // PUBLISH QoS 1/2: its PUBACK/PUBREC on this lane.
+            3 => {
+                if let Some((_, qos, Some(id))) = publish_head(frame[0], body) {
+                    if qos > 0 {
+                        self.client_ids.insert(id, lane);
+                    }
+                }
+            }
+            // PUBREL: its PUBCOMP on this lane.
+            6 => {
+                if let Some(id) = packet_id(body) {
+                    self.client_ids.insert(id, lane);
+                }
+            }
+            // PUBCOMP for one of ours: the identifier is free again.
+            7 => {
+                if let Some(id) = packet_id(body) {
+                    self.server_ids.remove(&id);
+                }
+            }
+            // PUBACK for one of ours.
+            4 => {
+                if let Some(id) = packet_id(body) {
+                    self.server_ids.remove(&id);
+                }
+            }
+            // SUBSCRIBE, UNSUBSCRIBE: decoded for their filters.
+            8 | 10 => {
+                let mut b = BytesMut::from(&frame[..]);
+                match decode(&mut b, self.version, DEFAULT_MAX_PACKET_SIZE) {
+                    Ok(Some(Packet::Subscribe(s))) => {
+                        self.client_ids.insert(s.packet_id, lane);
+                        for f in &s.filters {
+                            self.subscribe(&f.filter, lane);
+                        }
+                    }
+                    Ok(Some(Packet::Unsubscribe(u))) => {
+                        self.client_ids.insert(u.packet_id, lane);
+                        for f in &u.filters {
+                            self.unsubscribe(f);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The lane for one packet of the session's output.
+    fn outbound(&mut self, frame: &Bytes) -> Lane {
+        let Some((kind, body)) = split(frame) else {
+            return CONTROL;
+        };
+        match kind {
+            3 => {
+                let Some((topic_name, qos, id)) = publish_head(frame[0], body) else {
+                    return CONTROL;
+                };
+                let lane = self
+                    .subs
+                    .iter()
+                    .rev()
+                    .find(|(f, _)| topic::matches(f, topic_name))
+                    .map_or(CONTROL, |(_, l)| *l);
+                if let (true, Some(id)) = (qos > 0, id) {
+                    self.server_ids.insert(id, lane);
+                }
+                lane
+            }
+            // PUBREL for one of ours: where its PUBLISH went.
+            6 => packet_id(body)
+                .and_then(|id| self.server_ids.get(&id).copied())
+                .unwrap_or(CONTROL),
+            // PUBACK, PUBREC, SUBACK, UNSUBACK: where the request came in.
+            4 | 5 | 9 | 11 => packet_id(body)
+                .and_then(|id| self.client_ids.get(&id).copied())
+                .unwrap_or(CONTROL),
+            // PUBCOMP ends the client's QoS 2 exchange.
+            7 => packet_id(body)
+                .and_then(|id| self.client_ids.remove(&id))
+                .unwrap_or(CONTROL),
+            _ => CONTROL,
+        }
+    }
+
+    /// After an answer with this packet type went out: free its identifier.
+    fn answered(&mut self, frame: &Bytes) {
+        if let Some((4 | 9 | 11, body)) = split(frame) {
+            if let Some(id) = packet_id(body) {
+                self.client_ids.remove(&id);
+            }
+        }
+    }
+}
+
+/// Reads one lane and hands its packets to the router, whole.
+async fn read_lane(
+    lane: Lane,
+    mut recv: quinn::RecvStream,
+    tx: mpsc::Sender<Inbound>,
+    max_packet: usize,
+) {
+    let mut buf = BytesMut::with_capacity(4096);
+    loop {
+        loop {
+            match frame_len(&buf) {
+                Ok(Some(n)) if n <= max_packet => {
+                    if buf.len() < n {
+                        break;
+                    }
+                    let p = buf.split_to(n).freeze();
+                    if tx.send(Inbound::Packet(lane, p)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                // Too large, or a malformed header.
+                Ok(Some(_)) | Err(()) => {
+                    let _ = tx.send(Inbound::Garbage(lane, buf.split().freeze())).await;
+                    let _ = tx.send(Inbound::Closed(lane)).await;
+                    return;
+                }
+            }
+        }
+        match recv.read_chunk(64 * 1024, true).await {
+            Ok(Some(chunk)) => buf.extend_from_slice(&chunk.bytes),
+            Ok(None) | Err(_) => {
+                let _ = tx.send(Inbound::Closed(lane)).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Merges the lanes' packets into the session's input; returns when the
+/// control stream ends (the session then sees end of input).
+async fn route_input(
+    mut to_session: DuplexStream,
+    mut rx: mpsc::Receiver<Inbound>,
+    routes: Arc<Mutex<Routes>>,
+    lanes: mpsc::UnboundedSender<LaneEvent>,
+) {
+    // Packets from other lanes that arrive before the CONNECT wait for it.
+    let mut early: Vec<Bytes> = Vec::new();
+    let mut connected = false;
+    while let Some(item) = rx.recv().await {
+        let (lane, bytes) = match item {
+            Inbound::Packet(lane, p) => {
+                let mut r = routes.lock().unwrap_or_else(|e| e.into_inner());
+                if r.version.is_none() && p.first().is_some_and(|b| b >> 4 == 1) {
+                    let mut b = BytesMut::from(&p[..]);
+                    if let Ok(Some(Packet::Connect(c))) =
+                        decode(&mut b, None, DEFAULT_MAX_PACKET_SIZE)
+                    {
+                        r.version = Some(c.version);
+                    }
+                }
+                r.inbound(lane, &p);
+                (lane, p)
+            }
+            Inbound::Garbage(lane, b) => (lane, b),
+            Inbound::Closed(CONTROL) => break,
+            Inbound::Closed(lane) => {
+                routes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .closed
+                    .insert(lane);
+                let _ = lanes.send(LaneEvent::Closed(lane));
+                continue;
+            }
+        };
+        if !connected && lane != CONTROL {
+            early.push(bytes);
+            continue;
+        }
+        if to_session.write_all(&bytes).await.is_err() {
+            return;
+        }
+        if !connected {
+            connected = true;
+            for b in early.drain(..) {
+                if to_session.write_all(&b).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = to_session.shutdown().await;
+}
+
+/// Cuts the session's output into packets and writes each on its lane; once
+/// the session has ended, finishes every lane and waits (briefly) for the
+/// client to have read the control stream to its end.
+async fn route_output(
+    mut from_session: DuplexStream,
+    mut events: mpsc::UnboundedReceiver<LaneEvent>,
+    routes: Arc<Mutex<Routes>>,
+) {
+    let mut lanes: HashMap<Lane, quinn::SendStream> = HashMap::new();
+    let mut buf = BytesMut::with_capacity(PIPE);
+    let mut session_done = false;
+    let mut events_open = true;
+    while !session_done {
+        tokio::select! {
+            n = from_session.read_buf(&mut buf) => {
+                if !matches!(n, Ok(n) if n > 0) {
+                    session_done = true;
+                }
+            }
+            ev = events.recv(), if events_open => {
+                match ev {
+                    Some(ev) => on_lane_event(ev, &mut lanes, &routes),
+                    None => events_open = false,
+                }
+                continue;
+            }
+        }
+        // Lanes opened before these packets were answered are known by now.
+        while let Ok(ev) = events.try_recv() {
+            on_lane_event(ev, &mut lanes, &routes);
+        }
+        while let Some(n) = whole(&buf) {
+            let p = buf.split_to(n).freeze();
+            let lane = routes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .outbound(&p);
+            let lane = if lanes.contains_key(&lane) {
+                lane
+            } else {
+                CONTROL
+            };
+            let mut ok = false;
+            if let Some(s) = lanes.get_mut(&lane) {
+                ok = s.write_all(&p).await.is_ok();
+            }
+            if !ok && lane != CONTROL {
+                // The client stopped that lane: answer on the control stream.
+                lanes.remove(&lane);
+                if let Some(s) = lanes.get_mut(&CONTROL) {
+                    ok = s.write_all(&p).await.is_ok();
+                }
+            }
+            if !ok {
+                // The connection is gone: the session notices its input end.
+                return;
+            }
+            let mut r = routes.lock().unwrap_or_else(|e| e.into_inner());
+            r.answered(&p);
+            if lane != CONTROL && r.closed.contains(&lane) && !r.in_use(lane) {
+                drop(r);
+                if let Some(mut s) = lanes.remove(&lane) {
+                    let _ = s.finish();
+                }
+            }
+        }
+    }
+    for s in lanes.values_mut() {
+        let _ = s.finish();
+    }
+    if let Some(s) = lanes.get(&CONTROL) {
+        let _ = tokio::time::timeout(Duration::from_secs(1), s.stopped()).await;
+    }
+}
+
+fn on_lane_event(
+    ev: LaneEvent,
+    lanes: &mut HashMap<Lane, quinn::SendStream>,
+    routes: &Arc<Mutex<Routes>>,
+) {
+    match ev {
+        LaneEvent::Open(lane, s) => {
+            lanes.insert(lane, s);
+        }
+        LaneEvent::Closed(lane) => {
+            let idle = !routes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .in_use(lane);
+            if idle {
+                if let Some(mut s) = lanes.remove(&lane) {
+                    let _ = s.finish();
+                }
+            }
+        }
+    }
+}
+
+/// The length of the packet at the start of `buf` (whole or not): `Ok(None)`
+/// until its fixed header is complete, `Err` for a malformed Remaining Length.
+fn frame_len(buf: &[u8]) -> Result<Option<usize>, ()> {
+    let mut len: usize = 0;
+    for i in 0..4 {
+        let Some(&b) = buf.get(1 + i) else {
+            return Ok(None);
+        };
+        len |= usize::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(Some(1 + (i + 1) + len));
+        }
+    }
+    Err(())
+}
+
+/// The length of the whole packet at the start of `buf`, if it is all there.
+fn whole(buf: &[u8]) -> Option<usize> {
+    frame_len(buf).ok().flatten().filter(|n| *n <= buf.len())
+}
+
+/// The packet type and the bytes after the fixed header of a whole packet.
+fn split(frame: &[u8]) -> Option<(u8, &[u8])> {
+    let kind = frame.first()? >> 4;
+    let mut i = 1;
+    while frame.get(i)? & 0x80 != 0 {
+        i += 1;
+    }
+    Some((kind, frame.get(i + 1..)?))
+}
+
+/// The packet identifier at the start of an acknowledgement's body.
+fn packet_id(body: &[u8]) -> Option<u16> {
+    Some(u16::from_be_bytes([*body.first()?, *body.get(1)?]))
+}
+
+/// A PUBLISH's topic name, QoS and packet identifier.
+fn publish_head(first: u8, body: &[u8]) -> Option<(&str, u8, Option<u16>)> {
+    let qos = (first >> 1) & 3;
+    let n = usize::from(u16::from_be_bytes([*body.first()?, *body.get(1)?]));
+    let name = std::str::from_utf8(body.get(2..2 + n)?).ok()?;
+    let id = if qos > 0 {
+        Some(packet_id(body.get(2 + n..)?)?)
+    } else {
+        None
+    };
+    Some((name, qos, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_cut_whole() {
+        assert_eq!(frame_len(&[]), Ok(None));
+        assert_eq!(frame_len(&[0xc0]), Ok(None));
+        assert_eq!(frame_len(&[0xc0, 0x00]), Ok(Some(2)));
+        assert_eq!(frame_len(&[0x30, 0x03, 0, 1]), Ok(Some(5)));
+        assert_eq!(whole(&[0x30, 0x03, 0, 1]), None);
+        assert_eq!(whole(&[0x30, 0x03, 0, 1, b'a', 0xc0]), Some(5));
+        assert_eq!(frame_len(&[0x30, 0x80]), Ok(None));
+        assert_eq!(frame_len(&[0x30, 0x80, 0x01]), Ok(Some(131)));
+        assert_eq!(frame_len(&[0x30, 0xff, 0xff, 0xff, 0xff]), Err(()));
+    }
+
+    #[test]
+    fn answers_follow_their_requests() {
+        let mut r = Routes {
+            version: Some(Version::V311),
+            ..Routes::default()
+        };
+        // SUBSCRIBE id 1, "a/+" QoS 1, on lane 2.
+        let sub = Bytes::from_static(&[0x82, 8, 0, 1, 0, 3, b'a', b'/', b'+', 1]);
+        r.inbound(2, &sub);
+        let suback = Bytes::from_static(&[0x90, 3, 0, 1, 1]);
+        assert_eq!(r.outbound(&suback), 2);
+        r.answered(&suback);
+        assert!(r.client_ids.is_empty());
+        // A delivery on "a/b" QoS 1 id 7 goes to lane 2, its PUBREL too.
+        let publish = Bytes::from_static(&[0x32, 7, 0, 3, b'a', b'/', b'b', 0, 7]);
+        assert_eq!(r.outbound(&publish), 2);
+        let other = Bytes::from_static(&[0x30, 5, 0, 3, b'x', b'/', b'y']);
+        assert_eq!(r.outbound(&other), CONTROL);
+        // A client PUBLISH QoS 1 id 9 on lane 3: PUBACK on lane 3.
+        let cpub = Bytes::from_static(&[0x32, 7, 0, 3, b'q', b'/', b'r', 0, 9]);
+        r.inbound(3, &cpub);
+        assert_eq!(r.outbound(&Bytes::from_static(&[0x40, 2, 0, 9])), 3);
+        // PINGRESP on the control stream.
+        assert_eq!(r.outbound(&Bytes::from_static(&[0xd0, 0])), CONTROL);
+        assert!(r.in_use(2));
+        assert!(r.in_use(3));
+    }
+}

@@ -1,0 +1,96 @@
+//! A minimal MQTT client on our own codec, for tests that need bytes no
+//! real client would send, or exact control over acknowledgements.
+
+use bytes::BytesMut;
+use quichub_mqtt::{Packet, Properties, Version};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{within, TestGateway};
+
+/// A minimal client on our own codec, for bytes no real client would send.
+pub struct Raw {
+    pub tcp: TcpStream,
+    buf: BytesMut,
+    pub version: Version,
+}
+
+impl Raw {
+    /// Connects with Clean Start and expects success.
+    pub async fn connect(gw: &TestGateway, version: Version, id: &str) -> Raw {
+        let (r, ack) = Raw::connect_with(
+            gw.mqtt,
+            quichub_mqtt::Connect {
+                version,
+                client_id: id.into(),
+                clean_start: true,
+                keep_alive: 30,
+                username: None,
+                password: None,
+                will: None,
+                properties: Properties::default(),
+            },
+        )
+        .await;
+        assert_eq!(ack.code, 0);
+        r
+    }
+
+    /// Sends `connect` to `addr` and returns the CONNACK.
+    pub async fn connect_with(
+        addr: std::net::SocketAddr,
+        connect: quichub_mqtt::Connect,
+    ) -> (Raw, quichub_mqtt::ConnAck) {
+        let version = connect.version;
+        let mut r = Raw {
+            tcp: TcpStream::connect(addr).await.unwrap(),
+            buf: BytesMut::new(),
+            version,
+        };
+        r.send(&Packet::Connect(connect)).await;
+        match r.recv().await {
+            Some(Packet::ConnAck(a)) => (r, a),
+            other => panic!("expected CONNACK, got {other:?}"),
+        }
+    }
+
+    pub async fn send(&mut self, p: &Packet) {
+        let mut b = BytesMut::new();
+        quichub_mqtt::encode(p, self.version, &mut b).unwrap();
+        self.tcp.write_all(&b).await.unwrap();
+    }
+
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        self.tcp.write_all(bytes).await.unwrap();
+    }
+
+    /// The next packet, or `None` once the broker closed the connection.
+    pub async fn recv(&mut self) -> Option<Packet> {
+        within(5, async {
+            loop {
+                if let Some(p) =
+                    quichub_mqtt::decode(&mut self.buf, Some(self.version), usize::MAX).unwrap()
+                {
+                    return Some(p);
+                }
+                match self.tcp.read_buf(&mut self.buf).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+    }
+
+    /// Reads until the broker's DISCONNECT (its reason code) or the close.
+    pub async fn closed(&mut self) -> Option<u8> {
+        let mut code = None;
+        while let Some(p) = self.recv().await {
+            if let Packet::Disconnect(d) = p {
+                code = Some(d.code);
+            }
+        }
+        code
+    }
+}
+
