@@ -104,6 +104,20 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// A TLS 1.2/1.3 server configuration for TCP listeners (MQTT over TLS),
+/// with `identity` and the given ALPN protocols (empty: no ALPN).
+pub fn tcp_server_config(
+    identity: &Identity,
+    alpn: &[&[u8]],
+) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(identity.chain.clone(), identity.key.clone_key())?;
+    tls.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    Ok(Arc::new(tls))
+}
+
 /// The crypto provider every config in quichub uses.
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

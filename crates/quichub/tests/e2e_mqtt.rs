@@ -479,3 +479,76 @@ async fn unsupported_protocol_version_is_refused() {
         "CONNACK unacceptable protocol version"
     );
 }
+
+/// MQTT over TLS: mosquitto clients verify the broker's certificate (given
+/// as their CA file) and exchange a message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_over_tls() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let gw = TestGateway::start().await;
+    let id = quichub_net::tls::Identity::self_signed(&["localhost", "127.0.0.1"]).unwrap();
+    let dir = std::env::temp_dir().join(format!("quichub-mqtt-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    id.write_pem(&cert, &key).unwrap();
+    let tls = quichub_net::tls::tcp_server_config(&id, &[]).unwrap();
+    let addr = quichub_gateway::listener::spawn_tls(
+        "127.0.0.1:0".parse().unwrap(),
+        gw.broker.clone(),
+        std::sync::Arc::new(quichub_gateway::ConnConfig::default()),
+        tls,
+    )
+    .await
+    .unwrap();
+    let port = addr.port().to_string();
+    let cafile = cert.to_str().unwrap();
+    let tls_args = ["-h", "localhost", "-p", &port, "--cafile", cafile];
+    let before = gw.broker.subscriptions();
+    let s = Command::new("mosquitto_sub")
+        .args(tls_args)
+        .args(["-t", "secure/#", "-C", "1", "-F", "%t %p"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    within(10, async {
+        while gw.broker.subscriptions() == before {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let out = Command::new("mosquitto_pub")
+        .args(tls_args)
+        .args(["-t", "secure/a", "-m", "over tls", "-q", "1"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(output(s).await, "secure/a over tls\n");
+    // A client that does not trust the certificate is refused by its own TLS.
+    let other = quichub_net::tls::Identity::self_signed(&["localhost"]).unwrap();
+    let wrong = dir.join("other.pem");
+    other.write_pem(&wrong, &dir.join("other-key.pem")).unwrap();
+    let out = Command::new("mosquitto_pub")
+        .args([
+            "-h",
+            "localhost",
+            "-p",
+            &port,
+            "--cafile",
+            wrong.to_str().unwrap(),
+        ])
+        .args(["-t", "secure/a", "-m", "x"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
