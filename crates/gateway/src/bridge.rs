@@ -182,8 +182,11 @@ impl Bridge {
                 }
             }
         };
-        let objects =
-            track.cached_range(Location::new(0, 0), Location::new(u64::MAX, u64::MAX), false);
+        let objects = track.cached_range(
+            Location::new(0, 0),
+            Location::new(u64::MAX, u64::MAX),
+            false,
+        );
         let mut last: Vec<Bytes> = objects
             .iter()
             .rev()

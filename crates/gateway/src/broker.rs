@@ -17,7 +17,7 @@ use quichub_mqtt::topic::{self, TopicTree};
 use quichub_mqtt::{Properties, QoS, SubscriptionOptions};
 use tokio::sync::{mpsc, watch};
 
-use crate::store::{Recovered, Record, Store};
+use crate::store::{Record, Recovered, Store};
 
 /// Limits on what clients control.
 #[derive(Debug, Clone)]

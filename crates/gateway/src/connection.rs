@@ -402,7 +402,9 @@ where
             if let Some(end) = handle(broker, cfg, conn, p)? {
                 if let Some((rx, _)) = conn.durable.as_mut() {
                     let last = conn.acks.back().map_or(0, |(t, _)| *t);
-                    let _ = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|v| *v >= last)).await;
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|v| *v >= last))
+                            .await;
                 }
                 conn.flush_acks()?;
                 conn.flush_pending(broker);
@@ -570,7 +572,9 @@ fn on_publish(
         }
     }
     if !p.properties.subscription_identifiers.is_empty() {
-        return Err(ConnError::Protocol("Subscription Identifier in a client PUBLISH"));
+        return Err(ConnError::Protocol(
+            "Subscription Identifier in a client PUBLISH",
+        ));
     }
     if !topic::valid_topic_name(&p.topic) {
         return Err(ConnError::Refused(reason::TOPIC_NAME_INVALID));

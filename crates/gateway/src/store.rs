@@ -256,7 +256,14 @@ impl Live {
     /// The records that rebuild this state, bodies first.
     fn snapshot(&self) -> Vec<Record> {
         let mut out: Vec<Record> = Vec::new();
-        let mut seqs: Vec<&u64> = self.msgs.keys().collect();
+        // A body nothing references (a crash between it and its reference)
+        // is dropped here.
+        let mut seqs: Vec<&u64> = self
+            .msgs
+            .iter()
+            .filter(|(_, (_, refs))| *refs > 0)
+            .map(|(s, _)| s)
+            .collect();
         seqs.sort_unstable();
         for s in seqs {
             out.push(self.msgs[s].0.clone());
@@ -285,9 +292,12 @@ impl Live {
     }
 
     fn message(&self, seq: u64, now: Instant, unix_now: u64) -> Option<Arc<Message>> {
-        let (Record::Msg {
-            expires, publish, ..
-        }, _) = self.msgs.get(&seq)?
+        let (
+            Record::Msg {
+                expires, publish, ..
+            },
+            _,
+        ) = self.msgs.get(&seq)?
         else {
             return None;
         };
@@ -324,7 +334,13 @@ impl Store {
             .write(true)
             .open(dir.join("lock"))?;
         // SAFETY: flock on a file descriptor we own; no memory is involved.
-        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&lock),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } != 0
+        {
             return Err(std::io::Error::other(format!(
                 "{} is in use by another quichub process (use another --data-dir)",
                 dir.display()
@@ -610,7 +626,11 @@ fn encode(r: &Record, out: &mut BytesMut) {
             put_str(out, filter);
             let o = options.options;
             out.put_u8(o.qos.as_u8());
-            out.put_u8(u8::from(o.no_local) | u8::from(o.retain_as_published) << 1 | o.retain_handling << 2);
+            out.put_u8(
+                u8::from(o.no_local)
+                    | u8::from(o.retain_as_published) << 1
+                    | o.retain_handling << 2,
+            );
             out.put_u32(options.id.unwrap_or(0));
         }
         Record::Unsub { client, filter } => {
@@ -780,15 +800,19 @@ fn crc32(data: &[u8]) -> u32 {
         for (i, e) in t.iter_mut().enumerate() {
             let mut c = i as u32;
             for _ in 0..8 {
-                c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
             }
             *e = c;
         }
         t
     });
-    !data
-        .iter()
-        .fold(!0u32, |c, &b| table[((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8))
+    !data.iter().fold(!0u32, |c, &b| {
+        table[((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8)
+    })
 }
 
 #[cfg(test)]
@@ -802,7 +826,13 @@ mod tests {
     }
 
     fn msg(topic: &str, payload: &'static [u8]) -> Message {
-        Message::new(topic, Bytes::from_static(payload), QoS::AtLeastOnce, false, Source::Http)
+        Message::new(
+            topic,
+            Bytes::from_static(payload),
+            QoS::AtLeastOnce,
+            false,
+            Source::Http,
+        )
     }
 
     async fn wait(store: &Store, ticket: u64) {
@@ -819,7 +849,10 @@ mod tests {
     fn every_record_round_trips() {
         let c: Arc<str> = "c".into();
         let recs = [
-            Record::Session { client: c.clone(), expiry: 7 },
+            Record::Session {
+                client: c.clone(),
+                expiry: 7,
+            },
             Record::SessionGone { client: c.clone() },
             Record::Sub {
                 client: c.clone(),
@@ -834,11 +867,30 @@ mod tests {
                     id: Some(9),
                 },
             },
-            Record::Unsub { client: c.clone(), filter: "a".into() },
-            Record::Msg { seq: 3, expires: 5, publish: Bytes::from_static(b"xyz") },
-            Record::Queue { client: c.clone(), seq: 3, qos: QoS::AtLeastOnce, retain: true, ids: vec![1, 2] },
-            Record::Done { client: c.clone(), seq: 3 },
-            Record::Retain { topic: "t".into(), seq: 3 },
+            Record::Unsub {
+                client: c.clone(),
+                filter: "a".into(),
+            },
+            Record::Msg {
+                seq: 3,
+                expires: 5,
+                publish: Bytes::from_static(b"xyz"),
+            },
+            Record::Queue {
+                client: c.clone(),
+                seq: 3,
+                qos: QoS::AtLeastOnce,
+                retain: true,
+                ids: vec![1, 2],
+            },
+            Record::Done {
+                client: c.clone(),
+                seq: 3,
+            },
+            Record::Retain {
+                topic: "t".into(),
+                seq: 3,
+            },
             Record::Unretain { topic: "t".into() },
         ];
         for r in recs {
@@ -859,28 +911,49 @@ mod tests {
             let (store, rec) = Store::open(&dir, Fsync::Always).unwrap();
             assert!(rec.sessions.is_empty());
             let c: Arc<str> = "dev1".into();
-            store.append(Record::Session { client: c.clone(), expiry: 3600 });
+            store.append(Record::Session {
+                client: c.clone(),
+                expiry: 3600,
+            });
             store.append(Record::Sub {
                 client: c.clone(),
                 filter: "a/#".into(),
-                options: SubOptions { options: SubscriptionOptions::default(), id: None },
+                options: SubOptions {
+                    options: SubscriptionOptions::default(),
+                    id: None,
+                },
             });
             for (i, p) in [&b"one"[..], b"two", b"three"].into_iter().enumerate() {
                 let seq = store.put_message(&msg("a/b", p));
-                let t = store.append(Record::Queue { client: c.clone(), seq, qos: QoS::AtLeastOnce, retain: false, ids: vec![] });
+                let t = store.append(Record::Queue {
+                    client: c.clone(),
+                    seq,
+                    qos: QoS::AtLeastOnce,
+                    retain: false,
+                    ids: vec![],
+                });
                 if i == 0 {
-                    store.append(Record::Done { client: c.clone(), seq });
+                    store.append(Record::Done {
+                        client: c.clone(),
+                        seq,
+                    });
                 }
                 wait(&store, t).await;
             }
             let seq = store.put_message(&msg("r", b"kept"));
-            let t = store.append(Record::Retain { topic: "r".into(), seq });
+            let t = store.append(Record::Retain {
+                topic: "r".into(),
+                seq,
+            });
             wait(&store, t).await;
         }
         // Give the writer thread a moment to release the lock.
         std::thread::sleep(std::time::Duration::from_millis(100));
         // A torn record at the tail (a crash mid-write) is ignored.
-        let mut f = OpenOptions::new().append(true).open(dir.join("broker.log")).unwrap();
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(dir.join("broker.log"))
+            .unwrap();
         f.write_all(&[0, 0, 0, 50, 1, 2, 3, 4, 9]).unwrap();
         drop(f);
         let (_store, rec) = Store::open(&dir, Fsync::Always).unwrap();
@@ -889,7 +962,10 @@ mod tests {
         assert_eq!(s.expiry, 3600);
         assert!(s.subscriptions.contains_key("a/#"));
         let payloads: Vec<_> = s.queue.iter().map(|q| q.message.payload.clone()).collect();
-        assert_eq!(payloads, [Bytes::from_static(b"two"), Bytes::from_static(b"three")]);
+        assert_eq!(
+            payloads,
+            [Bytes::from_static(b"two"), Bytes::from_static(b"three")]
+        );
         assert_eq!(rec.retained.len(), 1);
         assert_eq!(rec.retained[0].1.payload, Bytes::from_static(b"kept"));
         let _ = std::fs::remove_dir_all(&dir);

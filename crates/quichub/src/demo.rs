@@ -44,6 +44,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         metrics: "off".into(),
         config: None,
         mqtt: "off".into(),
+        mqtt_tls: "off".into(),
         http: "off".into(),
         data_dir: None,
         fsync: "always".into(),

@@ -5,6 +5,7 @@ mod bench_cmd;
 mod demo;
 mod fanout_bench;
 mod interop;
+mod mqtt_bench;
 mod pubsub;
 mod relay_cmd;
 
@@ -45,6 +46,8 @@ enum Command {
     Lab(quichub_lab::LabArgs),
     /// Relay fan-out benchmark: one publisher, N subscribers, relay CPU per object.
     BenchFanout(fanout_bench::BenchFanoutArgs),
+    /// MQTT load generator: N publishers, M subscribers over TCP; msgs/s, latency, loss.
+    BenchMqtt(mqtt_bench::BenchMqttArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -86,6 +89,7 @@ fn main() -> std::process::ExitCode {
             Command::InteropClient(a) => interop::run(a).await,
             Command::Bench(a) => bench_cmd::run(a).await,
             Command::BenchFanout(a) => fanout_bench::run(a).await.map(|_| 0),
+            Command::BenchMqtt(a) => mqtt_bench::run(a).await.map(|_| 0),
             Command::Netem(_) | Command::Lab(_) => unreachable!("handled above"),
         }
     });

@@ -31,9 +31,14 @@ pub struct RelayArgs {
     /// TOML file with relay limits (see README for every key).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// TCP address of the MQTT 3.1.1/5 broker (`off` to disable).
+    /// TCP address of the MQTT 3.1.1/5 broker (`off` turns the broker off:
+    /// no MQTT over TCP, TLS or QUIC, and no broker state on disk).
     #[arg(long, default_value = "127.0.0.1:1883")]
     pub mqtt: String,
+    /// TCP address of MQTT over TLS, with the relay's certificate (`off` to
+    /// disable).
+    #[arg(long, default_value = "127.0.0.1:8883")]
+    pub mqtt_tls: String,
     /// Directory of the broker's durable state (retained messages, persistent
     /// sessions and their queued messages); `off` keeps it in memory only.
     /// Default: `$XDG_STATE_HOME/quichub`, else `~/.local/state/quichub`.
@@ -81,6 +86,8 @@ pub struct Running {
     pub metrics: Option<SocketAddr>,
     /// The bound MQTT TCP address, if any.
     pub mqtt: Option<SocketAddr>,
+    /// The bound MQTT-over-TLS address, if any.
+    pub mqtt_tls: Option<SocketAddr>,
     /// The bound HTTP API TCP address, if any.
     pub http: Option<SocketAddr>,
 }
@@ -151,6 +158,19 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         ),
         None => None,
     };
+    let mqtt_tls = match (mqtt.is_some(), addr_or_off("mqtt-tls", &args.mqtt_tls)?) {
+        (true, Some(a)) => {
+            let tls = quichub_net::tls::tcp_server_config(&identity, &[b"mqtt"])?;
+            Some(
+                quichub_gateway::listener::spawn_tls(a, broker.clone(), conn_config.clone(), tls)
+                    .await
+                    .with_context(|| {
+                        format!("bind MQTT over TLS {a} (use --mqtt-tls off or another address)")
+                    })?,
+            )
+        }
+        _ => None,
+    };
     // MQTT over QUIC on the relay's UDP port (ALPN `mqtt`) whenever the broker runs.
     let mut alpn_handlers = quichub_relay::endpoint::AlpnHandlers::new();
     if mqtt.is_some() {
@@ -198,6 +218,7 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         server,
         metrics,
         mqtt,
+        mqtt_tls,
         http,
     })
 }
@@ -215,6 +236,9 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
         writeln!(out, "certificate sha256 {}", r.fingerprint)?;
         if let Some(m) = r.mqtt {
             writeln!(out, "mqtt tcp {m} (MQTT 3.1.1 and 5.0)")?;
+        }
+        if let Some(m) = r.mqtt_tls {
+            writeln!(out, "mqtt tls {m}")?;
             writeln!(out, "mqtt quic udp {} (ALPN mqtt)", r.addr)?;
         }
         if let Some(h) = r.http {

@@ -222,15 +222,29 @@ async fn kill_9_loses_no_acknowledged_message() {
     let (mut offline, ack) = Raw::connect_with(addr, persistent("offline")).await;
     assert!(ack.session_present, "persistent session survives");
     let mut offline_got = BTreeSet::new();
-    within(30, drain(&mut offline, Duration::from_millis(1500), &mut offline_got)).await;
+    within(
+        30,
+        drain(&mut offline, Duration::from_millis(1500), &mut offline_got),
+    )
+    .await;
     let missing: Vec<_> = acked.difference(&offline_got).collect();
-    assert!(missing.is_empty(), "offline session lost acknowledged {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "offline session lost acknowledged {missing:?}"
+    );
 
     let (mut online, ack) = Raw::connect_with(addr, persistent("online")).await;
     assert!(ack.session_present);
-    within(30, drain(&mut online, Duration::from_millis(1500), &mut online_got)).await;
+    within(
+        30,
+        drain(&mut online, Duration::from_millis(1500), &mut online_got),
+    )
+    .await;
     let missing: Vec<_> = acked.difference(&online_got).collect();
-    assert!(missing.is_empty(), "online session lost acknowledged {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "online session lost acknowledged {missing:?}"
+    );
 
     // The retained message, for a new subscriber.
     let (mut fresh, _) = Raw::connect_with(

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use super::route::{route, Route, TIME_METHODS, TOPIC_METHODS};
 use super::sse;
 use crate::bridge::Bridge;
-use crate::broker::{Broker, Delivery, Message, Outbox, SubOptions, Source};
+use crate::broker::{Broker, Delivery, Message, Outbox, Source, SubOptions};
 
 /// `X-History-Length`: replay the last N messages before the live ones.
 pub const HISTORY_LENGTH: HeaderName = HeaderName::from_static("x-history-length");
@@ -314,7 +314,12 @@ impl Api {
         let conn = self.broker.next_conn_id();
         if self
             .broker
-            .connect(&client, true, Some(Duration::ZERO), Outbox { tx, conn, kick })
+            .connect(
+                &client,
+                true,
+                Some(Duration::ZERO),
+                Outbox { tx, conn, kick },
+            )
             .is_err()
         {
             return error(StatusCode::SERVICE_UNAVAILABLE, "broker session limit");
@@ -335,7 +340,10 @@ impl Api {
             id: None,
         };
         if self.broker.subscribe(&session.client, topic, opts).is_err() {
-            return error(StatusCode::SERVICE_UNAVAILABLE, "broker subscription refused");
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "broker subscription refused",
+            );
         }
         // Live deliveries queue from here; the history is read after, so no
         // message falls between the two. A message in both is dropped from
@@ -364,9 +372,7 @@ impl Api {
                 }
             }
             drop(past);
-            stream
-                .live(&mut rx, dedupe, deleted, kicked, &topic)
-                .await;
+            stream.live(&mut rx, dedupe, deleted, kicked, &topic).await;
         });
         let mut r = Response::new(ApiBody::Stream(body));
         let h = r.headers_mut();
@@ -695,7 +701,9 @@ mod tests {
         assert_eq!(call(&api, Method::PUT, "/v1/t/s/1").await.status(), 201);
         let mut rx = stream(call(&api, Method::GET, "/v1/t/s/1").await);
         assert_eq!(next(&mut rx).await.unwrap(), ": subscribed\n\n");
-        let r = api.handle(req(Method::POST, "/v1/t/s/1", b"one\ntwo")).await;
+        let r = api
+            .handle(req(Method::POST, "/v1/t/s/1", b"one\ntwo"))
+            .await;
         assert_eq!(r.status(), 204);
         assert_eq!(r.headers()[MATCHED], "1");
         assert_eq!(
@@ -729,11 +737,9 @@ mod tests {
         call(&api, Method::PUT, "/v1/t/s/1").await;
         let mut rx = stream(call(&api, Method::GET, "/v1/t/s/1").await);
         assert_eq!(next(&mut rx).await.unwrap(), ": subscribed\n\n");
-        assert!(
-            tokio::time::timeout(Duration::from_millis(100), rx.recv())
-                .await
-                .is_err()
-        );
+        assert!(tokio::time::timeout(Duration::from_millis(100), rx.recv())
+            .await
+            .is_err());
     }
 
     #[tokio::test]
@@ -750,7 +756,10 @@ mod tests {
         assert_eq!(&m.payload[..], b"{}");
         assert_eq!(m.qos, QoS::AtLeastOnce);
         assert_eq!(m.source, Source::Http);
-        assert_eq!(m.properties.content_type.as_deref(), Some("application/json"));
+        assert_eq!(
+            m.properties.content_type.as_deref(),
+            Some("application/json")
+        );
         let mut r = req(Method::POST, "/v1/t/r", b"x");
         r.headers_mut()
             .insert(RETAIN, HeaderValue::from_static("yes"));
@@ -773,12 +782,12 @@ mod tests {
     fn dedupe_recognises_the_same_buffer_only() {
         let a = Bytes::from(b"same".to_vec());
         let b = Bytes::from(b"same".to_vec());
-        let mut d = Dedupe::new(&[a.clone()], 2);
+        let mut d = Dedupe::new(std::slice::from_ref(&a), 2);
         assert!(!d.replayed(&b), "equal bytes, other message");
         assert!(d.replayed(&a.clone()));
         assert!(!d.replayed(&a), "dropped once only");
         let empty = Bytes::new();
-        let mut d = Dedupe::new(&[empty.clone()], 1);
+        let mut d = Dedupe::new(std::slice::from_ref(&empty), 1);
         assert!(!d.replayed(&empty));
     }
 }

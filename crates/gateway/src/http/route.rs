@@ -47,7 +47,9 @@ pub fn route(path: &str) -> Route {
         return Route::BadTopic("empty topic");
     }
     if !valid_topic_name(&topic) {
-        return Route::BadTopic("not a valid MQTT topic name (no +, # or NUL; at most 65535 bytes)");
+        return Route::BadTopic(
+            "not a valid MQTT topic name (no +, # or NUL; at most 65535 bytes)",
+        );
     }
     Route::Topic(topic.into_owned())
 }

@@ -141,7 +141,10 @@ mod tests {
 
     #[test]
     fn text_is_one_data_line() {
-        assert_eq!(&message(1, b"hello")[..], b"id: 1\nevent: message\ndata: hello\n\n");
+        assert_eq!(
+            &message(1, b"hello")[..],
+            b"id: 1\nevent: message\ndata: hello\n\n"
+        );
         assert_eq!(round_trip(b"hello"), ("message".into(), b"hello".to_vec()));
         assert_eq!(round_trip(b" lead"), ("message".into(), b" lead".to_vec()));
         assert_eq!(round_trip(b"a: b"), ("message".into(), b"a: b".to_vec()));
@@ -154,7 +157,15 @@ mod tests {
             &message(2, b"a\nb\n")[..],
             b"id: 2\nevent: message\ndata: a\ndata: b\ndata: \n\n"
         );
-        for p in [&b"a\nb"[..], b"a\n", b"\n", b"\n\n", b"", b"x\n\ny", b": not a comment"] {
+        for p in [
+            &b"a\nb"[..],
+            b"a\n",
+            b"\n",
+            b"\n\n",
+            b"",
+            b"x\n\ny",
+            b": not a comment",
+        ] {
             assert_eq!(round_trip(p), ("message".into(), p.to_vec()), "{p:?}");
         }
     }
@@ -166,7 +177,11 @@ mod tests {
             b"id: 3\nevent: message-base64\ndata: /wAQ\n\n"
         );
         for p in [&[0xffu8, 0xfe][..], b"a\r\nb", b"\r", &[0, 1, 2, 3, 200]] {
-            assert_eq!(round_trip(p), ("message-base64".into(), p.to_vec()), "{p:?}");
+            assert_eq!(
+                round_trip(p),
+                ("message-base64".into(), p.to_vec()),
+                "{p:?}"
+            );
         }
         assert!(!is_text(b"\r"));
         assert!(is_text(b"\0 NUL is fine"));
@@ -175,7 +190,10 @@ mod tests {
     #[test]
     fn comments_and_named_events() {
         assert_eq!(&comment("keep-alive")[..], b": keep-alive\n\n");
-        assert_eq!(&event("deleted", "a/b")[..], b"event: deleted\ndata: a/b\n\n");
+        assert_eq!(
+            &event("deleted", "a/b")[..],
+            b"event: deleted\ndata: a/b\n\n"
+        );
         let mut s = String::from_utf8(comment("subscribed").to_vec()).unwrap();
         s.push_str(std::str::from_utf8(&message(1, b"x")).unwrap());
         s.push_str(std::str::from_utf8(&event("deleted", "t")).unwrap());

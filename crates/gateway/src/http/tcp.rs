@@ -7,12 +7,13 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -75,29 +76,61 @@ impl Body for HttpBody {
     }
 }
 
+/// Past the limit, up to this many more bytes of a request body are read
+/// and discarded before answering 413, so that clients which only read the
+/// answer once they sent the whole body (curl over HTTP/2) see the 413
+/// rather than a reset stream. Larger bodies are cut off.
+const DRAIN_MAX: u64 = 8 * 1024 * 1024;
+/// Longest time spent discarding such a body.
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+
 /// Reads the request body (at most [`Api::max_body`] bytes) and hands the
 /// request to the core.
 pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<HttpBody> {
-    let (parts, body) = req.into_parts();
+    let (parts, mut body) = req.into_parts();
+    let max = api.max_body();
     let declared = parts
         .headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > api.max_body() as u64) {
+    let mut buf = BytesMut::new();
+    let mut over = declared.is_some_and(|n| n > max as u64);
+    while !over {
+        match body.frame().await {
+            None => break,
+            Some(Ok(f)) => {
+                if let Ok(d) = f.into_data() {
+                    if buf.len() + d.len() > max {
+                        over = true;
+                    } else {
+                        buf.extend_from_slice(&d);
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                return error(StatusCode::BAD_REQUEST, &format!("request body: {e}"))
+                    .map(HttpBody::from)
+            }
+        }
+    }
+    if over {
+        if declared.is_none_or(|n| n <= max as u64 + DRAIN_MAX) {
+            let drain = async {
+                let mut left = DRAIN_MAX;
+                while let Some(Ok(f)) = body.frame().await {
+                    let n = f.data_ref().map_or(0, |d| d.len() as u64);
+                    if n > left {
+                        break;
+                    }
+                    left -= n;
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+        }
         return api.payload_too_large().map(HttpBody::from);
     }
-    let body = match Limited::new(body, api.max_body()).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            return api.payload_too_large().map(HttpBody::from)
-        }
-        Err(e) => {
-            return error(StatusCode::BAD_REQUEST, &format!("request body: {e}"))
-                .map(HttpBody::from)
-        }
-    };
-    api.handle(Request::from_parts(parts, body))
+    api.handle(Request::from_parts(parts, buf.freeze()))
         .await
         .map(HttpBody::from)
 }
