@@ -20,12 +20,30 @@
 //! its lane by packet identifier or by the subscription its topic matches.
 //! With one stream (single-stream mode) the router only cuts packets.
 //!
+//! **0-RTT.** A client that resumes a TLS session can send its first packets
+//! as 0-RTT data, and the endpoint hands `mqtt` connections over before the
+//! handshake completes, so CONNECT and a first PUBLISH can reach the broker
+//! half a round trip after the client started. 0-RTT data can be replayed by
+//! an attacker (a replayed connection never completes its handshake, but
+//! whatever ran before that ran once more), so the router gates it:
+//! until the handshake completes it passes only packets that are harmless to
+//! repeat, CONNECT, SUBSCRIBE, UNSUBSCRIBE, PINGREQ and QoS 1 PUBLISH
+//! (at-least-once already allows duplicates); the first other packet (QoS 0
+//! or QoS 2 PUBLISH, whose at-most-once / exactly-once a replay would break,
+//! acknowledgements, DISCONNECT, ...) and everything after it, from any lane,
+//! wait for the handshake, so the session sees the client's order. A
+//! connection that ends before its handshake completes ends as if it had
+//! sent DISCONNECT: what was held is dropped and the Will is not published.
+//! TLS tickets are single-use (see `quichub_net::server`), so a replay
+//! against the same server gets no 0-RTT at all; the gate covers the rest.
+//! The full policy is in `docs/zero-rtt.md`.
+//!
 //! Session cleanup: when the control stream or the connection ends, the
 //! session's input ends, so `serve` publishes the Will (if any), returns the
 //! unacknowledged messages to the session and detaches it from the broker,
 //! exactly as for a TCP connection that drops.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,6 +64,36 @@ const PIPE: usize = 64 * 1024;
 
 /// QUIC application error code when the connection closes normally.
 const CLOSE_OK: u32 = 0;
+
+/// How often the router looks whether the handshake has completed while it
+/// holds 0-RTT packets back (quinn tells only the code that accepted the
+/// connection when it does).
+const HANDSHAKE_POLL: Duration = Duration::from_millis(1);
+
+/// Where the TLS handshake of a connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handshake {
+    /// Still running: what arrives is 0-RTT data, possibly a replay.
+    Pending,
+    /// Completed: the client proved it holds the keys.
+    Complete,
+    /// The connection ended before completing it.
+    Failed,
+}
+
+fn handshake_state(conn: &quinn::Connection) -> Handshake {
+    // rustls exports keying material only once the client's Finished is verified.
+    if conn
+        .export_keying_material(&mut [0u8; 1], b"EXPORTER-quichub-handshake", b"")
+        .is_ok()
+    {
+        Handshake::Complete
+    } else if conn.close_reason().is_some() {
+        Handshake::Failed
+    } else {
+        Handshake::Pending
+    }
+}
 
 /// Serves one MQTT-over-QUIC connection until it ends.
 pub async fn serve_quic(conn: quinn::Connection, broker: Arc<Broker>, cfg: Arc<ConnConfig>) {
@@ -81,7 +129,15 @@ pub async fn serve_quic(conn: quinn::Connection, broker: Arc<Broker>, cfg: Arc<C
     };
     let output = route_output(out_router, lanes_rx, routes.clone());
     let input = async {
-        route_input(in_router, frames_rx, routes.clone(), lanes_tx.clone()).await;
+        let handshake = || handshake_state(&conn);
+        route_input(
+            in_router,
+            frames_rx,
+            routes.clone(),
+            lanes_tx.clone(),
+            handshake,
+        )
+        .await;
         std::future::pending::<()>().await
     };
     let accept = async {
@@ -317,61 +373,193 @@ async fn read_lane(
     }
 }
 
-/// Merges the lanes' packets into the session's input; returns when the
-/// control stream ends (the session then sees end of input).
+/// Merges the lanes' packets into the session's input, through the 0-RTT
+/// [`Gate`]; returns when the control stream ends (the session then sees end
+/// of input). `handshake` says where the TLS handshake stands.
 async fn route_input(
-    mut to_session: DuplexStream,
+    to_session: DuplexStream,
     mut rx: mpsc::Receiver<Inbound>,
     routes: Arc<Mutex<Routes>>,
     lanes: mpsc::UnboundedSender<LaneEvent>,
+    mut handshake: impl FnMut() -> Handshake,
 ) {
-    // Packets from other lanes that arrive before the CONNECT wait for it.
-    let mut early: Vec<Bytes> = Vec::new();
-    let mut connected = false;
-    while let Some(item) = rx.recv().await {
-        let (lane, bytes) = match item {
-            Inbound::Packet(lane, p) => {
-                let mut r = routes.lock().unwrap_or_else(|e| e.into_inner());
-                if r.version.is_none() && p.first().is_some_and(|b| b >> 4 == 1) {
-                    let mut b = BytesMut::from(&p[..]);
-                    if let Ok(Some(Packet::Connect(c))) =
-                        decode(&mut b, None, DEFAULT_MAX_PACKET_SIZE)
-                    {
-                        r.version = Some(c.version);
+    let mut input = Input {
+        to_session,
+        routes,
+        lanes,
+        early: Vec::new(),
+        connected: false,
+    };
+    let mut gate = Gate::new(handshake() == Handshake::Complete);
+    loop {
+        let item = if gate.open {
+            rx.recv().await
+        } else {
+            tokio::select! {
+                item = rx.recv() => item,
+                _ = tokio::time::sleep(HANDSHAKE_POLL), if gate.holding() => None,
+            }
+        };
+        if !gate.open {
+            match handshake() {
+                Handshake::Pending => {}
+                Handshake::Complete => {
+                    for held in gate.release() {
+                        if !input.feed(held).await {
+                            return input.end().await;
+                        }
                     }
                 }
-                r.inbound(lane, &p);
-                (lane, p)
+                Handshake::Failed => {
+                    // Never confirmed (a replay, or a client gone mid-handshake):
+                    // drop what was held, end without the Will.
+                    return input.abandon().await;
+                }
             }
+        }
+        let Some(item) = item else {
+            continue;
+        };
+        if let Inbound::Packet(lane, p) = &item {
+            input.note(*lane, p);
+        }
+        if let Some(item) = gate.admit(item) {
+            if !input.feed(item).await {
+                return input.end().await;
+            }
+        }
+    }
+}
+
+/// The session's input side of the router.
+struct Input {
+    to_session: DuplexStream,
+    routes: Arc<Mutex<Routes>>,
+    lanes: mpsc::UnboundedSender<LaneEvent>,
+    /// Packets from other lanes that arrive before the CONNECT wait for it.
+    early: Vec<Bytes>,
+    connected: bool,
+}
+
+impl Input {
+    /// Notes a packet's routing facts as it arrives (before any gating, so
+    /// a held request's answer still finds its lane).
+    fn note(&self, lane: Lane, p: &Bytes) {
+        let mut r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        if r.version.is_none() && p.first().is_some_and(|b| b >> 4 == 1) {
+            let mut b = BytesMut::from(&p[..]);
+            if let Ok(Some(Packet::Connect(c))) = decode(&mut b, None, DEFAULT_MAX_PACKET_SIZE) {
+                r.version = Some(c.version);
+            }
+        }
+        r.inbound(lane, p);
+    }
+
+    /// Hands one item to the session; false once input must end (control
+    /// stream closed, or the session gone).
+    async fn feed(&mut self, item: Inbound) -> bool {
+        let (lane, bytes) = match item {
+            Inbound::Packet(lane, p) => (lane, p),
             Inbound::Garbage(lane, b) => (lane, b),
-            Inbound::Closed(CONTROL) => break,
+            Inbound::Closed(CONTROL) => return false,
             Inbound::Closed(lane) => {
-                routes
+                self.routes
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .closed
                     .insert(lane);
-                let _ = lanes.send(LaneEvent::Closed(lane));
-                continue;
+                let _ = self.lanes.send(LaneEvent::Closed(lane));
+                return true;
             }
         };
-        if !connected && lane != CONTROL {
-            early.push(bytes);
-            continue;
+        if !self.connected && lane != CONTROL {
+            self.early.push(bytes);
+            return true;
         }
-        if to_session.write_all(&bytes).await.is_err() {
-            return;
+        if self.to_session.write_all(&bytes).await.is_err() {
+            return false;
         }
-        if !connected {
-            connected = true;
-            for b in early.drain(..) {
-                if to_session.write_all(&b).await.is_err() {
-                    return;
+        if !self.connected {
+            self.connected = true;
+            for b in std::mem::take(&mut self.early) {
+                if self.to_session.write_all(&b).await.is_err() {
+                    return false;
                 }
             }
         }
+        true
     }
-    let _ = to_session.shutdown().await;
+
+    async fn end(mut self) {
+        let _ = self.to_session.shutdown().await;
+    }
+
+    /// Ends a connection whose handshake never completed: a DISCONNECT
+    /// (normal disconnection, same bytes in 3.1.1 and 5) so the session does
+    /// not publish the Will of what may be a replay.
+    async fn abandon(mut self) {
+        if self.connected {
+            let _ = self.to_session.write_all(&DISCONNECT).await;
+        }
+        self.end().await
+    }
+}
+
+/// DISCONNECT, no reason code (0x00, normal disconnection), no properties.
+const DISCONNECT: [u8; 2] = [0xe0, 0x00];
+
+/// The 0-RTT replay gate: until the handshake completes, only packets that
+/// are harmless to run twice go through; the first other one and everything
+/// after it (any lane) wait, in order, for the handshake.
+struct Gate {
+    /// The handshake completed: everything goes through.
+    open: bool,
+    held: VecDeque<Inbound>,
+}
+
+impl Gate {
+    fn new(open: bool) -> Self {
+        Self {
+            open,
+            held: VecDeque::new(),
+        }
+    }
+
+    fn holding(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// The item when it may go to the session now; otherwise it is held.
+    fn admit(&mut self, item: Inbound) -> Option<Inbound> {
+        if self.open || (self.held.is_empty() && replay_safe(&item)) {
+            Some(item)
+        } else {
+            self.held.push_back(item);
+            None
+        }
+    }
+
+    /// The handshake completed: what was held, in arrival order.
+    fn release(&mut self) -> Vec<Inbound> {
+        self.open = true;
+        self.held.drain(..).collect()
+    }
+}
+
+/// Whether running this item again, as a replay of 0-RTT data would, is
+/// harmless: CONNECT (see `docs/zero-rtt.md` on takeover), SUBSCRIBE and
+/// UNSUBSCRIBE (idempotent), PINGREQ, QoS 1 PUBLISH (at least once), and the
+/// end of a lane other than the control stream (bookkeeping only).
+fn replay_safe(item: &Inbound) -> bool {
+    match item {
+        Inbound::Packet(_, p) => match p.first().map(|b| (b >> 4, (b >> 1) & 3)) {
+            Some((1 | 8 | 10 | 12, _)) => true,
+            Some((3, qos)) => qos == 1,
+            _ => false,
+        },
+        Inbound::Garbage(..) | Inbound::Closed(CONTROL) => false,
+        Inbound::Closed(_) => true,
+    }
 }
 
 /// Cuts the session's output into packets and writes each on its lane; once
@@ -536,6 +724,135 @@ mod tests {
         assert_eq!(frame_len(&[0x30, 0x80]), Ok(None));
         assert_eq!(frame_len(&[0x30, 0x80, 0x01]), Ok(Some(131)));
         assert_eq!(frame_len(&[0x30, 0xff, 0xff, 0xff, 0xff]), Err(()));
+    }
+
+    const CONNECT: &[u8] = &[
+        0x10, 13, 0, 4, b'M', b'Q', b'T', b'T', 4, 2, 0, 60, 0, 1, b'c',
+    ];
+    const SUB: &[u8] = &[0x82, 6, 0, 1, 0, 1, b'a', 1];
+    const PUB0: &[u8] = &[0x30, 4, 0, 1, b'a', b'0'];
+    const PUB1: &[u8] = &[0x32, 6, 0, 1, b'a', 0, 1, b'1'];
+    const PUB2: &[u8] = &[0x34, 6, 0, 1, b'a', 0, 2, b'2'];
+    const PING: &[u8] = &[0xc0, 0];
+
+    fn pkt(lane: Lane, b: &'static [u8]) -> Inbound {
+        Inbound::Packet(lane, Bytes::from_static(b))
+    }
+
+    fn bytes_of(items: Vec<Inbound>) -> Vec<Vec<u8>> {
+        items
+            .into_iter()
+            .map(|i| match i {
+                Inbound::Packet(_, p) | Inbound::Garbage(_, p) => p.to_vec(),
+                Inbound::Closed(l) => vec![0xff, l as u8],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn zero_rtt_gate_passes_only_what_a_replay_may_repeat() {
+        let mut g = Gate::new(false);
+        for p in [CONNECT, SUB, PUB1, PING] {
+            assert!(g.admit(pkt(CONTROL, p)).is_some(), "{p:?} passes");
+        }
+        assert!(g.admit(Inbound::Closed(2)).is_some());
+        assert!(!g.holding());
+        // QoS 0 waits for the handshake, and everything after it (order).
+        assert!(g.admit(pkt(1, PUB0)).is_none());
+        assert!(g.admit(pkt(CONTROL, PUB1)).is_none());
+        assert!(g.admit(pkt(CONTROL, PING)).is_none());
+        assert!(g.admit(Inbound::Closed(CONTROL)).is_none());
+        assert!(g.holding());
+        assert_eq!(
+            bytes_of(g.release()),
+            [PUB0.to_vec(), PUB1.to_vec(), PING.to_vec(), vec![0xff, 0]]
+        );
+        assert!(g.admit(pkt(CONTROL, PUB2)).is_some());
+        assert!(g.admit(pkt(CONTROL, PUB0)).is_some());
+        // QoS 2 and the end of the control stream are held too.
+        let mut g = Gate::new(false);
+        assert!(g.admit(pkt(CONTROL, PUB2)).is_none());
+        let mut g = Gate::new(false);
+        assert!(g.admit(Inbound::Closed(CONTROL)).is_none());
+        // Once the handshake is known complete, nothing is held.
+        let mut g = Gate::new(true);
+        assert!(g.admit(pkt(CONTROL, PUB0)).is_some());
+    }
+
+    /// Runs the input router with a handshake state the test controls;
+    /// returns the packet sender and the session's side of the pipe.
+    fn router(
+        state: Arc<Mutex<Handshake>>,
+    ) -> (
+        mpsc::Sender<Inbound>,
+        DuplexStream,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (in_router, in_session) = tokio::io::duplex(PIPE);
+        let (tx, rx) = mpsc::channel(64);
+        let (lanes, _lanes_rx) = mpsc::unbounded_channel();
+        let routes = Arc::new(Mutex::new(Routes::default()));
+        let task = tokio::spawn(route_input(in_router, rx, routes, lanes, move || {
+            *state.lock().unwrap()
+        }));
+        (tx, in_session, task)
+    }
+
+    async fn read_now(s: &mut DuplexStream) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 256];
+        while let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(50), s.read(&mut buf)).await
+        {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn zero_rtt_qos0_reaches_the_session_only_after_the_handshake() {
+        let state = Arc::new(Mutex::new(Handshake::Pending));
+        let (tx, mut session, task) = router(state.clone());
+        for p in [CONNECT, PUB1, PUB0, PUB1] {
+            tx.send(pkt(CONTROL, p)).await.unwrap();
+        }
+        // Before the handshake: CONNECT and the first QoS 1 only.
+        assert_eq!(read_now(&mut session).await, [CONNECT, PUB1].concat());
+        *state.lock().unwrap() = Handshake::Complete;
+        assert_eq!(read_now(&mut session).await, [PUB0, PUB1].concat());
+        tx.send(pkt(CONTROL, PUB2)).await.unwrap();
+        tx.send(Inbound::Closed(CONTROL)).await.unwrap();
+        assert_eq!(read_now(&mut session).await, PUB2);
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn zero_rtt_replay_never_runs_held_packets_nor_its_will() {
+        let state = Arc::new(Mutex::new(Handshake::Pending));
+        let (tx, mut session, task) = router(state.clone());
+        for p in [CONNECT, PUB0, PUB2] {
+            tx.send(pkt(CONTROL, p)).await.unwrap();
+        }
+        assert_eq!(read_now(&mut session).await, CONNECT);
+        // The connection dies before the handshake completes (a replay).
+        *state.lock().unwrap() = Handshake::Failed;
+        task.await.unwrap();
+        assert_eq!(read_now(&mut session).await, DISCONNECT);
+    }
+
+    #[tokio::test]
+    async fn a_completed_handshake_gates_nothing() {
+        let state = Arc::new(Mutex::new(Handshake::Complete));
+        let (tx, mut session, task) = router(state);
+        for p in [CONNECT, PUB0, PUB2] {
+            tx.send(pkt(CONTROL, p)).await.unwrap();
+        }
+        tx.send(Inbound::Closed(CONTROL)).await.unwrap();
+        task.await.unwrap();
+        assert_eq!(read_now(&mut session).await, [CONNECT, PUB0, PUB2].concat());
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod report;
 pub mod rt;
 pub mod stats;
 pub mod svg;
+pub mod zero_rtt;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -47,6 +48,39 @@ pub enum Experiment {
     /// 30 Hz, a small reply) over UDP, TCP, RTP, MPEG-TS, QUIC streams and
     /// QUIC datagrams, on 5G, LTE, Wi-Fi and a lossy link.
     Mar(MarArgs),
+    /// Time from client start to the first MQTT PUBLISH at the broker: TCP,
+    /// TLS, QUIC cold, QUIC resumed and QUIC 0-RTT, on fixed-RTT links.
+    ZeroRtt(ZeroRttArgs),
+}
+
+/// Options of `lab zero-rtt`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ZeroRttArgs {
+    /// Round-trip times of the links, ms, comma-separated (default 50,200,
+    /// or 50 with --quick).
+    #[arg(long)]
+    pub rtts: Option<String>,
+}
+
+/// The RTTs (ms) of the zero-rtt experiment's links.
+pub fn zero_rtt_rtts(args: &LabArgs, z: &ZeroRttArgs) -> anyhow::Result<Vec<u64>> {
+    let s = z
+        .rtts
+        .clone()
+        .unwrap_or_else(|| if args.quick { "50" } else { "50,200" }.into());
+    let rtts = s
+        .split(',')
+        .map(|r| {
+            let v: u64 = r
+                .trim()
+                .parse()
+                .with_context(|| format!("bad RTT {r:?}: use ms, e.g. 50"))?;
+            anyhow::ensure!((2..=5000).contains(&v), "RTT {v} ms out of [2, 5000]");
+            Ok(v)
+        })
+        .collect::<anyhow::Result<Vec<u64>>>()?;
+    anyhow::ensure!(!rtts.is_empty(), "no RTTs");
+    Ok(rtts)
 }
 
 /// Options of `lab mar`.
@@ -110,6 +144,11 @@ pub fn main(args: LabArgs) -> anyhow::Result<i32> {
         }
         Experiment::Mar(mar) => {
             let (dir, ok) = run_mar(&args, mar)?;
+            eprintln!("results in {}", dir.display());
+            Ok(if ok { 0 } else { 1 })
+        }
+        Experiment::ZeroRtt(z) => {
+            let (dir, ok) = zero_rtt::run(&args, z)?;
             eprintln!("results in {}", dir.display());
             Ok(if ok { 0 } else { 1 })
         }

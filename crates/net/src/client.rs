@@ -29,6 +29,56 @@ pub struct Connected {
 pub struct Client {
     endpoint: quinn::Endpoint,
     verify: Verify,
+    /// The TLS configuration of [`Client::dial`], built once: rustls resumes
+    /// a session only with the very certificate verifier and client
+    /// credentials (the same `Arc`s) that made it. Its ticket store is shared
+    /// by every dial of this client (and its clones).
+    dial_tls: Arc<rustls::ClientConfig>,
+}
+
+/// Session tickets a client keeps (per server name; each is used once).
+const TICKETS: usize = 256;
+
+/// A QUIC connection from [`Client::dial`].
+pub enum Dialed {
+    /// Resumed with 0-RTT: usable at once, what is sent now goes as early
+    /// data. `accepted` resolves when the handshake completes: true when the
+    /// server took the early data; false when it refused it, in which case
+    /// streams opened before fail with `ZeroRttRejected` and what they
+    /// carried must be sent again.
+    Early {
+        /// The connection (handshake still running).
+        conn: quinn::Connection,
+        /// Resolves at the end of the handshake: whether 0-RTT was accepted.
+        accepted: quinn::ZeroRttAccepted,
+    },
+    /// A full handshake (no ticket for this server, or 0-RTT not asked for),
+    /// completed.
+    Full(quinn::Connection),
+}
+
+impl Dialed {
+    /// The connection, whichever way it went.
+    pub fn connection(&self) -> &quinn::Connection {
+        match self {
+            Dialed::Early { conn, .. } | Dialed::Full(conn) => conn,
+        }
+    }
+}
+
+/// A TLS client configuration for TCP (MQTT over TLS) that checks the
+/// server as `verify` says and offers `alpn` (empty: no ALPN).
+pub fn tcp_client_config(
+    verify: Verify,
+    alpn: &[&[u8]],
+) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Verifier::new(verify))
+        .with_no_client_auth();
+    tls.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    Ok(Arc::new(tls))
 }
 
 impl Client {
@@ -38,7 +88,56 @@ impl Client {
         let runtime = quinn::default_runtime().context("no async runtime")?;
         let endpoint =
             quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)?;
-        Ok(Self { endpoint, verify })
+        let mut dial_tls = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .dangerous()
+            .with_custom_certificate_verifier(Verifier::new(verify.clone()))
+            .with_no_client_auth();
+        dial_tls.resumption = rustls::client::Resumption::store(Arc::new(
+            rustls::client::ClientSessionMemoryCache::new(TICKETS),
+        ));
+        Ok(Self {
+            endpoint,
+            verify,
+            dial_tls: Arc::new(dial_tls),
+        })
+    }
+
+    /// Connects to `remote` with `alpn` (any protocol: `mqtt`, ...). Every
+    /// dial of this client shares one ticket store, so a second connection
+    /// to the same `server_name` resumes the TLS session; with `early`, it
+    /// also sends 0-RTT data ([`Dialed::Early`]: returned before the
+    /// handshake completes). Without a ticket, or without `early`, the
+    /// handshake completes first ([`Dialed::Full`]).
+    ///
+    /// 0-RTT data can be replayed by an attacker: send in it only what the
+    /// server may see twice (see `docs/zero-rtt.md`).
+    pub async fn dial(
+        &self,
+        remote: SocketAddr,
+        server_name: &str,
+        alpn: &[u8],
+        early: bool,
+    ) -> anyhow::Result<Dialed> {
+        let mut tls = (*self.dial_tls).clone();
+        tls.alpn_protocols = vec![alpn.to_vec()];
+        tls.enable_early_data = early;
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        config.transport_config(Arc::new(crate::transport_config()));
+        let connecting = self.endpoint.connect_with(config, remote, server_name)?;
+        let connecting = if early {
+            match connecting.into_0rtt() {
+                Ok((conn, accepted)) => return Ok(Dialed::Early { conn, accepted }),
+                Err(c) => c,
+            }
+        } else {
+            connecting
+        };
+        let conn = connecting
+            .await
+            .with_context(|| format!("QUIC connect to {remote}"))?;
+        Ok(Dialed::Full(conn))
     }
 
     fn config(&self, alpn: &[u8]) -> anyhow::Result<quinn::ClientConfig> {

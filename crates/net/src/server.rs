@@ -15,6 +15,10 @@ use crate::Transport;
 /// ALPN of MQTT over QUIC (EMQX's and the MQTT-over-QUIC drafts' choice).
 pub const ALPN_MQTT: &[u8] = b"mqtt";
 
+/// Resumable TLS sessions the server remembers (each is used at most once;
+/// the oldest go first).
+const SESSION_CACHE: usize = 4096;
+
 /// A bound server endpoint.
 pub struct Server {
     endpoint: quinn::Endpoint,
@@ -45,7 +49,14 @@ impl Server {
             b"h3".to_vec(),
             ALPN_MQTT.to_vec(),
         ];
+        // Session resumption with 0-RTT (docs/zero-rtt.md). quinn wants 0 or
+        // u32::MAX here. Tickets are stateful and single-use: the server keeps
+        // each session in this cache and `take`s it on resumption (rustls
+        // accepts early data only without a stateless ticketer), so a replayed
+        // ClientHello finds no session and its 0-RTT data is rejected.
         tls.max_early_data_size = u32::MAX;
+        tls.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
+        tls.send_tls13_tickets = 2;
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         config.transport_config(Arc::new(crate::transport_config()));
@@ -100,6 +111,17 @@ pub(crate) fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket>
     Ok(socket.into())
 }
 
+/// Whether the TLS handshake of `conn` has completed: the client's Finished
+/// was verified, so the client holds the keys and nothing it sent can be an
+/// attacker's replay of 0-RTT data. Always true for connections that
+/// [`establish_any`] hands over after the handshake (all but `mqtt`).
+///
+/// (rustls exports keying material only once the handshake is complete.)
+pub fn handshake_complete(conn: &quinn::Connection) -> bool {
+    conn.export_keying_material(&mut [0u8; 1], b"EXPORTER-quichub-handshake", b"")
+        .is_ok()
+}
+
 /// What a finished handshake yields: a MoQT session, or a QUIC connection of
 /// another protocol (`mqtt`) for its own handler.
 pub enum Established {
@@ -109,7 +131,8 @@ pub enum Established {
     Other {
         /// The negotiated ALPN (for example [`ALPN_MQTT`]).
         alpn: Vec<u8>,
-        /// The connection, handshake done.
+        /// The connection: handshake done, except for `mqtt`, which is handed
+        /// over before it completes (0-RTT; see [`handshake_complete`]).
         conn: quinn::Connection,
         /// Peer address.
         remote: SocketAddr,
@@ -132,14 +155,33 @@ pub async fn establish(incoming: quinn::Incoming) -> anyhow::Result<Accepted> {
 /// Completes the handshake of one incoming connection: MoQT ones up to the
 /// session (WebTransport CONNECT included), others (`mqtt`) up to the QUIC
 /// handshake. Run it in its own task so a slow peer never delays others.
+///
+/// An `mqtt` connection is handed over as soon as the server has read the
+/// ClientHello, *before* the handshake completes (quinn's server-side
+/// `into_0rtt`), so 0-RTT data of a resumed session is served at once; the
+/// MQTT handler holds back what a replay must not repeat until
+/// [`handshake_complete`] (see `docs/zero-rtt.md`). MoQT connections (raw
+/// QUIC and WebTransport) still wait for the handshake.
 pub async fn establish_any(incoming: quinn::Incoming) -> anyhow::Result<Established> {
     let remote = incoming.remote_address();
-    let conn = incoming.await.context("QUIC handshake")?;
-    let alpn = conn
+    let mut connecting = incoming.accept().context("QUIC accept")?;
+    // Known from the ClientHello, before the handshake completes.
+    let alpn = connecting
         .handshake_data()
+        .await
+        .ok()
         .and_then(|h| h.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
         .and_then(|h| h.protocol)
         .unwrap_or_default();
+    if alpn == ALPN_MQTT {
+        match connecting.into_0rtt() {
+            // On the server this always succeeds; the connection serves 0-RTT
+            // data (and sends 0.5-RTT data) until the handshake completes.
+            Ok((conn, _done)) => return Ok(Established::Other { alpn, conn, remote }),
+            Err(c) => connecting = c,
+        }
+    }
+    let conn = connecting.await.context("QUIC handshake")?;
     if alpn == moqt::ALPN.as_bytes() {
         return Ok(Established::Moqt(Box::new(Accepted {
             session: Session::raw(conn),

@@ -58,10 +58,10 @@ pub struct BenchMqttArgs {
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
     /// Messages a publisher keeps in flight (end to end with `--rate 0`; un-PUBACKed at QoS 1).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 1)]
     pub window: usize,
     /// With `--rate 0`: write the outstanding messages off after this long without a delivery.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 1000)]
     pub window_timeout_ms: u64,
     /// Seconds of publishing.
     #[arg(long, default_value_t = 10.0)]
@@ -212,6 +212,8 @@ pub struct Report {
     pub latency_us_p99: f64,
     pub latency_us_max: f64,
     pub broker_cpu_pct: Option<f64>,
+    /// This load generator's CPU use over the publishing period.
+    pub generator_cpu_pct: f64,
 }
 
 pub async fn run(a: BenchMqttArgs) -> anyhow::Result<()> {
@@ -235,7 +237,7 @@ pub async fn run(a: BenchMqttArgs) -> anyhow::Result<()> {
         r.duplicates,
     );
     println!(
-        "latency publish->deliver p50 {:.0} us p90 {:.0} us p99 {:.0} us max {:.0} us{}{}",
+        "latency publish->deliver p50 {:.0} us p90 {:.0} us p99 {:.0} us max {:.0} us{}, generator cpu {:.0}%{}",
         r.latency_us_p50,
         r.latency_us_p90,
         r.latency_us_p99,
@@ -244,6 +246,7 @@ pub async fn run(a: BenchMqttArgs) -> anyhow::Result<()> {
             Some(c) => format!(", broker cpu {c:.0}%"),
             None => String::new(),
         },
+        r.generator_cpu_pct,
         if r.window_timeouts > 0 {
             format!(", window timeouts {}", r.window_timeouts)
         } else {
@@ -376,6 +379,7 @@ pub async fn bench(a: BenchMqttArgs) -> anyhow::Result<Report> {
     let start = Instant::now();
     let stop_at = start + Duration::from_secs_f64(a.duration);
     let cpu0 = a.broker_pid.map(cpu_ticks).transpose()?;
+    let self0 = cpu_ticks(std::process::id())?;
     let mut pub_tasks = Vec::with_capacity(a.publishers);
     for (i, (stream, buf)) in pub_conns.into_iter().enumerate() {
         let cfg = PubCfg {
@@ -407,9 +411,10 @@ pub async fn bench(a: BenchMqttArgs) -> anyhow::Result<Report> {
     }
     let elapsed = start.elapsed().max(Duration::from_secs_f64(a.duration));
     let cpu1 = a.broker_pid.map(cpu_ticks).transpose()?;
+    let self1 = cpu_ticks(std::process::id())?;
     shared.stop.store(true, Relaxed);
 
-    // Drain: until every delivery arrived, nothing arrived for 500 ms, or --drain.
+    // Drain: until every delivery arrived, nothing arrived for 1.5 s, or --drain.
     let expected: u64 = shared.sent.iter().map(|s| s.load(Relaxed)).sum::<u64>() * fanout as u64;
     let drain_until = Instant::now() + Duration::from_secs_f64(a.drain);
     let mut last = u64::MAX;
@@ -422,7 +427,7 @@ pub async fn bench(a: BenchMqttArgs) -> anyhow::Result<Report> {
         if got != last {
             last = got;
             last_change = Instant::now();
-        } else if last_change.elapsed() > Duration::from_millis(500) {
+        } else if last_change.elapsed() > Duration::from_millis(1500) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -459,6 +464,7 @@ pub async fn bench(a: BenchMqttArgs) -> anyhow::Result<Report> {
 
     let published: u64 = shared.sent.iter().map(|s| s.load(Relaxed)).sum();
     let secs = elapsed.as_secs_f64();
+    let tps = ticks_per_sec();
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
     Ok(Report {
         label: a.label.clone(),
@@ -484,9 +490,10 @@ pub async fn bench(a: BenchMqttArgs) -> anyhow::Result<Report> {
         latency_us_p99: us(0.99),
         latency_us_max: hist.max() as f64 / 1000.0,
         broker_cpu_pct: match (cpu0, cpu1) {
-            (Some(c0), Some(c1)) => Some(100.0 * (c1 - c0) as f64 / ticks_per_sec() / secs),
+            (Some(c0), Some(c1)) => Some(100.0 * (c1 - c0) as f64 / tps / secs),
             _ => None,
         },
+        generator_cpu_pct: 100.0 * (self1 - self0) as f64 / tps / secs,
     })
 }
 
