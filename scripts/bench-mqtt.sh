@@ -99,13 +99,13 @@ for topo in $TOPOLOGIES; do
 				if [ "$broker" = quichub ]; then port=$QH_PORT pid=$QH_PID; else port=$MQ_PORT pid=$MQ_PID; fi
 				rate=0
 				[ "$mode" = rate ] && rate=$RATE
-				extra=()
-				[ "$topo" = pairs ] && extra=(--pairs --topics "$PUBS")
+				topics=$TOPICS extra=()
+				[ "$topo" = pairs ] && topics=$PUBS extra=(--pairs)
 				echo "== $broker $topo qos $qos $mode" >&2
 				b0=$(busy_ticks)
 				taskset -c 1 "$Q" bench-mqtt --broker "127.0.0.1:$port" --broker-pid "$pid" --label "$broker" \
 					--publishers "$PUBS" --subscribers "$SUBS" --qos "$qos" --rate "$rate" --window "$WINDOW" \
-					--duration "$DURATION" --payload "$PAYLOAD" --topics "$TOPICS" --mqtt-version "$MQTT_VERSION" \
+					--duration "$DURATION" --payload "$PAYLOAD" --topics "$topics" --mqtt-version "$MQTT_VERSION" \
 					"${extra[@]}" --json >"$WORK/run.out"
 				b1=$(busy_ticks)
 				cat "$WORK/run.out" >&2
@@ -114,12 +114,12 @@ import json, sys
 r = json.load(sys.stdin)
 r["topology"], r["mode"], r["busy_ticks"] = sys.argv[1], sys.argv[2], int(sys.argv[3])
 print(json.dumps(r))' "$topo" "$mode" "$((b1 - b0))" >>"$RESULTS"
+				[ -z "${JSON_OUT:-}" ] || tail -1 "$RESULTS" >>"$JSON_OUT"
 				kill -0 "$pid" 2>/dev/null || { echo "$broker died; log:" >&2; cat "$WORK/$broker.log" >&2; exit 1; }
 			done
 		done
 	done
 done
-[ -n "${JSON_OUT:-}" ] && cat "$RESULTS" >>"$JSON_OUT"
 if [ -s "$WORK/mosquitto.log" ] || grep -qiE 'warn|error' "$WORK/quichub.log"; then
 	echo "-- broker logs (warnings/errors):" >&2
 	grep -iE 'warn|error' "$WORK/quichub.log" | tail -5 >&2 || true
