@@ -46,6 +46,8 @@ fn start(dir: &Path) -> (Relay, SocketAddr) {
             "off",
             "--mqtt",
             "127.0.0.1:0",
+            "--mqtt-tls",
+            "off",
             "--http",
             "off",
         ])
