@@ -29,6 +29,9 @@ use crate::broker::{Broker, Delivery, Message, Outbox, Source, SubOptions};
 /// Unsent bytes past which the connection stops reading and taking deliveries.
 pub const MAX_WRITE_BUFFER: usize = 256 * 1024;
 
+/// Deliveries taken from the broker at once, to write them together.
+const MAX_BATCH: usize = 64;
+
 /// Per-connection limits the broker announces in CONNACK.
 #[derive(Debug, Clone)]
 pub struct ConnConfig {
@@ -428,7 +431,7 @@ where
             }
         };
         let can_read = conn.out.len() < MAX_WRITE_BUFFER;
-        let can_take = conn.out.len() < MAX_WRITE_BUFFER / 4 && conn.pending.len() < 64;
+        let can_take = conn.out.len() < MAX_WRITE_BUFFER / 4 && conn.pending.len() < MAX_BATCH;
         let sleep = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -451,6 +454,14 @@ where
             d = rx.recv(), if can_take => {
                 if let Some(d) = d {
                     conn.pending.push_back(d);
+                    // Take what else is queued now, so one write carries it all
+                    // (one syscall per burst, not per message).
+                    while conn.pending.len() < MAX_BATCH {
+                        match rx.try_recv() {
+                            Ok(d) => conn.pending.push_back(d),
+                            Err(_) => break,
+                        }
+                    }
                 }
             }
             code = kick.recv() => {
