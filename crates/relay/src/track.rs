@@ -286,7 +286,18 @@ impl Track {
         let size = object.cache_size();
         let now = object.received;
         let group = object.group;
-        match g.cache.iter_mut().rev().find(|c| c.id == group) {
+        // Objects almost always belong to the newest group or start a newer
+        // one: decide from the back before searching (a track of one-object
+        // groups, as the MQTT bridge makes, would otherwise scan its whole
+        // cache on every object).
+        let newest = g.cache.back().map(|c| c.id);
+        let existing = match newest {
+            Some(id) if id == group => g.cache.back_mut(),
+            Some(id) if id < group => None,
+            None => None,
+            Some(_) => g.cache.iter_mut().rev().find(|c| c.id == group),
+        };
+        match existing {
             Some(c) => {
                 c.objects.push(object);
                 c.bytes += size;
@@ -422,6 +433,21 @@ mod tests {
         let v = t.cached_range(Location::new(0, 0), Location::new(2, 0), true);
         assert_eq!(v[0].group, 2);
         assert_eq!(t.largest(), Some(Location::new(2, 3)));
+    }
+
+    #[test]
+    fn late_objects_join_their_group_and_late_groups_their_place() {
+        let t = track(Config::default());
+        t.publish(obj(5, 0, 10));
+        t.publish(obj(7, 0, 10));
+        t.publish(obj(5, 1, 10)); // an older group, not the newest
+        t.publish(obj(6, 0, 10)); // a late group between two cached ones
+        t.publish(obj(7, 1, 10)); // the newest again
+        let v = t.cached_range(Location::new(0, 0), Location::new(9, 9), false);
+        let locs: Vec<_> = v.iter().map(|o| (o.group, o.object_id)).collect();
+        assert_eq!(locs, [(5, 0), (5, 1), (6, 0), (7, 0), (7, 1)]);
+        let groups: Vec<_> = t.inner.lock().unwrap().cache.iter().map(|c| c.id).collect();
+        assert_eq!(groups, [5, 6, 7]);
     }
 
     #[test]
