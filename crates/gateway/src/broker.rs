@@ -467,9 +467,31 @@ impl Broker {
                 // this one had in flight is redelivered to it. Its will goes
                 // out unless delayed and the session continues (§3.1.2.5);
                 // with Clean Start the session ended.
-                if let Some(o) = session.outbox.as_ref().filter(|_| session.resumed) {
+                if session.resumed {
+                    // Queued, not sent: the new connection's channel may be
+                    // full, and a persisted delivery must not vanish. Sent
+                    // with the next message for the session or reconnect.
+                    let max = self.config.max_queued;
                     for d in unacked {
-                        let _ = o.tx.try_send(d);
+                        if d.qos != QoS::AtMostOnce && session.queue.len() < max {
+                            session.queue.push_back(d);
+                        } else if let (Some(store), Some(seq)) = (&self.store, d.seq) {
+                            store.append(Record::Done {
+                                client: client.clone(),
+                                seq,
+                            });
+                        }
+                    }
+                    if let Some(o) = &session.outbox {
+                        while let Some(d) = session.queue.pop_front() {
+                            match o.tx.try_send(d) {
+                                Ok(()) => {}
+                                Err(e) => {
+                                    session.queue.push_front(e.into_inner());
+                                    break;
+                                }
+                            }
+                        }
                     }
                 }
                 if let Some((m, delay)) = will {
@@ -479,6 +501,7 @@ impl Broker {
                 }
             } else {
                 session.outbox = None;
+                let was_persistent = session.persistent();
                 if let Some(e) = expiry {
                     session.expiry = e;
                     if let (Some(store), true) = (&self.store, session.persistent()) {
@@ -490,6 +513,13 @@ impl Broker {
                 }
                 let ends_now = session.expiry == Some(Duration::ZERO);
                 if ends_now {
+                    // DISCONNECT with Session Expiry 0 ends a persistent session:
+                    // the store must forget it too.
+                    if let (Some(store), true) = (&self.store, was_persistent) {
+                        store.append(Record::SessionGone {
+                            client: client.clone(),
+                        });
+                    }
                     self.remove_session_locked(&mut st, client);
                 } else {
                     session.disconnected = Some(Instant::now());
@@ -497,6 +527,11 @@ impl Broker {
                     for d in unacked.into_iter().rev() {
                         if d.qos != QoS::AtMostOnce && session.queue.len() < max {
                             session.queue.push_front(d);
+                        } else if let (Some(store), Some(seq)) = (&self.store, d.seq) {
+                            store.append(Record::Done {
+                                client: client.clone(),
+                                seq,
+                            });
                         }
                     }
                 }
@@ -733,15 +768,16 @@ impl Broker {
         let mut p = Persist {
             store: self.store.as_deref(),
             seq: None,
-            ticket: 0,
+            records: Vec::new(),
+            sends: Vec::new(),
         };
-        let matched = {
+        let (matched, ticket) = {
             let mut st = self.lock();
             if message.retain {
                 if message.payload.is_empty() {
                     if st.retained.remove(&message.topic).is_some() {
-                        if let Some(store) = p.store {
-                            p.ticket = store.append(Record::Unretain {
+                        if p.store.is_some() {
+                            p.records.push(Record::Unretain {
                                 topic: message.topic.clone(),
                             });
                         }
@@ -750,9 +786,9 @@ impl Broker {
                     || st.retained.contains_key(&message.topic)
                 {
                     st.retained.insert(message.topic.clone(), message.clone());
-                    if let Some(store) = p.store {
+                    if p.store.is_some() {
                         let seq = p.seq(&message);
-                        p.ticket = store.append(Record::Retain {
+                        p.records.push(Record::Retain {
                             topic: message.topic.clone(),
                             seq,
                         });
@@ -810,7 +846,7 @@ impl Broker {
                     self.deliver(&client, s, d, now, &mut p);
                 }
             }
-            matched
+            (matched, p.commit())
         };
         if message.source != Source::Moqt {
             let tap = self.tap.lock().expect("tap lock").clone();
@@ -818,7 +854,7 @@ impl Broker {
                 tap(&message);
             }
         }
-        (matched, p.ticket)
+        (matched, ticket)
     }
 
     fn deliver(
@@ -829,44 +865,56 @@ impl Broker {
         now: Instant,
         p: &mut Persist<'_>,
     ) {
-        if s.outbox.is_none() {
-            if d.qos == QoS::AtMostOnce || d.message.expired(now) {
-                return;
-            }
-            if s.queue.len() >= self.config.max_queued {
-                self.metrics.dropped.fetch_add(1, Relaxed);
-                return;
-            }
-        }
-        // Logged before it is handed over, so its acknowledgement (logged by
-        // the connection) can never precede it in the log.
-        if let (Some(store), true) = (p.store, d.qos != QoS::AtMostOnce && s.persistent()) {
-            let seq = p.seq(&d.message);
-            p.ticket = store.append(Record::Queue {
-                client: client.clone(),
-                seq,
-                qos: d.qos,
-                retain: d.retain,
-                ids: d.subscription_ids.clone(),
-            });
-            d.seq = Some(seq);
-        }
+        let persist = p.store.is_some() && d.qos != QoS::AtMostOnce && s.persistent();
         match &s.outbox {
-            Some(o) => match o.tx.try_send(d) {
+            Some(o) if !persist => match o.tx.try_send(d) {
                 Ok(()) => {
                     self.metrics.delivered.fetch_add(1, Relaxed);
                 }
-                Err(e) => {
+                Err(_) => {
                     self.metrics.dropped.fetch_add(1, Relaxed);
-                    if let (Some(store), Some(seq)) = (p.store, e.into_inner().seq) {
-                        store.append(Record::Done {
-                            client: client.clone(),
-                            seq,
-                        });
-                    }
+                }
+            },
+            Some(o) => match o.tx.clone().try_reserve_owned() {
+                // Logged, then handed over once the publish's records are
+                // appended (see `Persist::commit`), so its acknowledgement
+                // (logged by the connection) can never precede it.
+                Ok(permit) => {
+                    let seq = p.seq(&d.message);
+                    p.records.push(Record::Queue {
+                        client: client.clone(),
+                        seq,
+                        qos: d.qos,
+                        retain: d.retain,
+                        ids: d.subscription_ids.clone(),
+                    });
+                    d.seq = Some(seq);
+                    p.sends.push((permit, d));
+                    self.metrics.delivered.fetch_add(1, Relaxed);
+                }
+                Err(_) => {
+                    self.metrics.dropped.fetch_add(1, Relaxed);
                 }
             },
             None => {
+                if d.qos == QoS::AtMostOnce || d.message.expired(now) {
+                    return;
+                }
+                if s.queue.len() >= self.config.max_queued {
+                    self.metrics.dropped.fetch_add(1, Relaxed);
+                    return;
+                }
+                if persist {
+                    let seq = p.seq(&d.message);
+                    p.records.push(Record::Queue {
+                        client: client.clone(),
+                        seq,
+                        qos: d.qos,
+                        retain: d.retain,
+                        ids: d.subscription_ids.clone(),
+                    });
+                    d.seq = Some(seq);
+                }
                 self.metrics.queued_offline.fetch_add(1, Relaxed);
                 s.queue.push_back(d);
             }
@@ -884,7 +932,10 @@ impl Broker {
 struct Persist<'a> {
     store: Option<&'a Store>,
     seq: Option<u64>,
-    ticket: u64,
+    /// The body and every record referencing it, appended together.
+    records: Vec<Record>,
+    /// Deliveries to connected persistent sessions, sent after the records.
+    sends: Vec<(mpsc::OwnedPermit<Delivery>, Delivery)>,
 }
 
 impl Persist<'_> {
@@ -892,12 +943,28 @@ impl Persist<'_> {
         match (self.seq, self.store) {
             (Some(s), _) => s,
             (None, Some(store)) => {
-                let s = store.put_message(m);
+                let (s, r) = store.message_record(m);
+                self.records.push(r);
                 self.seq = Some(s);
                 s
             }
             (None, None) => 0,
         }
+    }
+
+    /// Appends the records as one unit (never split by a write or a
+    /// compaction), then hands over the deliveries; returns the ticket.
+    fn commit(&mut self) -> u64 {
+        let ticket = match self.store {
+            Some(store) if !self.records.is_empty() => {
+                store.append_all(std::mem::take(&mut self.records))
+            }
+            _ => 0,
+        };
+        for (permit, d) in self.sends.drain(..) {
+            permit.send(d);
+        }
+        ticket
     }
 }
 

@@ -430,7 +430,10 @@ where
                 _ => std::future::pending().await,
             }
         };
-        let can_read = conn.out.len() < MAX_WRITE_BUFFER;
+        // A publisher whose acknowledgements wait on the disk is not read
+        // further until they drain (bounds `acks` and the store's queue).
+        let can_read =
+            conn.out.len() < MAX_WRITE_BUFFER && conn.acks.len() < cfg.receive_maximum as usize;
         let can_take = conn.out.len() < MAX_WRITE_BUFFER / 4 && conn.pending.len() < MAX_BATCH;
         let sleep = async {
             match deadline {
@@ -695,12 +698,16 @@ impl Conn {
 
     /// Sends the acknowledgements whose records are durable.
     fn flush_acks(&mut self) -> Result<(), ConnError> {
-        let synced = match &self.durable {
+        let synced = match &mut self.durable {
             Some((rx, store)) => {
+                // Marks the value seen, so the loop's `changed()` waits for
+                // the next write instead of returning at once; read before
+                // `failed` (the writer sets `failed` before it advances).
+                let synced = *rx.borrow_and_update();
                 if store.failed() && !self.acks.is_empty() {
                     return Err(ConnError::Refused(reason::IMPLEMENTATION_SPECIFIC_ERROR));
                 }
-                *rx.borrow()
+                synced
             }
             None => u64::MAX,
         };

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -307,7 +307,7 @@ impl Live {
 
 /// The durable log.
 pub struct Store {
-    tx: Mutex<(u64, mpsc::Sender<(u64, Record)>)>,
+    tx: Mutex<(u64, mpsc::Sender<(u64, Vec<Record>)>)>,
     synced: watch::Receiver<u64>,
     failed: Arc<AtomicBool>,
     seq: AtomicU64,
@@ -412,11 +412,33 @@ impl Store {
 
     /// Appends a record; returns its ticket (durable once [`Self::synced`] reaches it).
     pub fn append(&self, r: Record) -> u64 {
+        self.append_all(vec![r])
+    }
+
+    /// Appends records that belong together (a message body and the records
+    /// that reference it): the writer never splits them across a write or a
+    /// compaction. Returns the ticket of the last.
+    pub fn append_all(&self, records: Vec<Record>) -> u64 {
         let mut g = self.tx.lock().expect("store lock");
         g.0 += 1;
         let ticket = g.0;
-        let _ = g.1.send((ticket, r));
+        let _ = g.1.send((ticket, records));
         ticket
+    }
+
+    /// The body of `m` as a record under a new sequence number, for
+    /// [`Self::append_all`] with the records that reference it.
+    pub fn message_record(&self, m: &Message) -> (u64, Record) {
+        let seq = self.next_seq();
+        let r = Record::Msg {
+            seq,
+            expires: m.expires.map_or(0, |e| {
+                let left = e.saturating_duration_since(Instant::now()).as_millis() as u64;
+                unix_ms() + left.max(1)
+            }),
+            publish: encode_message(m),
+        };
+        (seq, r)
     }
 
     /// A new message sequence number.
@@ -426,15 +448,8 @@ impl Store {
 
     /// Appends the body of `m` under a new sequence number.
     pub fn put_message(&self, m: &Message) -> u64 {
-        let seq = self.next_seq();
-        self.append(Record::Msg {
-            seq,
-            expires: m.expires.map_or(0, |e| {
-                let left = e.saturating_duration_since(Instant::now()).as_millis() as u64;
-                unix_ms() + left.max(1)
-            }),
-            publish: encode_message(m),
-        });
+        let (seq, r) = self.message_record(m);
+        self.append(r);
         seq
     }
 
@@ -445,7 +460,7 @@ impl Store {
 
     /// Whether a write failed (nothing is durable after that).
     pub fn failed(&self) -> bool {
-        self.failed.load(Relaxed)
+        self.failed.load(SeqCst)
     }
 
     /// The log file.
@@ -465,7 +480,7 @@ fn writer(
     mut file: File,
     path: PathBuf,
     mut live: Live,
-    rx: mpsc::Receiver<(u64, Record)>,
+    rx: mpsc::Receiver<(u64, Vec<Record>)>,
     synced: watch::Sender<u64>,
     fsync: Fsync,
     failed: Arc<AtomicBool>,
@@ -476,23 +491,21 @@ fn writer(
     let mut buf = BytesMut::new();
     while let Ok(first) = rx.recv() {
         let mut last = first.0;
-        let mut batch = vec![first.1];
-        while let Ok((t, r)) = rx.try_recv() {
+        let mut batch = first.1;
+        while batch.len() < 4096 {
+            let Ok((t, rs)) = rx.try_recv() else { break };
             last = t;
-            batch.push(r);
-            if batch.len() >= 4096 {
-                break;
-            }
+            batch.extend(rs);
         }
         buf.clear();
         for r in &batch {
             frame(r, &mut buf);
             live.apply(r);
         }
-        let ok = !failed.load(Relaxed)
+        let ok = !failed.load(SeqCst)
             && file.write_all(&buf).is_ok()
             && (fsync == Fsync::Never || file.sync_data().is_ok());
-        if !ok && !failed.swap(true, Relaxed) {
+        if !ok && !failed.swap(true, SeqCst) {
             tracing::error!(
                 "broker store {}: write failed; QoS 1/2 publishes are refused from now on",
                 path.display()
