@@ -775,12 +775,10 @@ impl Broker {
             let mut st = self.lock();
             if message.retain {
                 if message.payload.is_empty() {
-                    if st.retained.remove(&message.topic).is_some() {
-                        if p.store.is_some() {
-                            p.records.push(Record::Unretain {
-                                topic: message.topic.clone(),
-                            });
-                        }
+                    if st.retained.remove(&message.topic).is_some() && p.store.is_some() {
+                        p.records.push(Record::Unretain {
+                            topic: message.topic.clone(),
+                        });
                     }
                 } else if st.retained.len() < self.config.max_retained
                     || st.retained.contains_key(&message.topic)

@@ -305,9 +305,12 @@ impl Live {
     }
 }
 
+/// Records appended together, with the ticket of the append.
+type Batch = (u64, Vec<Record>);
+
 /// The durable log.
 pub struct Store {
-    tx: Mutex<(u64, mpsc::Sender<(u64, Vec<Record>)>)>,
+    tx: Mutex<(u64, mpsc::Sender<Batch>)>,
     synced: watch::Receiver<u64>,
     failed: Arc<AtomicBool>,
     seq: AtomicU64,
@@ -480,7 +483,7 @@ fn writer(
     mut file: File,
     path: PathBuf,
     mut live: Live,
-    rx: mpsc::Receiver<(u64, Vec<Record>)>,
+    rx: mpsc::Receiver<Batch>,
     synced: watch::Sender<u64>,
     fsync: Fsync,
     failed: Arc<AtomicBool>,
