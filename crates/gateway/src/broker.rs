@@ -190,7 +190,15 @@ struct Session {
     /// connection it took over hands its in-flight messages on and its
     /// delayed Will Message is not sent (§3.1.3.2.2).
     resumed: bool,
+    /// Packet identifiers of the client's QoS 2 PUBLISHes routed and not yet
+    /// released (PUBREL): session state (§4.3.3), shared with the attached
+    /// connection, so a DUP retransmission after a reconnect or a takeover is
+    /// acknowledged, not routed again.
+    awaiting_rel: AwaitingRel,
 }
+
+/// See [`Session`]'s `awaiting_rel`.
+pub type AwaitingRel = Arc<Mutex<std::collections::HashSet<u16>>>;
 
 impl Session {
     /// Whether the session outlives its connection (and is in the store).
@@ -239,6 +247,8 @@ pub struct Connected {
     pub session_present: bool,
     /// Messages kept for the session while it was offline, to send first.
     pub backlog: Vec<Delivery>,
+    /// The session's QoS 2 packet identifiers awaiting PUBREL.
+    pub awaiting_rel: AwaitingRel,
 }
 
 /// Why a SUBSCRIBE filter was refused: its reason code.
@@ -310,6 +320,7 @@ impl Broker {
                         disconnected: Some(now),
                         queue,
                         resumed: false,
+                        awaiting_rel: AwaitingRel::default(),
                     },
                 );
                 for (filter, opts) in rec.subscriptions {
@@ -426,6 +437,7 @@ impl Broker {
                 disconnected: None,
                 queue: VecDeque::new(),
                 resumed: false,
+                awaiting_rel: AwaitingRel::default(),
             });
         let present = exists && !clean_start;
         session.resumed = present;
@@ -441,6 +453,7 @@ impl Broker {
         Ok(Connected {
             session_present: present,
             backlog,
+            awaiting_rel: session.awaiting_rel.clone(),
         })
     }
 

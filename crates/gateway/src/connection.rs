@@ -99,7 +99,7 @@ struct Conn {
     client_max_packet: usize,
     next_id: u16,
     /// Client QoS 2 packet ids awaiting PUBREL.
-    awaiting_rel: std::collections::HashSet<u16>,
+    awaiting_rel: crate::broker::AwaitingRel,
     aliases: HashMap<u16, String>,
     will: Option<(Message, Duration)>,
     /// Session Expiry Interval as connected (0 forbids raising it at DISCONNECT).
@@ -359,7 +359,7 @@ async fn accept<W: AsyncWrite + Unpin>(
             .maximum_packet_size
             .map_or(usize::MAX, |m| m as usize),
         next_id: 1,
-        awaiting_rel: Default::default(),
+        awaiting_rel: connected.awaiting_rel.clone(),
         aliases: HashMap::new(),
         will,
         connected_expiry: granted,
@@ -523,7 +523,8 @@ fn handle(
             }
         }
         Packet::PubRel(a) => {
-            let code = if conn.awaiting_rel.remove(&a.packet_id) {
+            let released = conn.rel().remove(&a.packet_id);
+            let code = if released {
                 reason::SUCCESS
             } else {
                 reason::PACKET_IDENTIFIER_NOT_FOUND
@@ -595,12 +596,12 @@ fn on_publish(
     }
     let id = p.packet_id.unwrap_or(0);
     if p.qos == QoS::ExactlyOnce {
-        if conn.awaiting_rel.contains(&id) {
+        if conn.rel().contains(&id) {
             // A retransmission of a message already routed: acknowledge only.
             conn.ack_after(0, Packet::PubRec(ack(id, reason::SUCCESS)));
             return Ok(());
         }
-        if conn.awaiting_rel.len() >= cfg.receive_maximum as usize {
+        if conn.rel().len() >= cfg.receive_maximum as usize {
             return Err(ConnError::Refused(reason::RECEIVE_MAXIMUM_EXCEEDED));
         }
     }
@@ -632,7 +633,7 @@ fn on_publish(
         QoS::AtLeastOnce => conn.ack_after(ticket, Packet::PubAck(ack(id, code))),
         QoS::ExactlyOnce => {
             if !reason::is_error(code) {
-                conn.awaiting_rel.insert(id);
+                conn.rel().insert(id);
             }
             conn.ack_after(ticket, Packet::PubRec(ack(id, code)));
         }
@@ -690,6 +691,10 @@ fn on_unsubscribe(broker: &Arc<Broker>, conn: &mut Conn, u: Unsubscribe) {
 }
 
 impl Conn {
+    fn rel(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<u16>> {
+        self.awaiting_rel.lock().expect("awaiting_rel lock")
+    }
+
     /// Queues an acknowledgement to send once `ticket` is durable, after every
     /// acknowledgement queued before it (§4.6: in PUBLISH order).
     fn ack_after(&mut self, ticket: u64, p: Packet) {

@@ -552,3 +552,98 @@ async fn mosquitto_over_tls() {
     assert!(!out.status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// QoS 2 exactly-once across a reconnect: the PUBREC is lost with the
+/// connection, the client resumes its session and retransmits the PUBLISH
+/// with DUP; the broker acknowledges it without routing it again (§4.3.3),
+/// then completes the flow on PUBREL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qos2_retransmission_after_reconnect_is_delivered_once() {
+    let gw = TestGateway::start().await;
+    let mut sub = Raw::connect(&gw, Version::V5, "q2-sub").await;
+    sub.send(&Packet::Subscribe(quichub_mqtt::Subscribe {
+        packet_id: 1,
+        filters: vec![quichub_mqtt::SubscribeFilter {
+            filter: "q2".into(),
+            options: quichub_mqtt::SubscriptionOptions {
+                qos: quichub_mqtt::QoS::ExactlyOnce,
+                ..Default::default()
+            },
+        }],
+        properties: Properties::default(),
+    }))
+    .await;
+    assert!(matches!(sub.recv().await, Some(Packet::SubAck(_))));
+    let persistent = |clean_start| quichub_mqtt::Connect {
+        version: Version::V5,
+        client_id: "q2-pub".into(),
+        clean_start,
+        keep_alive: 30,
+        username: None,
+        password: None,
+        will: None,
+        properties: Properties {
+            session_expiry_interval: Some(60),
+            ..Properties::default()
+        },
+    };
+    let publish = |dup| {
+        Packet::Publish(quichub_mqtt::Publish {
+            dup,
+            qos: quichub_mqtt::QoS::ExactlyOnce,
+            topic: "q2".into(),
+            packet_id: Some(9),
+            payload: Bytes::from_static(b"once"),
+            ..Default::default()
+        })
+    };
+    let (mut p, _) = Raw::connect_with(gw.mqtt, persistent(true)).await;
+    p.send(&publish(false)).await;
+    assert!(matches!(p.recv().await, Some(Packet::PubRec(_))));
+    drop(p); // the connection drops before PUBREL
+    let (mut p, ack) = Raw::connect_with(gw.mqtt, persistent(false)).await;
+    assert!(ack.session_present);
+    p.send(&publish(true)).await;
+    assert!(matches!(p.recv().await, Some(Packet::PubRec(a)) if a.packet_id == 9));
+    p.send(&Packet::PubRel(quichub_mqtt::Ack::new(9))).await;
+    match p.recv().await {
+        Some(Packet::PubComp(c)) => assert_eq!((c.packet_id, c.code), (9, 0)),
+        other => panic!("expected PUBCOMP, got {other:?}"),
+    }
+    // The subscriber got the message once: the next thing it sees is a marker.
+    let (mut m, _) = Raw::connect_with(
+        gw.mqtt,
+        quichub_mqtt::Connect {
+            client_id: "q2-marker".into(),
+            properties: Properties::default(),
+            ..persistent(true)
+        },
+    )
+    .await;
+    m.send(&Packet::Publish(quichub_mqtt::Publish {
+        topic: "q2".into(),
+        payload: Bytes::from_static(b"marker"),
+        ..Default::default()
+    }))
+    .await;
+    let mut got = Vec::new();
+    while got.last().map(|b: &Bytes| &b[..]) != Some(b"marker") {
+        match sub.recv().await {
+            Some(Packet::Publish(m)) => {
+                if let Some(id) = m.packet_id {
+                    sub.send(&Packet::PubRec(quichub_mqtt::Ack::new(id))).await;
+                }
+                got.push(m.payload);
+            }
+            Some(Packet::PubRel(r)) => {
+                sub.send(&Packet::PubComp(quichub_mqtt::Ack::new(r.packet_id)))
+                    .await;
+            }
+            other => panic!("subscriber got {other:?}"),
+        }
+    }
+    assert_eq!(
+        got,
+        [Bytes::from_static(b"once"), Bytes::from_static(b"marker")]
+    );
+}
