@@ -514,45 +514,36 @@ async fn expect_acks(r: &mut (impl AsyncRead + Unpin)) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn with_len(first: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = vec![first];
-    let mut n = body.len();
-    loop {
-        let mut b = (n & 0x7f) as u8;
-        n >>= 7;
-        if n > 0 {
-            b |= 0x80;
-        }
-        out.push(b);
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(body);
-    out
-}
-
-fn string(s: &str) -> Vec<u8> {
-    let mut v = (s.len() as u16).to_be_bytes().to_vec();
-    v.extend_from_slice(s.as_bytes());
-    v
+/// One packet as MQTT 3.1.1 bytes, by the project's codec.
+fn packet(p: quichub_mqtt::Packet) -> Vec<u8> {
+    let mut b = bytes::BytesMut::new();
+    quichub_mqtt::encode(&p, quichub_mqtt::Version::V311, &mut b).expect("a valid packet");
+    b.to_vec()
 }
 
 /// CONNECT, MQTT 3.1.1, clean session, keep-alive 60 s.
 fn connect(client: &str) -> Vec<u8> {
-    let mut b = string("MQTT");
-    b.extend_from_slice(&[4, 0x02, 0, 60]);
-    b.extend(string(client));
-    with_len(0x10, &b)
+    packet(quichub_mqtt::Packet::Connect(quichub_mqtt::Connect {
+        version: quichub_mqtt::Version::V311,
+        client_id: client.into(),
+        clean_start: true,
+        keep_alive: 60,
+        username: None,
+        password: None,
+        will: None,
+        properties: Default::default(),
+    }))
 }
 
 fn publish(topic: &str, qos: u8, id: u16, payload: &[u8]) -> Vec<u8> {
-    let mut b = string(topic);
-    if qos > 0 {
-        b.extend_from_slice(&id.to_be_bytes());
-    }
-    b.extend_from_slice(payload);
-    with_len(0x30 | (qos << 1), &b)
+    let qos = quichub_mqtt::QoS::from_u8(qos).expect("QoS 0..=2");
+    packet(quichub_mqtt::Packet::Publish(quichub_mqtt::Publish {
+        qos,
+        topic: topic.into(),
+        packet_id: (qos != quichub_mqtt::QoS::AtMostOnce).then_some(id),
+        payload: bytes::Bytes::copy_from_slice(payload),
+        ..Default::default()
+    }))
 }
 
 async fn read_packet(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<(u8, Vec<u8>)> {

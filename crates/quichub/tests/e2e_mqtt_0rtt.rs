@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use quichub_mqtt::{Packet, QoS, Version};
 use quichub_net::client::{Client, Dialed};
 use quichub_net::server::{Server, ALPN_MQTT};
 use quichub_net::tls::{Identity, Verify};
@@ -62,52 +63,50 @@ async fn gateway() -> Gateway {
     }
 }
 
-fn with_len(first: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = vec![first];
-    let mut n = body.len();
-    loop {
-        let mut b = (n & 0x7f) as u8;
-        n >>= 7;
-        if n > 0 {
-            b |= 0x80;
-        }
-        out.push(b);
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(body);
-    out
-}
-
-fn string(s: &str) -> Vec<u8> {
-    let mut v = (s.len() as u16).to_be_bytes().to_vec();
-    v.extend_from_slice(s.as_bytes());
-    v
+/// One packet as MQTT 3.1.1 bytes, by the project's codec.
+fn packet(p: Packet) -> Vec<u8> {
+    let mut b = bytes::BytesMut::new();
+    quichub_mqtt::encode(&p, Version::V311, &mut b).unwrap();
+    b.to_vec()
 }
 
 /// CONNECT, MQTT 3.1.1, clean session, keep-alive 60 s.
 fn connect(client: &str) -> Vec<u8> {
-    let mut b = string("MQTT");
-    b.extend_from_slice(&[4, 0x02, 0, 60]);
-    b.extend(string(client));
-    with_len(0x10, &b)
+    packet(Packet::Connect(quichub_mqtt::Connect {
+        version: Version::V311,
+        client_id: client.into(),
+        clean_start: true,
+        keep_alive: 60,
+        username: None,
+        password: None,
+        will: None,
+        properties: Default::default(),
+    }))
 }
 
 fn publish(topic: &str, qos: u8, id: u16, payload: &[u8]) -> Vec<u8> {
-    let mut b = string(topic);
-    if qos > 0 {
-        b.extend_from_slice(&id.to_be_bytes());
-    }
-    b.extend_from_slice(payload);
-    with_len(0x30 | (qos << 1), &b)
+    let qos = QoS::from_u8(qos).unwrap();
+    packet(Packet::Publish(quichub_mqtt::Publish {
+        qos,
+        topic: topic.into(),
+        packet_id: (qos != QoS::AtMostOnce).then_some(id),
+        payload: bytes::Bytes::copy_from_slice(payload),
+        ..Default::default()
+    }))
 }
 
 fn subscribe(id: u16, filter: &str, qos: u8) -> Vec<u8> {
-    let mut b = id.to_be_bytes().to_vec();
-    b.extend(string(filter));
-    b.push(qos);
-    with_len(0x82, &b)
+    packet(Packet::Subscribe(quichub_mqtt::Subscribe {
+        packet_id: id,
+        filters: vec![quichub_mqtt::SubscribeFilter {
+            filter: filter.into(),
+            options: quichub_mqtt::SubscriptionOptions {
+                qos: QoS::from_u8(qos).unwrap(),
+                ..Default::default()
+            },
+        }],
+        properties: Default::default(),
+    }))
 }
 
 /// Reads one packet: its first byte and its body.
