@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod h3;
 pub mod io;
 pub mod metrics_http;
 pub mod server;

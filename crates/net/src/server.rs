@@ -12,6 +12,9 @@ use web_transport_quinn::Session;
 use crate::tls::{provider, Identity};
 use crate::Transport;
 
+/// ALPN of HTTP/3: WebTransport sessions and the plain HTTP/3 API.
+pub const ALPN_H3: &[u8] = b"h3";
+
 /// ALPN of MQTT over QUIC (EMQX's and the MQTT-over-QUIC drafts' choice).
 pub const ALPN_MQTT: &[u8] = b"mqtt";
 
@@ -46,7 +49,7 @@ impl Server {
             .context("certificate and key do not match")?;
         tls.alpn_protocols = vec![
             moqt::ALPN.as_bytes().to_vec(),
-            b"h3".to_vec(),
+            ALPN_H3.to_vec(),
             ALPN_MQTT.to_vec(),
         ];
         // Session resumption with 0-RTT (docs/zero-rtt.md). quinn wants 0 or
@@ -127,6 +130,14 @@ pub fn handshake_complete(conn: &quinn::Connection) -> bool {
 pub enum Established {
     /// Raw QUIC `moqt-18` or WebTransport (boxed: a session is large).
     Moqt(Box<Accepted>),
+    /// Plain HTTP/3 requests on ALPN `h3` (the connection's first request was
+    /// not a WebTransport CONNECT), possibly before the handshake completed.
+    Http3 {
+        /// The HTTP/3 connection, first request pending.
+        conn: Box<crate::h3::HttpConnection>,
+        /// Peer address.
+        remote: SocketAddr,
+    },
     /// Any other ALPN the endpoint offers, with the bare connection.
     Other {
         /// The negotiated ALPN (for example [`ALPN_MQTT`]).
@@ -149,6 +160,13 @@ pub async fn establish(incoming: quinn::Incoming) -> anyhow::Result<Accepted> {
             conn.close(0u32.into(), b"unexpected ALPN");
             anyhow::bail!("unexpected ALPN {:?}", String::from_utf8_lossy(&alpn))
         }
+        Established::Http3 { conn, .. } => {
+            conn.conn().close(
+                crate::h3::codec::code::REQUEST_REJECTED.into(),
+                b"no HTTP API here",
+            );
+            anyhow::bail!("plain HTTP/3 request where only MoQT is served")
+        }
     }
 }
 
@@ -156,12 +174,13 @@ pub async fn establish(incoming: quinn::Incoming) -> anyhow::Result<Accepted> {
 /// session (WebTransport CONNECT included), others (`mqtt`) up to the QUIC
 /// handshake. Run it in its own task so a slow peer never delays others.
 ///
-/// An `mqtt` connection is handed over as soon as the server has read the
-/// ClientHello, *before* the handshake completes (quinn's server-side
-/// `into_0rtt`), so 0-RTT data of a resumed session is served at once; the
-/// MQTT handler holds back what a replay must not repeat until
-/// [`handshake_complete`] (see `docs/zero-rtt.md`). MoQT connections (raw
-/// QUIC and WebTransport) still wait for the handshake.
+/// `mqtt` and `h3` connections are handed over as soon as the server has
+/// read the ClientHello, *before* the handshake completes (quinn's
+/// server-side `into_0rtt`), so 0-RTT data of a resumed session is served at
+/// once; the MQTT handler and the HTTP/3 API hold back what a replay must not
+/// repeat until [`handshake_complete`] (see `docs/zero-rtt.md`). MoQT
+/// sessions (raw QUIC, and WebTransport CONNECTs on `h3`) still wait for the
+/// handshake.
 pub async fn establish_any(incoming: quinn::Incoming) -> anyhow::Result<Established> {
     let remote = incoming.remote_address();
     let mut connecting = incoming.accept().context("QUIC accept")?;
@@ -173,10 +192,14 @@ pub async fn establish_any(incoming: quinn::Incoming) -> anyhow::Result<Establis
         .and_then(|h| h.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
         .and_then(|h| h.protocol)
         .unwrap_or_default();
-    if alpn == ALPN_MQTT {
+    if alpn == ALPN_MQTT || alpn == ALPN_H3 {
         match connecting.into_0rtt() {
             // On the server this always succeeds; the connection serves 0-RTT
             // data (and sends 0.5-RTT data) until the handshake completes.
+            Ok((conn, done)) if alpn == ALPN_H3 => {
+                let handshake = crate::h3::Handshake::from_0rtt(&conn, done);
+                return h3_established(conn, handshake, remote).await;
+            }
             Ok((conn, _done)) => return Ok(Established::Other { alpn, conn, remote }),
             Err(c) => connecting = c,
         }
@@ -194,13 +217,29 @@ pub async fn establish_any(incoming: quinn::Incoming) -> anyhow::Result<Establis
         return Ok(Established::Other { alpn, conn, remote });
     }
     anyhow::ensure!(
-        alpn == b"h3",
+        alpn == ALPN_H3,
         "unexpected ALPN {:?}",
         String::from_utf8_lossy(&alpn)
     );
-    let request = web_transport_quinn::Request::accept(conn)
-        .await
-        .context("WebTransport CONNECT")?;
+    h3_established(conn, crate::h3::Handshake::completed(), remote).await
+}
+
+/// The HTTP/3 handshake and first request of an `h3` connection: a
+/// WebTransport session (MoQT) or plain HTTP/3 requests.
+async fn h3_established(
+    conn: quinn::Connection,
+    handshake: crate::h3::Handshake,
+    remote: SocketAddr,
+) -> anyhow::Result<Established> {
+    let request = match crate::h3::accept(conn, handshake).await.context("HTTP/3")? {
+        crate::h3::Incoming::WebTransport(r) => r,
+        crate::h3::Incoming::Http(http) => {
+            return Ok(Established::Http3 {
+                conn: Box::new(http),
+                remote,
+            })
+        }
+    };
     let path = request.url.path().to_string();
     let offered = request.protocols.clone();
     // A client that offers subprotocols must offer ours; one that offers none

@@ -184,10 +184,19 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         });
         alpn_handlers.insert(quichub_net::server::ALPN_MQTT.to_vec(), handler);
     }
-    tokio::spawn(quichub_relay::endpoint::accept_loop_with(
+    // The HTTP API over HTTP/3 on the same port (ALPN `h3`, beside
+    // WebTransport) whenever the broker runs.
+    let http3: Option<quichub_relay::endpoint::Http3Handler> = mqtt.is_some().then(|| {
+        let api = http_api.clone();
+        let h: quichub_relay::endpoint::Http3Handler =
+            Arc::new(move |conn| Box::pin(quichub_gateway::http::h3::serve_h3(api.clone(), conn)));
+        h
+    });
+    tokio::spawn(quichub_relay::endpoint::serve_endpoint(
         relay.clone(),
         server.clone(),
         alpn_handlers,
+        http3,
     ));
     let http = match addr_or_off("http", &args.http)? {
         Some(a) => Some(

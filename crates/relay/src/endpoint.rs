@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use quichub_net::h3::HttpConnection;
 use quichub_net::server::{establish_any, Established, Server};
 use web_transport_quinn::quinn;
 
@@ -32,16 +33,45 @@ pub async fn accept_loop(relay: Arc<Relay>, server: Arc<Server>) {
     accept_loop_with(relay, server, AlpnHandlers::new()).await
 }
 
+/// Serves one plain HTTP/3 connection (ALPN `h3`, first request not a
+/// WebTransport CONNECT) until it ends.
+pub type Http3Handler =
+    Arc<dyn Fn(Box<HttpConnection>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
 /// Accepts connections until the endpoint closes; MoQT ones become relay
-/// sessions, others go to the handler for their ALPN.
+/// sessions, others go to the handler for their ALPN. Plain HTTP/3
+/// connections are refused (see [`serve_endpoint`]).
 pub async fn accept_loop_with(relay: Arc<Relay>, server: Arc<Server>, handlers: AlpnHandlers) {
+    serve_endpoint(relay, server, handlers, None).await
+}
+
+/// Accepts connections until the endpoint closes: MoQT sessions (raw QUIC and
+/// WebTransport) go to the relay, plain HTTP/3 connections to `http3` (closed
+/// with H3_REQUEST_REJECTED when there is none), other ALPNs to `handlers`.
+pub async fn serve_endpoint(
+    relay: Arc<Relay>,
+    server: Arc<Server>,
+    handlers: AlpnHandlers,
+    http3: Option<Http3Handler>,
+) {
     let handlers = Arc::new(handlers);
     while let Some(incoming) = server.accept().await {
         let relay = relay.clone();
         let handlers = handlers.clone();
+        let http3 = http3.clone();
         tokio::spawn(async move {
             match establish_any(incoming).await {
                 Ok(Established::Moqt(accepted)) => session::serve(relay, *accepted).await,
+                Ok(Established::Http3 { conn, remote }) => match http3 {
+                    Some(h) => h(conn).await,
+                    None => {
+                        tracing::debug!(%remote, "plain HTTP/3 request, no HTTP API");
+                        conn.conn().close(
+                            quichub_net::h3::codec::code::REQUEST_REJECTED.into(),
+                            b"no HTTP API here",
+                        );
+                    }
+                },
                 Ok(Established::Other { alpn, conn, remote }) => match handlers.get(&alpn) {
                     Some(h) => h(conn).await,
                     None => {

@@ -18,13 +18,15 @@
 //!   stream of chunks (Server-Sent Events, see [`sse`]). It knows the topic
 //!   registry, the limits and the broker, nothing of sockets.
 //! - [`tcp`]: HTTP/1.1 and cleartext HTTP/2 (prior knowledge) on one TCP
-//!   port with hyper. HTTP/3 (ALPN `h3` on the relay's UDP port) drives the
-//!   same core.
+//!   port with hyper.
+//! - [`h3`]: HTTP/3 on the relay's UDP port (ALPN `h3`, beside WebTransport;
+//!   `quichub_net::h3` does the framing), with 0-RTT.
 //!
 //! The wire contract (routes, status codes, headers, framing) is documented
 //! in `docs/http-api.md`.
 
 pub mod api;
+pub mod h3;
 pub mod route;
 pub mod sse;
 pub mod tcp;
