@@ -46,6 +46,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         mqtt: "off".into(),
         mqtt_tls: "off".into(),
         http: "off".into(),
+        http3: "off".into(),
         data_dir: None,
         fsync: "always".into(),
     })

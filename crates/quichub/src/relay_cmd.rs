@@ -54,6 +54,10 @@ pub struct RelayArgs {
     /// HTTP/2 (`off` to disable); see docs/http-api.md.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub http: String,
+    /// The same HTTP API over HTTP/3 on the relay's UDP port (ALPN `h3`,
+    /// beside WebTransport, with 0-RTT): `on` or `off`.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub http3: String,
 }
 
 fn default_data_dir() -> Option<PathBuf> {
@@ -90,6 +94,8 @@ pub struct Running {
     pub mqtt_tls: Option<SocketAddr>,
     /// The bound HTTP API TCP address, if any.
     pub http: Option<SocketAddr>,
+    /// Whether the HTTP API is served over HTTP/3 on `addr`.
+    pub http3: bool,
 }
 
 /// Binds and starts the relay's tasks.
@@ -184,9 +190,8 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         });
         alpn_handlers.insert(quichub_net::server::ALPN_MQTT.to_vec(), handler);
     }
-    // The HTTP API over HTTP/3 on the same port (ALPN `h3`, beside
-    // WebTransport) whenever the broker runs.
-    let http3: Option<quichub_relay::endpoint::Http3Handler> = mqtt.is_some().then(|| {
+    // The HTTP API over HTTP/3 on the same port (ALPN `h3`, beside WebTransport).
+    let http3: Option<quichub_relay::endpoint::Http3Handler> = (args.http3 == "on").then(|| {
         let api = http_api.clone();
         let h: quichub_relay::endpoint::Http3Handler =
             Arc::new(move |conn| Box::pin(quichub_gateway::http::h3::serve_h3(api.clone(), conn)));
@@ -229,6 +234,7 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         mqtt,
         mqtt_tls,
         http,
+        http3: args.http3 == "on",
     })
 }
 
@@ -248,10 +254,15 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
         }
         if let Some(m) = r.mqtt_tls {
             writeln!(out, "mqtt tls {m}")?;
+        }
+        if r.mqtt.is_some() {
             writeln!(out, "mqtt quic udp {} (ALPN mqtt)", r.addr)?;
         }
         if let Some(h) = r.http {
             writeln!(out, "http tcp {h} (HTTP/1.1, HTTP/2 cleartext)")?;
+        }
+        if r.http3 {
+            writeln!(out, "http3 udp {} (ALPN h3, beside WebTransport)", r.addr)?;
         }
         if let Some(m) = r.metrics {
             writeln!(out, "metrics http://{m}/metrics")?;

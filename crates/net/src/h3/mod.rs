@@ -23,6 +23,7 @@
 //! and the caller decides what may run before the handshake completes
 //! (`docs/zero-rtt.md`). WebTransport sessions always wait for it.
 
+pub mod client;
 pub mod codec;
 mod conn;
 

@@ -28,14 +28,20 @@ impl TestRelay {
     }
 
     pub async fn with_config(config: Config) -> Self {
+        let r = Self::unstarted(config);
+        tokio::spawn(quichub_relay::endpoint::accept_loop(
+            r.relay.clone(),
+            r.server.clone(),
+        ));
+        r
+    }
+
+    /// Bound, with no accept loop yet (the caller spawns one).
+    pub fn unstarted(config: Config) -> Self {
         let id = Identity::self_signed(&["localhost"]).unwrap();
         let server = Arc::new(Server::bind("127.0.0.1:0".parse().unwrap(), &id).unwrap());
         let addr = server.local_addr().unwrap();
         let relay = Relay::new(config);
-        tokio::spawn(quichub_relay::endpoint::accept_loop(
-            relay.clone(),
-            server.clone(),
-        ));
         Self {
             addr,
             relay,
@@ -96,7 +102,43 @@ impl TestGateway {
         broker: quichub_gateway::BrokerConfig,
         conn: quichub_gateway::ConnConfig,
     ) -> Self {
-        let relay = TestRelay::start().await;
+        let gw = Self::build(broker, conn).await;
+        tokio::spawn(quichub_relay::endpoint::accept_loop(
+            gw.relay.relay.clone(),
+            gw.relay.server.clone(),
+        ));
+        gw
+    }
+
+    /// A gateway whose relay endpoint also serves the HTTP API over HTTP/3
+    /// (ALPN `h3`, beside WebTransport).
+    pub async fn with_http3(
+        config: quichub_gateway::http::ApiConfig,
+    ) -> (Self, Arc<quichub_gateway::http::Api>) {
+        let gw = Self::build(
+            quichub_gateway::BrokerConfig::default(),
+            quichub_gateway::ConnConfig::default(),
+        )
+        .await;
+        let api =
+            quichub_gateway::http::Api::new(gw.broker.clone(), Some(gw.bridge.clone()), config);
+        let a = api.clone();
+        let h: quichub_relay::endpoint::Http3Handler =
+            Arc::new(move |c| Box::pin(quichub_gateway::http::h3::serve_h3(a.clone(), c)));
+        tokio::spawn(quichub_relay::endpoint::serve_endpoint(
+            gw.relay.relay.clone(),
+            gw.relay.server.clone(),
+            Default::default(),
+            Some(h),
+        ));
+        (gw, api)
+    }
+
+    async fn build(
+        broker: quichub_gateway::BrokerConfig,
+        conn: quichub_gateway::ConnConfig,
+    ) -> Self {
+        let relay = TestRelay::unstarted(Config::default());
         let broker = quichub_gateway::Broker::new(broker);
         let bridge = quichub_gateway::bridge::Bridge::start(relay.relay.clone(), &broker);
         let b = broker.clone();
@@ -252,4 +294,109 @@ pub fn curl_http2() -> Option<()> {
             None
         }
     }
+}
+
+/// Python with aioquic (the venv of scripts/install-mqtt-tools.sh), or `None`
+/// (test skipped) when missing and `QUICHUB_MQTT_PYTHON` is unset; with it
+/// set a missing aioquic fails the test.
+pub fn h3_python() -> Option<std::path::PathBuf> {
+    let required = std::env::var_os("QUICHUB_MQTT_PYTHON").map(std::path::PathBuf::from);
+    let python = required.clone().or_else(|| {
+        std::env::var_os("HOME")
+            .map(|h| std::path::PathBuf::from(h).join(".cache/quichub/tools/py/bin/python"))
+    })?;
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import aioquic.h3.connection"])
+        .status()
+        .is_ok_and(|s| s.success());
+    match (ok, required.is_some()) {
+        (true, _) => Some(python),
+        (false, true) => panic!(
+            "QUICHUB_MQTT_PYTHON={} is set but aioquic is missing: run scripts/install-mqtt-tools.sh",
+            python.display()
+        ),
+        (false, false) => {
+            eprintln!("SKIPPED: aioquic not installed (scripts/install-mqtt-tools.sh)");
+            None
+        }
+    }
+}
+
+/// A run of `tests/http3/h3_client.py` (aioquic): its JSON lines as they come.
+pub struct H3Client {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl H3Client {
+    /// Starts the client against UDP `port` of 127.0.0.1 with `spec` (see the
+    /// script) and extra arguments (`--ticket FILE`, `--zero-rtt`).
+    pub async fn start(
+        python: &std::path::Path,
+        port: u16,
+        spec: serde_json::Value,
+        args: &[&str],
+    ) -> Self {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let script =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/http3/h3_client.py");
+        let mut child = tokio::process::Command::new(python)
+            .arg(script)
+            .args(["--port", &port.to_string()])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("h3_client.py");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(spec.to_string().as_bytes()).await.unwrap();
+        drop(stdin);
+        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        Self { child, lines }
+    }
+
+    /// Waits until response `i`'s headers have arrived.
+    pub async fn ready(&mut self, i: u64) {
+        within(15, async {
+            loop {
+                let line = self
+                    .lines
+                    .next_line()
+                    .await
+                    .unwrap()
+                    .expect("h3_client ended early");
+                let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                if v["ready"] == i {
+                    return;
+                }
+            }
+        })
+        .await
+    }
+
+    /// The final result: `{"early_data_accepted", "responses": [...]}`.
+    pub async fn result(mut self) -> serde_json::Value {
+        let v = within(30, async {
+            while let Some(line) = self.lines.next_line().await.unwrap() {
+                let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                if v.get("responses").is_some() {
+                    return v;
+                }
+            }
+            panic!("h3_client ended without a result")
+        })
+        .await;
+        let status = within(10, self.child.wait()).await.unwrap();
+        assert!(status.success(), "h3_client exited with {status}");
+        v
+    }
+}
+
+/// One exchange's response from [`H3Client::result`].
+pub fn h3_body(r: &serde_json::Value) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(r["body_b64"].as_str().unwrap())
+        .unwrap()
 }
