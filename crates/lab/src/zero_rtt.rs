@@ -1,6 +1,7 @@
 //! `lab zero-rtt`: how long from a client's start to its first MQTT PUBLISH
 //! arriving at the broker, over TCP, TLS, QUIC with a full handshake, QUIC
-//! with a resumed TLS session, and QUIC with 0-RTT (docs/zero-rtt.md).
+//! with a resumed TLS session, and QUIC with 0-RTT; and the same for an
+//! HTTP/3 POST (cold, resumed, 0-RTT) (docs/zero-rtt.md).
 //!
 //! The broker (quichub's gateway: MQTT over TCP, over TLS and over QUIC on the
 //! relay endpoint, exactly as `quichub relay` serves them) runs in the
@@ -41,16 +42,25 @@ pub enum Mode {
     QuicResumed,
     /// MQTT over QUIC resuming with 0-RTT: CONNECT + PUBLISH as early data.
     Quic0Rtt,
+    /// HTTP/3 POST, no ticket: full handshake, then the request.
+    H3Cold,
+    /// HTTP/3 POST resuming a TLS session, no early data.
+    H3Resumed,
+    /// HTTP/3 POST resuming with 0-RTT: the request as early data.
+    H30Rtt,
 }
 
 impl Mode {
     /// Every mode, in table order.
-    pub const ALL: [Mode; 5] = [
+    pub const ALL: [Mode; 8] = [
         Mode::Tcp,
         Mode::Tls,
         Mode::QuicCold,
         Mode::QuicResumed,
         Mode::Quic0Rtt,
+        Mode::H3Cold,
+        Mode::H3Resumed,
+        Mode::H30Rtt,
     ];
 
     /// Label in tables and JSON.
@@ -61,6 +71,9 @@ impl Mode {
             Mode::QuicCold => "mqtt-quic-cold",
             Mode::QuicResumed => "mqtt-quic-resumed",
             Mode::Quic0Rtt => "mqtt-quic-0rtt",
+            Mode::H3Cold => "http3-cold",
+            Mode::H3Resumed => "http3-resumed",
+            Mode::H30Rtt => "http3-0rtt",
         }
     }
 
@@ -68,8 +81,9 @@ impl Mode {
     pub fn expected_rtts(self) -> f64 {
         match self {
             Mode::Tcp | Mode::QuicCold | Mode::QuicResumed => 1.5,
+            Mode::H3Cold | Mode::H3Resumed => 1.5,
             Mode::Tls => 2.5,
-            Mode::Quic0Rtt => 0.5,
+            Mode::Quic0Rtt | Mode::H30Rtt => 0.5,
         }
     }
 
@@ -80,6 +94,9 @@ impl Mode {
             Mode::QuicCold => "QUIC + TLS 1.3 full handshake (1 RTT), then CONNECT + PUBLISH with the client Finished (½ RTT)",
             Mode::QuicResumed => "as cold, resuming the TLS session of an earlier connection (PSK) without early data",
             Mode::Quic0Rtt => "resumed session, CONNECT + PUBLISH as 0-RTT data in the first flight (½ RTT)",
+            Mode::H3Cold => "HTTP/3 `POST /v1/t/{topic}`: QUIC + TLS 1.3 full handshake (1 RTT), then SETTINGS + the request with the client Finished (½ RTT)",
+            Mode::H3Resumed => "as http3-cold, resuming the TLS session of an earlier connection without early data",
+            Mode::H30Rtt => "resumed session, SETTINGS + the POST as 0-RTT data in the first flight (½ RTT)",
         }
     }
 }
@@ -328,11 +345,27 @@ async fn server_side(
         });
         let mut handlers = quichub_relay::endpoint::AlpnHandlers::new();
         handlers.insert(quichub_net::server::ALPN_MQTT.to_vec(), handler);
+        // The HTTP API over HTTP/3 on the same endpoint, with the HTTP/3
+        // modes' topics created.
+        let api = quichub_gateway::http::Api::new(
+            broker.clone(),
+            None,
+            quichub_gateway::http::ApiConfig::default(),
+        );
+        for m in [Mode::H3Cold, Mode::H3Resumed, Mode::H30Rtt] {
+            let put =
+                http::Request::put(format!("/v1/t/{}", h3_topic(m))).body(bytes::Bytes::new())?;
+            let status = api.handle(put).await.status();
+            anyhow::ensure!(status.is_success(), "creating {}: {status}", h3_topic(m));
+        }
+        let h3: quichub_relay::endpoint::Http3Handler =
+            Arc::new(move |c| Box::pin(quichub_gateway::http::h3::serve_h3(api.clone(), c)));
         let relay = quichub_relay::Relay::new(quichub_relay::Config::default());
-        tokio::spawn(quichub_relay::endpoint::accept_loop_with(
+        tokio::spawn(quichub_relay::endpoint::serve_endpoint(
             relay,
             server.clone(),
             handlers,
+            Some(h3),
         ));
         Ok((
             ServerInfo {
@@ -375,7 +408,10 @@ async fn measure(
 ) -> anyhow::Result<Measured> {
     // Arrivals of runs that failed earlier are stale.
     while arrivals.try_recv().is_ok() {}
-    let topic = format!("zr/{tag}");
+    let topic = match mode {
+        Mode::H3Cold | Mode::H3Resumed | Mode::H30Rtt => h3_topic(mode),
+        _ => format!("zr/{tag}"),
+    };
     let first = [connect(tag), publish(&topic, 1, 1, tag.as_bytes())].concat();
     let verify = quichub_net::tls::Verify::Fingerprints(vec![info.fingerprint.clone()]);
     let (start, puback, zero_rtt) = match mode {
@@ -402,6 +438,55 @@ async fn measure(
             s.flush().await?;
             expect_acks(&mut s).await?;
             (start, start.elapsed(), None)
+        }
+        Mode::H3Cold | Mode::H3Resumed | Mode::H30Rtt => {
+            let bind = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+            let mut start = Instant::now();
+            let client = quichub_net::client::Client::new(bind, verify)?;
+            if mode != Mode::H3Cold {
+                prime_h3(&client, info).await?;
+                start = Instant::now();
+            }
+            let early = mode == Mode::H30Rtt;
+            let dialed = step(
+                "QUIC connect",
+                client.dial(info.quic, "localhost", quichub_net::server::ALPN_H3, early),
+            )
+            .await?;
+            let (conn, accepted) = match dialed {
+                quichub_net::client::Dialed::Early { conn, accepted } => (conn, Some(accepted)),
+                quichub_net::client::Dialed::Full(conn) => (conn, None),
+            };
+            anyhow::ensure!(accepted.is_some() == early, "0-RTT not as asked");
+            let h3 = quichub_net::h3::client::Client::new(conn.clone()).await?;
+            let path = format!("/v1/t/{}", h3_topic(mode));
+            let no_headers = http::HeaderMap::new();
+            let post = h3.request(
+                &http::Method::POST,
+                "localhost",
+                &path,
+                &no_headers,
+                bytes::Bytes::copy_from_slice(tag.as_bytes()),
+                4096,
+            );
+            let (resp, zero_rtt) = match accepted {
+                Some(a) => {
+                    let (r, z) = step("POST and handshake", async {
+                        Ok::<_, anyhow::Error>(tokio::join!(post, a))
+                    })
+                    .await?;
+                    (r?, Some(z))
+                }
+                None => (step("POST", post).await?, Some(false)),
+            };
+            anyhow::ensure!(resp.status == 204, "POST answered {}", resp.status);
+            if early {
+                anyhow::ensure!(zero_rtt == Some(true), "the server refused the 0-RTT data");
+            }
+            let answered = start.elapsed();
+            conn.close(0u32.into(), b"");
+            client.close();
+            (start, answered, zero_rtt)
         }
         Mode::QuicCold | Mode::QuicResumed | Mode::Quic0Rtt => {
             let bind = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
@@ -499,6 +584,42 @@ async fn prime(
     send.write_all(&[0xe0, 0]).await?;
     let _ = send.finish();
     let _ = tokio::time::timeout(Duration::from_secs(2), recv.read_to_end(64)).await;
+    conn.close(0u32.into(), b"");
+    Ok(())
+}
+
+/// The topic an HTTP/3 mode publishes to (created by the server beforehand:
+/// `POST` needs an existing topic, and a `PUT` would cost a round trip).
+fn h3_topic(mode: Mode) -> String {
+    format!("zr/{}", mode.label())
+}
+
+/// A first HTTP/3 connection that leaves a session ticket in `client`.
+async fn prime_h3(client: &quichub_net::client::Client, info: &ServerInfo) -> anyhow::Result<()> {
+    let conn = match step(
+        "priming connect",
+        client.dial(info.quic, "localhost", quichub_net::server::ALPN_H3, false),
+    )
+    .await?
+    {
+        quichub_net::client::Dialed::Full(c) => c,
+        quichub_net::client::Dialed::Early { .. } => bail!("0-RTT on a first connection"),
+    };
+    let h3 = quichub_net::h3::client::Client::new(conn.clone()).await?;
+    // A round trip after the handshake, so the session tickets are in.
+    let r = step(
+        "priming GET",
+        h3.request(
+            &http::Method::GET,
+            "localhost",
+            "/v1/time",
+            &http::HeaderMap::new(),
+            bytes::Bytes::new(),
+            4096,
+        ),
+    )
+    .await?;
+    anyhow::ensure!(r.status == 200, "GET /v1/time answered {}", r.status);
     conn.close(0u32.into(), b"");
     Ok(())
 }
@@ -652,7 +773,9 @@ impl Output {
             "\nThe 0-RTT PUBLISH is a QoS 1 one: the broker runs it before the handshake completes because \
              at-least-once delivery already tolerates the duplicate a replay could cause. A QoS 0 or QoS 2 \
              PUBLISH in 0-RTT data waits for the handshake (1.5 RTT); see docs/zero-rtt.md for the replay \
-             policy. HTTP/3 publishes are not measured (HTTP/3 is not served yet).\n",
+             policy. The HTTP/3 modes time a `POST /v1/t/{topic}` (204 once the broker has the message) to the same \
+             broker; in 0-RTT data the API runs GET, HEAD, PUT and POST at once (a replay can at most publish a \
+             message twice) and holds DELETE until the handshake completes.\n",
         );
         let failed: Vec<&RunRecord> = self.runs.iter().filter(|r| r.error.is_some()).collect();
         if !failed.is_empty() {

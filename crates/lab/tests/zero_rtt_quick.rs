@@ -16,12 +16,15 @@ struct Cli {
     lab: LabArgs,
 }
 
-const MODES: [&str; 5] = [
+const MODES: [&str; 8] = [
     "mqtt-tcp",
     "mqtt-tls",
     "mqtt-quic-cold",
     "mqtt-quic-resumed",
     "mqtt-quic-0rtt",
+    "http3-cold",
+    "http3-resumed",
+    "http3-0rtt",
 ];
 
 #[test]
@@ -64,7 +67,7 @@ fn zero_rtt_quick_structure() {
     assert_eq!(runs.len(), MODES.len() * 2);
     for r in runs {
         assert!(r["publish_ms"].as_f64().unwrap() > 0.0);
-        if r["mode"] == "mqtt-quic-0rtt" {
+        if r["mode"] == "mqtt-quic-0rtt" || r["mode"] == "http3-0rtt" {
             assert_eq!(r["zero_rtt"], true, "0-RTT accepted");
         }
     }
@@ -87,6 +90,12 @@ fn zero_rtt_quick_structure() {
         "0-RTT {} RTT, cold {} RTT",
         median("mqtt-quic-0rtt"),
         median("mqtt-quic-cold")
+    );
+    assert!(
+        median("http3-0rtt") < 1.0 && median("http3-cold") > 1.0,
+        "HTTP/3 0-RTT {} RTT, cold {} RTT",
+        median("http3-0rtt"),
+        median("http3-cold")
     );
     std::fs::remove_dir_all(&out).ok();
 }
