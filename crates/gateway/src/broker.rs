@@ -136,6 +136,13 @@ pub struct Delivery {
     /// Sequence number in the durable store, when the delivery is persisted
     /// (QoS 1/2 to a persistent session): acknowledge it with [`Broker::ack`].
     pub seq: Option<u64>,
+    /// The Packet Identifier it was sent with on an earlier connection of
+    /// the session: sent again with the same one (§4.4), so the client can
+    /// recognise a QoS 2 message it already has.
+    pub packet_id: Option<u16>,
+    /// QoS 2 acknowledged with PUBREC: only the PUBREL is due, never the
+    /// PUBLISH again.
+    pub released: bool,
 }
 
 /// Options of one subscription as the broker keeps them.
@@ -309,6 +316,8 @@ impl Broker {
                         subscription_ids: q.ids,
                         dup: true,
                         seq: Some(q.seq),
+                        packet_id: None,
+                        released: false,
                     })
                     .collect();
                 st.sessions.insert(
@@ -671,6 +680,8 @@ impl Broker {
                     subscription_ids: opts.id.into_iter().collect(),
                     dup: false,
                     seq: None,
+                    packet_id: None,
+                    released: false,
                 })
                 .collect()
         } else {
@@ -852,6 +863,8 @@ impl Broker {
                     subscription_ids: ids,
                     dup: false,
                     seq: None,
+                    packet_id: None,
+                    released: false,
                 };
                 if let Some(s) = st.sessions.get_mut(&client) {
                     self.deliver(&client, s, d, now, &mut p);

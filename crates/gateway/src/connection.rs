@@ -79,8 +79,8 @@ pub enum ConnError {
 enum Flight {
     /// QoS 1 sent, or QoS 2 sent and waiting for PUBREC.
     Sent(Delivery),
-    /// QoS 2 PUBREL sent, waiting for PUBCOMP (with the store sequence).
-    Released(Option<u64>),
+    /// QoS 2 PUBREL sent, waiting for PUBCOMP.
+    Released(Delivery),
 }
 
 /// A connection after its CONNECT.
@@ -169,9 +169,20 @@ where
     let mut ids: Vec<u16> = conn.inflight.keys().copied().collect();
     ids.sort_unstable();
     for id in ids {
-        if let Some(Flight::Sent(mut d)) = conn.inflight.remove(&id) {
-            d.dup = true;
-            unacked.push(d);
+        // Sent again on the session's next connection with the same Packet
+        // Identifier (§4.4): PUBLISH with DUP, or only the PUBREL.
+        match conn.inflight.remove(&id) {
+            Some(Flight::Sent(mut d)) => {
+                d.dup = true;
+                d.packet_id = Some(id);
+                unacked.push(d);
+            }
+            Some(Flight::Released(mut d)) => {
+                d.released = true;
+                d.packet_id = Some(id);
+                unacked.push(d);
+            }
+            None => {}
         }
     }
     unacked.extend(conn.pending.drain(..).filter(|d| d.qos != QoS::AtMostOnce));
@@ -504,11 +515,9 @@ fn handle(
                     }
                     return Ok(None);
                 }
-                let seq = match conn.inflight.get(&a.packet_id) {
-                    Some(Flight::Sent(d)) => d.seq,
-                    _ => None,
-                };
-                conn.inflight.insert(a.packet_id, Flight::Released(seq));
+                if let Some(Flight::Sent(d)) = conn.inflight.remove(&a.packet_id) {
+                    conn.inflight.insert(a.packet_id, Flight::Released(d));
+                }
                 reason::SUCCESS
             } else {
                 reason::PACKET_IDENTIFIER_NOT_FOUND
@@ -516,10 +525,10 @@ fn handle(
             conn.send(&Packet::PubRel(ack(a.packet_id, code)));
         }
         Packet::PubComp(a) => {
-            if let Some(Flight::Released(seq)) = conn.inflight.get(&a.packet_id) {
-                let seq = *seq;
-                conn.inflight.remove(&a.packet_id);
-                conn.done(broker, seq);
+            if let Some(Flight::Released(_)) = conn.inflight.get(&a.packet_id) {
+                if let Some(Flight::Released(d)) = conn.inflight.remove(&a.packet_id) {
+                    conn.done(broker, d.seq);
+                }
             }
         }
         Packet::PubRel(a) => {
@@ -757,9 +766,26 @@ impl Conn {
             if d.qos != QoS::AtMostOnce && self.inflight.len() >= self.send_quota {
                 return;
             }
-            let Some(d) = self.pending.pop_front() else {
+            let Some(mut d) = self.pending.pop_front() else {
                 return;
             };
+            // Its old Packet Identifier, unless a message of this connection
+            // took it meanwhile (a takeover's leftovers arrive late).
+            let old_id = d
+                .packet_id
+                .take()
+                .filter(|id| !self.inflight.contains_key(id));
+            if d.released {
+                if let Some(id) = old_id {
+                    // The client has the message: it only waits for PUBREL.
+                    self.send(&Packet::PubRel(ack(id, reason::SUCCESS)));
+                    self.inflight.insert(id, Flight::Released(d));
+                    continue;
+                }
+                // Its identifier is gone: the PUBLISH goes again (the best
+                // we can do; the client may see it twice).
+                d.released = false;
+            }
             if d.message.expired(now) {
                 self.done(broker, d.seq);
                 continue;
@@ -773,7 +799,8 @@ impl Conn {
                     .map(|e| e.saturating_duration_since(now).as_secs().max(1) as u32);
                 properties.subscription_identifiers = d.subscription_ids.clone();
             }
-            let packet_id = (d.qos != QoS::AtMostOnce).then(|| self.next_packet_id());
+            let packet_id =
+                (d.qos != QoS::AtMostOnce).then(|| old_id.unwrap_or_else(|| self.next_packet_id()));
             let p = Packet::Publish(Publish {
                 dup: d.dup && d.qos != QoS::AtMostOnce,
                 qos: d.qos,

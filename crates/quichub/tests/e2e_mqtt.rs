@@ -647,3 +647,118 @@ async fn qos2_retransmission_after_reconnect_is_delivered_once() {
         [Bytes::from_static(b"once"), Bytes::from_static(b"marker")]
     );
 }
+
+/// §4.4: on a resumed session the broker sends unacknowledged QoS 1/2
+/// PUBLISHes again with their original Packet Identifiers (DUP set), and a
+/// QoS 2 message the client already acknowledged with PUBREC only gets its
+/// PUBREL again, never a second PUBLISH.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumed_session_resends_with_original_packet_ids_and_pubrel() {
+    let gw = TestGateway::start().await;
+    for version in [Version::V311, Version::V5] {
+        let id = format!("resend-{version:?}");
+        let topic = format!("resend/{version:?}");
+        let connect = |clean_start| quichub_mqtt::Connect {
+            version,
+            client_id: id.clone(),
+            clean_start,
+            keep_alive: 30,
+            username: None,
+            password: None,
+            will: None,
+            properties: Properties {
+                session_expiry_interval: (version == Version::V5).then_some(60),
+                ..Properties::default()
+            },
+        };
+        // 3.1.1: Clean Session 0 makes the session persistent.
+        let (mut sub, _) = Raw::connect_with(gw.mqtt, connect(version == Version::V5)).await;
+        sub.send(&Packet::Subscribe(quichub_mqtt::Subscribe {
+            packet_id: 1,
+            filters: vec![quichub_mqtt::SubscribeFilter {
+                filter: topic.clone(),
+                options: quichub_mqtt::SubscriptionOptions {
+                    qos: quichub_mqtt::QoS::ExactlyOnce,
+                    ..Default::default()
+                },
+            }],
+            properties: Properties::default(),
+        }))
+        .await;
+        assert!(matches!(sub.recv().await, Some(Packet::SubAck(_))));
+        let mut publisher = Raw::connect(&gw, version, &format!("{id}-pub")).await;
+        for (i, (qos, body)) in [
+            (quichub_mqtt::QoS::ExactlyOnce, "a"),
+            (quichub_mqtt::QoS::ExactlyOnce, "b"),
+            (quichub_mqtt::QoS::AtLeastOnce, "c"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            publisher
+                .send(&Packet::Publish(quichub_mqtt::Publish {
+                    qos,
+                    topic: topic.clone(),
+                    packet_id: Some(i as u16 + 1),
+                    payload: Bytes::from_static(body.as_bytes()),
+                    ..Default::default()
+                }))
+                .await;
+        }
+        // The subscriber takes all three and acknowledges only "a" (PUBREC;
+        // the PUBREL comes and is not answered), then its connection drops.
+        let mut first = Vec::new();
+        while first.len() < 3 {
+            match sub.recv().await {
+                Some(Packet::Publish(p)) => first.push((p.packet_id.unwrap(), p.payload)),
+                other => panic!("expected PUBLISH, got {other:?}"),
+            }
+        }
+        let ids: Vec<u16> = first.iter().map(|(i, _)| *i).collect();
+        sub.send(&Packet::PubRec(quichub_mqtt::Ack::new(ids[0])))
+            .await;
+        match sub.recv().await {
+            Some(Packet::PubRel(r)) => assert_eq!(r.packet_id, ids[0]),
+            other => panic!("expected PUBREL, got {other:?}"),
+        }
+        drop(sub);
+        // Give the broker a moment to see the connection gone.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (mut sub, ack) = Raw::connect_with(gw.mqtt, connect(false)).await;
+        assert!(ack.session_present);
+        match sub.recv().await {
+            Some(Packet::PubRel(r)) => assert_eq!(r.packet_id, ids[0], "PUBREL, not PUBLISH"),
+            other => panic!("{version:?}: expected the PUBREL again, got {other:?}"),
+        }
+        for (want_id, want_body) in [(ids[1], "b"), (ids[2], "c")] {
+            match sub.recv().await {
+                Some(Packet::Publish(p)) => {
+                    assert_eq!(p.packet_id, Some(want_id), "original Packet Identifier");
+                    assert!(p.dup, "DUP on a resend");
+                    assert_eq!(&p.payload[..], want_body.as_bytes());
+                }
+                other => panic!("{version:?}: expected {want_body} again, got {other:?}"),
+            }
+        }
+        // Completing the flows leaves nothing to resend.
+        sub.send(&Packet::PubComp(quichub_mqtt::Ack::new(ids[0])))
+            .await;
+        sub.send(&Packet::PubRec(quichub_mqtt::Ack::new(ids[1])))
+            .await;
+        assert!(matches!(sub.recv().await, Some(Packet::PubRel(r)) if r.packet_id == ids[1]));
+        sub.send(&Packet::PubComp(quichub_mqtt::Ack::new(ids[1])))
+            .await;
+        sub.send(&Packet::PubAck(quichub_mqtt::Ack::new(ids[2])))
+            .await;
+        sub.send(&Packet::PingReq).await;
+        assert!(matches!(sub.recv().await, Some(Packet::PingResp)));
+        drop(sub);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (mut sub, _) = Raw::connect_with(gw.mqtt, connect(false)).await;
+        sub.send(&Packet::PingReq).await;
+        assert!(
+            matches!(sub.recv().await, Some(Packet::PingResp)),
+            "nothing left to resend"
+        );
+    }
+}
