@@ -316,8 +316,8 @@ impl Broker {
                         subscription_ids: q.ids,
                         dup: true,
                         seq: Some(q.seq),
-                        packet_id: None,
-                        released: false,
+                        packet_id: q.packet_id,
+                        released: q.released,
                     })
                     .collect();
                 st.sessions.insert(
@@ -358,6 +358,20 @@ impl Broker {
             store.append(Record::Done {
                 client: client.clone(),
                 seq,
+            });
+        }
+    }
+
+    /// Records that the persisted QoS 2 delivery `seq` of `client` went out
+    /// with `packet_id` (and, once `released`, was PUBREC'd), so a restart
+    /// sends it again the same way.
+    pub fn inflight(&self, client: &Arc<str>, seq: u64, packet_id: u16, released: bool) {
+        if let Some(store) = &self.store {
+            store.append(Record::Inflight {
+                client: client.clone(),
+                seq,
+                packet_id,
+                released,
             });
         }
     }

@@ -516,6 +516,9 @@ fn handle(
                     return Ok(None);
                 }
                 if let Some(Flight::Sent(d)) = conn.inflight.remove(&a.packet_id) {
+                    if let Some(seq) = d.seq {
+                        broker.inflight(&conn.client, seq, a.packet_id, true);
+                    }
                     conn.inflight.insert(a.packet_id, Flight::Released(d));
                 }
                 reason::SUCCESS
@@ -820,6 +823,9 @@ impl Conn {
             }
             self.send(&p);
             if let Some(id) = packet_id {
+                if let (QoS::ExactlyOnce, Some(seq), None) = (d.qos, d.seq, old_id) {
+                    broker.inflight(&self.client, seq, id, false);
+                }
                 self.inflight.insert(id, Flight::Sent(d));
             }
         }

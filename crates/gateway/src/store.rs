@@ -114,6 +114,19 @@ pub enum Record {
         /// Topic.
         topic: Arc<str>,
     },
+    /// A queued QoS 2 delivery was sent with `packet_id` (and, once
+    /// `released`, acknowledged with PUBREC), so that after a restart it is
+    /// sent again with the same identifier, or only its PUBREL (§4.4).
+    Inflight {
+        /// Client Identifier.
+        client: Arc<str>,
+        /// Message sequence number.
+        seq: u64,
+        /// Packet Identifier it was sent with.
+        packet_id: u16,
+        /// PUBREC received: only PUBREL is due.
+        released: bool,
+    },
 }
 
 /// A queued delivery as recovered.
@@ -129,6 +142,10 @@ pub struct QueuedRecord {
     pub retain: bool,
     /// Subscription Identifiers.
     pub ids: Vec<u32>,
+    /// Packet Identifier of a QoS 2 delivery sent before the restart.
+    pub packet_id: Option<u16>,
+    /// Acknowledged with PUBREC before the restart: only PUBREL is due.
+    pub released: bool,
 }
 
 /// A persistent session as recovered.
@@ -168,6 +185,8 @@ struct LiveSession {
     expiry: u32,
     subs: BTreeMap<String, SubOptions>,
     queue: BTreeMap<u64, Record>,
+    /// Packet Identifier and PUBREC state of queued QoS 2 deliveries in flight.
+    inflight: BTreeMap<u64, (u16, bool)>,
 }
 
 impl Live {
@@ -228,7 +247,10 @@ impl Live {
                 let removed = self
                     .sessions
                     .get_mut(client)
-                    .and_then(|s| s.queue.remove(seq))
+                    .and_then(|s| {
+                        s.inflight.remove(seq);
+                        s.queue.remove(seq)
+                    })
                     .is_some();
                 if removed {
                     self.release(*seq);
@@ -248,6 +270,18 @@ impl Live {
             Record::Unretain { topic } => {
                 if let Some(old) = self.retained.remove(topic) {
                     self.release(old);
+                }
+            }
+            Record::Inflight {
+                client,
+                seq,
+                packet_id,
+                released,
+            } => {
+                if let Some(s) = self.sessions.get_mut(client) {
+                    if s.queue.contains_key(seq) {
+                        s.inflight.insert(*seq, (*packet_id, *released));
+                    }
                 }
             }
         }
@@ -281,6 +315,14 @@ impl Live {
                 });
             }
             out.extend(s.queue.values().cloned());
+            for (seq, (packet_id, released)) in &s.inflight {
+                out.push(Record::Inflight {
+                    client: client.clone(),
+                    seq: *seq,
+                    packet_id: *packet_id,
+                    released: *released,
+                });
+            }
         }
         for (topic, seq) in &self.retained {
             out.push(Record::Retain {
@@ -302,6 +344,14 @@ impl Live {
             return None;
         };
         decode_message(publish, *expires, now, unix_now).map(Arc::new)
+    }
+
+    /// The message even if expired (a PUBREL for it is still due).
+    fn message_any(&self, seq: u64) -> Option<Arc<Message>> {
+        let (Record::Msg { publish, .. }, _) = self.msgs.get(&seq)? else {
+            return None;
+        };
+        decode_message(publish, 0, Instant::now(), 0).map(Arc::new)
     }
 }
 
@@ -372,10 +422,19 @@ impl Store {
                         ..
                     } => Some(QueuedRecord {
                         seq: *seq,
-                        message: live.message(*seq, now, unix_now)?,
+                        // A message PUBREC'd is delivered: its PUBREL is due
+                        // even past its expiry.
+                        message: live.message(*seq, now, unix_now).or_else(|| {
+                            s.inflight
+                                .get(seq)
+                                .filter(|(_, released)| *released)
+                                .and_then(|_| live.message_any(*seq))
+                        })?,
                         qos: *qos,
                         retain: *retain,
                         ids: ids.clone(),
+                        packet_id: s.inflight.get(seq).map(|(id, _)| *id),
+                        released: s.inflight.get(seq).is_some_and(|(_, r)| *r),
                     }),
                     _ => None,
                 })
@@ -617,6 +676,10 @@ fn get_u32(s: &mut &[u8]) -> Option<u32> {
     (s.len() >= 4).then(|| s.get_u32())
 }
 
+fn get_u16(s: &mut &[u8]) -> Option<u16> {
+    (s.len() >= 2).then(|| s.get_u16())
+}
+
 fn get_u8(s: &mut &[u8]) -> Option<u8> {
     (!s.is_empty()).then(|| s.get_u8())
 }
@@ -695,6 +758,18 @@ fn encode(r: &Record, out: &mut BytesMut) {
             out.put_u8(9);
             put_str(out, topic);
         }
+        Record::Inflight {
+            client,
+            seq,
+            packet_id,
+            released,
+        } => {
+            out.put_u8(10);
+            put_str(out, client);
+            out.put_u64(*seq);
+            out.put_u16(*packet_id);
+            out.put_u8(u8::from(*released));
+        }
     }
 }
 
@@ -764,6 +839,16 @@ fn parse(mut s: &[u8]) -> Option<Record> {
         },
         9 => Record::Unretain {
             topic: get_str(s)?.into(),
+        },
+        10 => Record::Inflight {
+            client: get_str(s)?.into(),
+            seq: get_u64(s)?,
+            packet_id: get_u16(s)?,
+            released: match get_u8(s)? {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
         },
         _ => return None,
     };
@@ -908,6 +993,12 @@ mod tests {
                 seq: 3,
             },
             Record::Unretain { topic: "t".into() },
+            Record::Inflight {
+                client: c.clone(),
+                seq: 3,
+                packet_id: 0xbeef,
+                released: true,
+            },
         ];
         for r in recs {
             let mut b = BytesMut::new();

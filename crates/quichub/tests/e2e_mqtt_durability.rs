@@ -275,3 +275,75 @@ async fn kill_9_loses_no_acknowledged_message() {
     drop(relay);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// QoS 2 in flight survives kill -9 as session state (§4.4): after the
+/// restart, a message the subscriber had PUBREC'd gets only its PUBREL
+/// again, and one it had received but not acknowledged comes again with its
+/// original Packet Identifier and DUP, so the client can recognise both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_keeps_qos2_packet_ids_and_pubrel_state() {
+    let dir = std::env::temp_dir().join(format!("quichub-durability-q2-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (mut relay, addr) = start(&dir);
+    let (mut sub, _) = Raw::connect_with(addr, persistent("q2-durable")).await;
+    sub.send(&Packet::Subscribe(Subscribe {
+        packet_id: 1,
+        filters: vec![SubscribeFilter {
+            filter: "q2/durable".into(),
+            options: SubscriptionOptions {
+                qos: QoS::ExactlyOnce,
+                ..Default::default()
+            },
+        }],
+        properties: Properties::default(),
+    }))
+    .await;
+    assert!(matches!(sub.recv().await, Some(Packet::SubAck(_))));
+    let (mut publisher, _) = Raw::connect_with(addr, persistent("q2-pub")).await;
+    for (i, body) in ["a", "b"].into_iter().enumerate() {
+        let id = i as u16 + 1;
+        publisher
+            .send(&Packet::Publish(Publish {
+                qos: QoS::ExactlyOnce,
+                topic: "q2/durable".into(),
+                packet_id: Some(id),
+                payload: Bytes::from_static(body.as_bytes()),
+                ..Default::default()
+            }))
+            .await;
+        assert!(matches!(publisher.recv().await, Some(Packet::PubRec(_))));
+        publisher.send(&Packet::PubRel(Ack::new(id))).await;
+        assert!(matches!(publisher.recv().await, Some(Packet::PubComp(_))));
+    }
+    let mut ids = Vec::new();
+    while ids.len() < 2 {
+        match sub.recv().await {
+            Some(Packet::Publish(p)) => ids.push(p.packet_id.unwrap()),
+            other => panic!("expected PUBLISH, got {other:?}"),
+        }
+    }
+    sub.send(&Packet::PubRec(Ack::new(ids[0]))).await;
+    assert!(matches!(sub.recv().await, Some(Packet::PubRel(r)) if r.packet_id == ids[0]));
+    // The broker's log is group-committed in the background: give it time
+    // to write the PUBREC's record, then kill it without warning.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    relay.0.kill().unwrap();
+    relay.0.wait().unwrap();
+    drop(relay);
+    let (_relay, addr) = start(&dir);
+    let (mut sub, ack) = Raw::connect_with(addr, persistent("q2-durable")).await;
+    assert!(ack.session_present);
+    match sub.recv().await {
+        Some(Packet::PubRel(r)) => assert_eq!(r.packet_id, ids[0], "PUBREL, not PUBLISH"),
+        other => panic!("expected the PUBREL again, got {other:?}"),
+    }
+    match sub.recv().await {
+        Some(Packet::Publish(p)) => {
+            assert_eq!(p.packet_id, Some(ids[1]), "original Packet Identifier");
+            assert!(p.dup);
+            assert_eq!(&p.payload[..], b"b");
+        }
+        other => panic!("expected b again, got {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
