@@ -343,6 +343,86 @@ pub fn data_header(len: usize) -> Bytes {
     b.freeze()
 }
 
+/// The body of the `h3_request` fuzz target (`crates/net/fuzz`), also run by
+/// this module's proptests: bytes of a request stream, fed in two chunks
+/// split where the first byte says, through [`next_frame`],
+/// [`check_request_frame`] and [`decode_request_head`]. Besides "never
+/// panics": `Ok(None)` consumes nothing, and every head that decodes
+/// re-encodes and decodes to the same head.
+#[doc(hidden)]
+pub fn fuzz_request_stream(data: &[u8]) {
+    let Some((&first, rest)) = data.split_first() else {
+        return;
+    };
+    let cut = usize::from(first).min(rest.len());
+    let mut buf = BytesMut::new();
+    for chunk in [&rest[..cut], &rest[cut..]] {
+        buf.extend_from_slice(chunk);
+        loop {
+            let before = buf.len();
+            match next_frame(&mut buf, request_limits(4096)) {
+                Ok(None) => {
+                    assert_eq!(buf.len(), before, "need-more consumed bytes");
+                    break;
+                }
+                Err(e) => {
+                    let _ = e.code();
+                    return;
+                }
+                Ok(Some((typ, payload))) => {
+                    if check_request_frame(typ).is_err() || typ != frame::HEADERS {
+                        continue;
+                    }
+                    let Ok(head) = decode_request_head(&payload) else {
+                        continue;
+                    };
+                    round_trip(&head);
+                }
+            }
+        }
+    }
+}
+
+fn round_trip(head: &RequestHead) {
+    if head.path.is_empty() {
+        return;
+    }
+    let mut fields = Headers::default();
+    fields.set(":method", head.method.as_str());
+    fields.set(":scheme", "https");
+    fields.set(":authority", &head.authority);
+    fields.set(":path", &head.path);
+    if let Some(p) = &head.protocol {
+        fields.set(":protocol", p);
+    }
+    for (n, v) in &head.headers {
+        if let Ok(v) = v.to_str() {
+            fields.set(n.as_str(), v);
+        }
+    }
+    let mut section = BytesMut::new();
+    if fields.encode(&mut section).is_err() {
+        return;
+    }
+    let mut out = BytesMut::new();
+    encode_varint(frame::HEADERS, &mut out);
+    encode_varint(section.len() as u64, &mut out);
+    out.put_slice(&section);
+    let (typ, payload) = next_frame(&mut out, request_limits(0))
+        .expect("our own frame parses")
+        .expect("complete");
+    assert_eq!(typ, frame::HEADERS);
+    let again = decode_request_head(&payload).expect("our own head decodes");
+    assert_eq!(again.method, head.method);
+    assert_eq!(again.path, head.path);
+    assert_eq!(again.authority, head.authority);
+    assert_eq!(again.protocol, head.protocol);
+    // One value per name survives (the static-table QPACK keeps the last).
+    for (n, v) in &again.headers {
+        assert!(head.headers.get_all(n).iter().any(|x| x == v), "{n}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,5 +598,32 @@ mod tests {
         assert_eq!(fields.get(":status"), Some("200"));
         assert_eq!(fields.get("content-type"), Some("text/event-stream"));
         assert_eq!(&data_header(5)[..], &[0x00, 0x05]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_request_streams_never_panic(data in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            fuzz_request_stream(&data);
+        }
+
+        #[test]
+        fn mutated_requests_never_panic(
+            cut in 0u8..=255,
+            flips in proptest::collection::vec((0usize..256, proptest::num::u8::ANY), 0..4),
+        ) {
+            let mut h = HeaderMap::new();
+            h.insert("x-history-length", HeaderValue::from_static("10"));
+            let mut b = BytesMut::new();
+            encode_request_head(&Method::GET, "localhost", "/v1/t/a/b", &h, &mut b).unwrap();
+            b.extend_from_slice(&data_header(3));
+            b.extend_from_slice(b"abc");
+            let mut data = vec![cut];
+            data.extend_from_slice(&b);
+            for (i, x) in flips {
+                let n = data.len();
+                data[1 + i % (n - 1)] ^= x;
+            }
+            fuzz_request_stream(&data);
+        }
     }
 }
