@@ -202,7 +202,16 @@ struct Session {
     /// connection, so a DUP retransmission after a reconnect or a takeover is
     /// acknowledged, not routed again.
     awaiting_rel: AwaitingRel,
+    /// Packet Identifiers of our QoS 1/2 PUBLISHes to the client that are
+    /// not complete, on any connection of the session (a taken-over one
+    /// included) or carried by queued deliveries: a fresh identifier must
+    /// not be one of them (§2.2.1), or the client would take a new message
+    /// for one it already has.
+    out_ids: OutIds,
 }
+
+/// See [`Session`]'s `out_ids`.
+pub type OutIds = Arc<Mutex<std::collections::HashSet<u16>>>;
 
 /// See [`Session`]'s `awaiting_rel`.
 pub type AwaitingRel = Arc<Mutex<std::collections::HashSet<u16>>>;
@@ -256,6 +265,8 @@ pub struct Connected {
     pub backlog: Vec<Delivery>,
     /// The session's QoS 2 packet identifiers awaiting PUBREL.
     pub awaiting_rel: AwaitingRel,
+    /// The session's outgoing Packet Identifiers in use.
+    pub out_ids: OutIds,
 }
 
 /// Why a SUBSCRIBE filter was refused: its reason code.
@@ -319,7 +330,10 @@ impl Broker {
                         packet_id: q.packet_id,
                         released: q.released,
                     })
-                    .collect();
+                    .collect::<VecDeque<Delivery>>();
+                let out_ids: OutIds = Arc::new(Mutex::new(
+                    queue.iter().filter_map(|d| d.packet_id).collect(),
+                ));
                 st.sessions.insert(
                     client.clone(),
                     Session {
@@ -330,6 +344,7 @@ impl Broker {
                         queue,
                         resumed: false,
                         awaiting_rel: AwaitingRel::default(),
+                        out_ids,
                     },
                 );
                 for (filter, opts) in rec.subscriptions {
@@ -461,6 +476,7 @@ impl Broker {
                 queue: VecDeque::new(),
                 resumed: false,
                 awaiting_rel: AwaitingRel::default(),
+                out_ids: OutIds::default(),
             });
         let present = exists && !clean_start;
         session.resumed = present;
@@ -468,15 +484,27 @@ impl Broker {
         session.expiry = expiry;
         session.disconnected = None;
         let now = Instant::now();
-        let backlog = session
-            .queue
-            .drain(..)
-            .filter(|d| !d.message.expired(now))
-            .collect();
+        let mut backlog = Vec::with_capacity(session.queue.len());
+        for d in session.queue.drain(..) {
+            // An expired message is dropped unless it was sent already: its
+            // delivery has begun, and the client may wait for a PUBREL
+            // (§3.3.2.3.3).
+            if d.packet_id.is_none() && d.message.expired(now) {
+                if let (Some(store), Some(seq)) = (&self.store, d.seq) {
+                    store.append(Record::Done {
+                        client: client.clone(),
+                        seq,
+                    });
+                }
+            } else {
+                backlog.push(d);
+            }
+        }
         Ok(Connected {
             session_present: present,
             backlog,
             awaiting_rel: session.awaiting_rel.clone(),
+            out_ids: session.out_ids.clone(),
         })
     }
 
@@ -511,11 +539,8 @@ impl Broker {
                     for d in unacked {
                         if d.qos != QoS::AtMostOnce && session.queue.len() < max {
                             session.queue.push_back(d);
-                        } else if let (Some(store), Some(seq)) = (&self.store, d.seq) {
-                            store.append(Record::Done {
-                                client: client.clone(),
-                                seq,
-                            });
+                        } else {
+                            Self::dropped(&self.store, client, session, &d);
                         }
                     }
                     if let Some(o) = &session.outbox {
@@ -563,11 +588,8 @@ impl Broker {
                     for d in unacked.into_iter().rev() {
                         if d.qos != QoS::AtMostOnce && session.queue.len() < max {
                             session.queue.push_front(d);
-                        } else if let (Some(store), Some(seq)) = (&self.store, d.seq) {
-                            store.append(Record::Done {
-                                client: client.clone(),
-                                seq,
-                            });
+                        } else {
+                            Self::dropped(&self.store, client, session, &d);
                         }
                     }
                 }
@@ -627,6 +649,24 @@ impl Broker {
         };
         for m in due {
             self.publish(m);
+        }
+    }
+
+    /// A delivery of `session` given up: the store forgets it and its
+    /// Packet Identifier is free again.
+    fn dropped(store: &Option<Arc<Store>>, client: &Arc<str>, session: &Session, d: &Delivery) {
+        if let (Some(store), Some(seq)) = (store, d.seq) {
+            store.append(Record::Done {
+                client: client.clone(),
+                seq,
+            });
+        }
+        if let Some(id) = d.packet_id {
+            session
+                .out_ids
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
         }
     }
 

@@ -100,6 +100,9 @@ struct Conn {
     next_id: u16,
     /// Client QoS 2 packet ids awaiting PUBREL.
     awaiting_rel: crate::broker::AwaitingRel,
+    /// The session's outgoing packet ids in use (this connection's and any
+    /// other's of the session).
+    out_ids: crate::broker::OutIds,
     aliases: HashMap<u16, String>,
     will: Option<(Message, Duration)>,
     /// Session Expiry Interval as connected (0 forbids raising it at DISCONNECT).
@@ -371,6 +374,7 @@ async fn accept<W: AsyncWrite + Unpin>(
             .map_or(usize::MAX, |m| m as usize),
         next_id: 1,
         awaiting_rel: connected.awaiting_rel.clone(),
+        out_ids: connected.out_ids.clone(),
         aliases: HashMap::new(),
         will,
         connected_expiry: granted,
@@ -501,6 +505,7 @@ fn handle(
             if matches!(conn.inflight.get(&a.packet_id), Some(Flight::Sent(d)) if d.qos == QoS::AtLeastOnce)
             {
                 if let Some(Flight::Sent(d)) = conn.inflight.remove(&a.packet_id) {
+                    conn.release_id(a.packet_id);
                     conn.done(broker, d.seq);
                 }
             }
@@ -511,6 +516,7 @@ fn handle(
                 if reason::is_error(a.code) {
                     // The client refused it: it is not redelivered.
                     if let Some(Flight::Sent(d)) = conn.inflight.remove(&a.packet_id) {
+                        conn.release_id(a.packet_id);
                         conn.done(broker, d.seq);
                     }
                     return Ok(None);
@@ -530,6 +536,7 @@ fn handle(
         Packet::PubComp(a) => {
             if let Some(Flight::Released(_)) = conn.inflight.get(&a.packet_id) {
                 if let Some(Flight::Released(d)) = conn.inflight.remove(&a.packet_id) {
+                    conn.release_id(a.packet_id);
                     conn.done(broker, d.seq);
                 }
             }
@@ -749,14 +756,26 @@ impl Conn {
         }
     }
 
+    /// A Packet Identifier no delivery of the session holds. The session
+    /// never has 65 535 in use (its queue and Receive Maximum are far
+    /// smaller), so the search ends.
     fn next_packet_id(&mut self) -> u16 {
+        let mut used = self.out_ids.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let id = self.next_id;
             self.next_id = self.next_id.checked_add(1).unwrap_or(1);
-            if !self.inflight.contains_key(&id) {
+            if !self.inflight.contains_key(&id) && used.insert(id) {
                 return id;
             }
         }
+    }
+
+    /// A delivery's flow is over: its identifier is free again.
+    fn release_id(&self, id: u16) {
+        self.out_ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
     }
 
     /// Writes pending deliveries while the client's Receive Maximum allows.
@@ -789,7 +808,9 @@ impl Conn {
                 // we can do; the client may see it twice).
                 d.released = false;
             }
-            if d.message.expired(now) {
+            // Expired messages are dropped, unless sent already: delivery
+            // has begun (§3.3.2.3.3).
+            if old_id.is_none() && d.message.expired(now) {
                 self.done(broker, d.seq);
                 continue;
             }
@@ -817,6 +838,9 @@ impl Conn {
                 Ok(n) if n <= self.client_max_packet => {}
                 // Too large for this client: discarded as if delivered (§3.1.2.25).
                 _ => {
+                    if let Some(id) = packet_id {
+                        self.release_id(id);
+                    }
                     self.done(broker, d.seq);
                     continue;
                 }

@@ -422,14 +422,14 @@ impl Store {
                         ..
                     } => Some(QueuedRecord {
                         seq: *seq,
-                        // A message PUBREC'd is delivered: its PUBREL is due
-                        // even past its expiry.
-                        message: live.message(*seq, now, unix_now).or_else(|| {
-                            s.inflight
-                                .get(seq)
-                                .filter(|(_, released)| *released)
-                                .and_then(|_| live.message_any(*seq))
-                        })?,
+                        // A message sent already is being delivered: it is
+                        // sent again (or its PUBREL) even past its expiry
+                        // (§3.3.2.3.3).
+                        message: if s.inflight.contains_key(seq) {
+                            live.message_any(*seq)?
+                        } else {
+                            live.message(*seq, now, unix_now)?
+                        },
                         qos: *qos,
                         retain: *retain,
                         ids: ids.clone(),

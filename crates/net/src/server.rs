@@ -65,12 +65,21 @@ impl Server {
         config.transport_config(Arc::new(crate::transport_config()));
         let socket = bind_udp(addr).with_context(|| format!("bind UDP {addr}"))?;
         let runtime = quinn::default_runtime().context("no async runtime")?;
-        let endpoint = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
-            Some(config),
-            socket,
-            runtime,
-        )?;
+        let endpoint = if batch_sends() {
+            quinn::Endpoint::new_with_abstract_socket(
+                quinn::EndpointConfig::default(),
+                Some(config),
+                crate::batch_socket::BatchSocket::new(socket)?,
+                runtime,
+            )?
+        } else {
+            quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                Some(config),
+                socket,
+                runtime,
+            )?
+        };
         Ok(Self { endpoint })
     }
 
@@ -95,6 +104,12 @@ impl Server {
     }
 }
 
+/// Whether the server batches its sends across connections with `sendmmsg`
+/// ([`crate::batch_socket`]): `QUICHUB_UDP_BATCH=1` (experimental).
+fn batch_sends() -> bool {
+    cfg!(target_os = "linux") && std::env::var("QUICHUB_UDP_BATCH").is_ok_and(|v| v == "1")
+}
+
 /// Socket buffer size asked for (the kernel caps it at `net.core.rmem_max` /
 /// `wmem_max`). A relay with many subscribers receives bursts of ACKs at every
 /// fan-out; with the default ~200 kB buffer such a burst can overflow it and
@@ -117,7 +132,8 @@ pub(crate) fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket>
 /// Whether the TLS handshake of `conn` has completed: the client's Finished
 /// was verified, so the client holds the keys and nothing it sent can be an
 /// attacker's replay of 0-RTT data. Always true for connections that
-/// [`establish_any`] hands over after the handshake (all but `mqtt`).
+/// [`establish_any`] hands over after the handshake (all but `mqtt` and
+/// plain HTTP/3 on `h3`).
 ///
 /// (rustls exports keying material only once the handshake is complete.)
 pub fn handshake_complete(conn: &quinn::Connection) -> bool {

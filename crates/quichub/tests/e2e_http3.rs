@@ -197,14 +197,14 @@ async fn client_stopping_a_stream_frees_its_subscription() {
         &[],
     )
     .await;
-    // Two streams on one connection: the first is cancelled after 1 s
-    // (STOP_SENDING), the second stays until 8 s.
+    // Two streams on one connection: the first is cancelled after 3 s
+    // (STOP_SENDING), the second stays until 12 s.
     let mut c = H3Client::start(
         &py,
         gw.relay.addr.port(),
         json!({"parallel": true, "requests": [
-            {"method": "GET", "path": "/v1/t/leaving", "stream": {"timeout": 1}},
-            {"method": "GET", "path": "/v1/t/leaving", "stream": {"timeout": 8}},
+            {"method": "GET", "path": "/v1/t/leaving", "stream": {"timeout": 3}},
+            {"method": "GET", "path": "/v1/t/leaving", "stream": {"timeout": 12}},
         ]}),
         &[],
     )
@@ -343,10 +343,12 @@ async fn http3_and_mqtt_reach_each_other() {
 }
 
 /// A resumed connection sends its requests as 0-RTT data: the POST runs at
-/// once, the DELETE after the handshake; both succeed.
+/// once (before the handshake completes), the DELETE is held until the
+/// handshake completes; both succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_rtt_publish_over_http3() {
-    let Some((gw, _api, py)) = gateway(ApiConfig::default()).await else {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some((gw, api, py)) = gateway(ApiConfig::default()).await else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("quichub-h3-0rtt-{}", std::process::id()));
@@ -365,17 +367,32 @@ async fn zero_rtt_publish_over_http3() {
         "first connection: no ticket yet"
     );
     assert!(ticket.exists(), "the server sent a session ticket");
-    let v = run(
+    let (early, held) = (
+        api.metrics.early.load(Relaxed),
+        api.metrics.early_held.load(Relaxed),
+    );
+    // Both requests in the first flight.
+    let v = H3Client::start(
         &py,
-        &gw,
-        json!([
+        gw.relay.addr.port(),
+        json!({"parallel": true, "requests": [
             {"method": "POST", "path": "/v1/t/early", "body": "sent in 0-RTT"},
             {"method": "DELETE", "path": "/v1/t/gone"},
-        ]),
+        ]}),
         &["--ticket", t, "--zero-rtt"],
     )
+    .await
+    .result()
     .await;
     assert_eq!(v["early_data_accepted"], true, "{v:#}");
+    assert!(
+        api.metrics.early.load(Relaxed) > early,
+        "the POST ran before the handshake completed"
+    );
+    assert!(
+        api.metrics.early_held.load(Relaxed) > held,
+        "the DELETE waited for the handshake"
+    );
     assert_eq!(status(&v, 0), 204);
     assert_eq!(
         status(&v, 1),
@@ -402,7 +419,11 @@ async fn zero_rtt_publish_over_http3() {
 /// the connection and its other requests go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_reset_only_their_stream() {
-    let (gw, _api) = TestGateway::with_http3(ApiConfig::default()).await;
+    let (gw, _api) = TestGateway::with_http3(ApiConfig {
+        max_body: 1024,
+        ..ApiConfig::default()
+    })
+    .await;
     let c = quichub_net::client::Client::new(
         "127.0.0.1:0".parse().unwrap(),
         quichub_client::Verify::Insecure,
@@ -479,6 +500,32 @@ async fn malformed_requests_reset_only_their_stream() {
         raw(frame::HEADERS, section.len() as u64, section).await,
         code::MESSAGE_ERROR as u64
     );
+    // Empty DATA frames count against the body limit too (each would
+    // otherwise cost the server memory for nothing): 413.
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let mut b = bytes::BytesMut::new();
+    codec::encode_request_head(
+        &http::Method::POST,
+        "localhost",
+        "/v1/t/flood",
+        &http::HeaderMap::new(),
+        &mut b,
+    )
+    .unwrap();
+    for _ in 0..40_000 {
+        b.extend_from_slice(&[0x00, 0x00]);
+    }
+    let _ = send.write_all(&b).await;
+    let _ = send.finish();
+    let mut resp = bytes::BytesMut::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(Some(n)) = within(10, recv.read(&mut chunk)).await {
+        resp.extend_from_slice(&chunk[..n]);
+    }
+    let (typ, head) = codec::next_frame(&mut resp, |_| 1 << 20).unwrap().unwrap();
+    assert_eq!(typ, frame::HEADERS);
+    let fields = web_transport_quinn::proto::qpack::Headers::decode(&mut &head[..]).unwrap();
+    assert_eq!(fields.get(":status"), Some("413"));
     // The connection still serves.
     assert_eq!(get_time().await.unwrap().status, 200);
     assert!(conn.close_reason().is_none());
@@ -488,13 +535,23 @@ async fn malformed_requests_reset_only_their_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_binary_serves_http3() {
     use std::io::BufRead;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_quichub"))
-        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off"])
-        .args(["--mqtt", "off", "--http", "off", "--data-dir", "off"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    /// Kills the relay however the test ends.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Kill(
+        std::process::Command::new(env!("CARGO_BIN_EXE_quichub"))
+            .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off"])
+            .args(["--mqtt", "off", "--http", "off", "--data-dir", "off"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = std::io::BufReader::new(child.0.stdout.take().unwrap()).lines();
     let addr: std::net::SocketAddr = loop {
         let line = lines.next().expect("relay output").unwrap();
         if let Some(rest) = line.strip_prefix("http3 udp ") {
@@ -520,7 +577,6 @@ async fn relay_binary_serves_http3() {
             1024,
         )
         .await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     assert_eq!(r.unwrap().status, 201);
 }

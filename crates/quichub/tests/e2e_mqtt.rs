@@ -687,6 +687,29 @@ async fn resumed_session_resends_with_original_packet_ids_and_pubrel() {
         .await;
         assert!(matches!(sub.recv().await, Some(Packet::SubAck(_))));
         let mut publisher = Raw::connect(&gw, version, &format!("{id}-pub")).await;
+        // Three completed QoS 1 flows first, so the messages below get
+        // identifiers 4 to 6, not the ones a fresh connection would pick.
+        for i in 0..3u16 {
+            publisher
+                .send(&Packet::Publish(quichub_mqtt::Publish {
+                    qos: quichub_mqtt::QoS::AtLeastOnce,
+                    topic: topic.clone(),
+                    packet_id: Some(100 + i),
+                    payload: Bytes::from_static(b"warm-up"),
+                    ..Default::default()
+                }))
+                .await;
+            assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
+            match sub.recv().await {
+                Some(Packet::Publish(p)) => {
+                    sub.send(&Packet::PubAck(quichub_mqtt::Ack::new(
+                        p.packet_id.unwrap(),
+                    )))
+                    .await
+                }
+                other => panic!("expected the warm-up PUBLISH, got {other:?}"),
+            }
+        }
         for (i, (qos, body)) in [
             (quichub_mqtt::QoS::ExactlyOnce, "a"),
             (quichub_mqtt::QoS::ExactlyOnce, "b"),
@@ -715,6 +738,7 @@ async fn resumed_session_resends_with_original_packet_ids_and_pubrel() {
             }
         }
         let ids: Vec<u16> = first.iter().map(|(i, _)| *i).collect();
+        assert_eq!(ids, [4, 5, 6]);
         sub.send(&Packet::PubRec(quichub_mqtt::Ack::new(ids[0])))
             .await;
         match sub.recv().await {

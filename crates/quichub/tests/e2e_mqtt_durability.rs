@@ -300,6 +300,27 @@ async fn kill_9_keeps_qos2_packet_ids_and_pubrel_state() {
     .await;
     assert!(matches!(sub.recv().await, Some(Packet::SubAck(_))));
     let (mut publisher, _) = Raw::connect_with(addr, persistent("q2-pub")).await;
+    // Two completed flows first: "a" and "b" get identifiers 3 and 4, not
+    // the ones a fresh connection would pick.
+    for i in 0..2u16 {
+        publisher
+            .send(&Packet::Publish(Publish {
+                qos: QoS::AtLeastOnce,
+                topic: "q2/durable".into(),
+                packet_id: Some(50 + i),
+                payload: Bytes::from_static(b"warm-up"),
+                ..Default::default()
+            }))
+            .await;
+        assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
+        match sub.recv().await {
+            Some(Packet::Publish(p)) => {
+                sub.send(&Packet::PubAck(Ack::new(p.packet_id.unwrap())))
+                    .await
+            }
+            other => panic!("expected the warm-up PUBLISH, got {other:?}"),
+        }
+    }
     for (i, body) in ["a", "b"].into_iter().enumerate() {
         let id = i as u16 + 1;
         publisher
@@ -322,11 +343,22 @@ async fn kill_9_keeps_qos2_packet_ids_and_pubrel_state() {
             other => panic!("expected PUBLISH, got {other:?}"),
         }
     }
+    assert_eq!(ids, [3, 4]);
     sub.send(&Packet::PubRec(Ack::new(ids[0]))).await;
     assert!(matches!(sub.recv().await, Some(Packet::PubRel(r)) if r.packet_id == ids[0]));
-    // The broker's log is group-committed in the background: give it time
-    // to write the PUBREC's record, then kill it without warning.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The log is written in order: once a later QoS 1 publish to the
+    // persistent session is acknowledged (only when durable), the PUBREC's
+    // record is on disk too.
+    publisher
+        .send(&Packet::Publish(Publish {
+            qos: QoS::AtLeastOnce,
+            topic: "q2/durable".into(),
+            packet_id: Some(60),
+            payload: Bytes::from_static(b"barrier"),
+            ..Default::default()
+        }))
+        .await;
+    assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
     relay.0.kill().unwrap();
     relay.0.wait().unwrap();
     drop(relay);

@@ -90,6 +90,10 @@ pub struct ApiMetrics {
     pub published: AtomicU64,
     /// Events written to streams (history and live).
     pub events: AtomicU64,
+    /// HTTP/3 requests run from 0-RTT data, before the handshake completed.
+    pub early: AtomicU64,
+    /// HTTP/3 requests from 0-RTT data held until the handshake completed.
+    pub early_held: AtomicU64,
 }
 
 /// The HTTP pub/sub API on a broker (and the MoQT bridge, for history).

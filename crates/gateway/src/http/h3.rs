@@ -9,6 +9,7 @@
 //! (GET, HEAD, PUT, POST); any other method (DELETE) waits until the
 //! handshake completes, and is dropped if it never does.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -39,10 +40,17 @@ pub async fn serve_h3(api: Arc<Api>, mut conn: Box<HttpConnection>) {
 
 /// Answers one request.
 async fn handle(api: Arc<Api>, mut req: Request, handshake: Handshake) {
-    if req.early && !early_ok(&req.head.method) && !handshake.wait().await {
-        // A replay (or a client gone mid-handshake): run nothing.
-        req.reset(code::REQUEST_REJECTED);
-        return;
+    if req.early {
+        if early_ok(&req.head.method) {
+            api.metrics.early.fetch_add(1, Relaxed);
+        } else {
+            api.metrics.early_held.fetch_add(1, Relaxed);
+            if !handshake.wait().await {
+                // A replay (or a client gone mid-handshake): run nothing.
+                req.reset(code::REQUEST_REJECTED);
+                return;
+            }
+        }
     }
     if req.head.method == Method::CONNECT {
         let msg = if req.head.is_webtransport() {

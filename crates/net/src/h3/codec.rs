@@ -58,6 +58,8 @@ pub mod code {
     pub const FRAME_UNEXPECTED: u32 = 0x105;
     /// A frame that could not be decoded.
     pub const FRAME_ERROR: u32 = 0x106;
+    /// The control stream did not begin with SETTINGS.
+    pub const MISSING_SETTINGS: u32 = 0x10a;
     /// The peer asks for more than we are willing to give (sizes, counts).
     pub const EXCESSIVE_LOAD: u32 = 0x107;
     /// The request was refused before any processing.

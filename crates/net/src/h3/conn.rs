@@ -15,6 +15,10 @@ use super::codec::{self, code, frame, stream, FrameError, RequestHead};
 /// stream, or its control stream after a CONNECT.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a request body may take to arrive (slow clients hold a task
+/// and a stream each).
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Unidirectional streams a peer may open besides WebTransport ones (control,
 /// QPACK encoder and decoder, and a few unknown ones we discard).
 const MAX_AUX_UNI: usize = 16;
@@ -110,12 +114,14 @@ async fn read_varint(recv: &mut quinn::RecvStream) -> Result<u64, String> {
 /// Reads the request's HEADERS frame, and nothing after it (a CONNECT's
 /// stream goes on to carry capsules that web-transport-quinn reads).
 async fn read_head(
+    conn: quinn::Connection,
     send: quinn::SendStream,
     mut recv: quinn::RecvStream,
-    handshake: Handshake,
 ) -> Option<Head> {
-    let early = !handshake.is_complete();
+    // Asked of TLS itself: the watch in `Handshake` lags by a task switch.
+    let early = !crate::server::handshake_complete(&conn);
     let res = async {
+        let mut skipped = 0u64;
         loop {
             let typ = read_varint(&mut recv).await.map_err(|_| {
                 (
@@ -129,36 +135,48 @@ async fn read_head(
                     "stream ended before HEADERS".into(),
                 )
             })?;
-            let limit = codec::request_limits(codec::MAX_OTHER_FRAME)(typ);
-            if len > limit {
+            if typ != frame::HEADERS {
+                // DATA or a control frame before HEADERS is an error;
+                // reserved and unknown frames are skipped without buffering
+                // them, up to MAX_OTHER_FRAME bytes in all.
+                if typ == frame::DATA || codec::check_request_frame(typ).is_err() {
+                    return Err((
+                        code::FRAME_UNEXPECTED,
+                        format!("frame {typ:#x} before HEADERS"),
+                    ));
+                }
+                skipped = skipped.saturating_add(len);
+                if skipped > codec::MAX_OTHER_FRAME {
+                    return Err((code::EXCESSIVE_LOAD, "too much before HEADERS".into()));
+                }
+                let mut left = len as usize;
+                let mut sink = [0u8; 1024];
+                while left > 0 {
+                    let n = left.min(sink.len());
+                    recv.read_exact(&mut sink[..n]).await.map_err(|_| {
+                        (code::REQUEST_INCOMPLETE, "stream ended in a frame".into())
+                    })?;
+                    left -= n;
+                }
+                continue;
+            }
+            if len > codec::MAX_FIELD_SECTION {
                 return Err((
                     code::EXCESSIVE_LOAD,
-                    format!("frame {typ:#x} of {len} bytes"),
+                    format!("field section of {len} bytes"),
                 ));
             }
             let mut payload = vec![0u8; len as usize];
             recv.read_exact(&mut payload)
                 .await
                 .map_err(|_| (code::REQUEST_INCOMPLETE, "stream ended in HEADERS".into()))?;
-            match typ {
-                frame::HEADERS => {
-                    let head = codec::decode_request_head(&payload)
-                        .map_err(|e: FrameError| (e.code(), e.to_string()))?;
-                    let mut f = BytesMut::with_capacity(payload.len() + 16);
-                    codec::encode_varint(typ, &mut f);
-                    codec::encode_varint(len, &mut f);
-                    f.extend_from_slice(&payload);
-                    return Ok((head, f.freeze()));
-                }
-                // Reserved and unknown frame types before HEADERS are skipped.
-                t if t != frame::DATA && codec::check_request_frame(t).is_ok() => {}
-                t => {
-                    return Err((
-                        code::FRAME_UNEXPECTED,
-                        format!("frame {t:#x} before HEADERS"),
-                    ))
-                }
-            }
+            let head = codec::decode_request_head(&payload)
+                .map_err(|e: FrameError| (e.code(), e.to_string()))?;
+            let mut f = BytesMut::with_capacity(payload.len() + 16);
+            codec::encode_varint(typ, &mut f);
+            codec::encode_varint(len, &mut f);
+            f.extend_from_slice(&payload);
+            return Ok((head, f.freeze()));
         }
     };
     match tokio::time::timeout(HEAD_TIMEOUT, res).await {
@@ -289,7 +307,19 @@ impl UniStreams {
                 if accept_more {
                     tokio::select! {
                         _ = conn.closed() => break,
-                        r = self.step() => if r.is_err() { break },
+                        r = self.step() => if let Err(e) = r {
+                            // A second control stream, or one without
+                            // SETTINGS: a connection error (RFC 9114 §6.2.1).
+                            if let AcceptError::Protocol(why) = &e {
+                                let c = if why.contains("SETTINGS") {
+                                    code::MISSING_SETTINGS
+                                } else {
+                                    code::STREAM_CREATION_ERROR
+                                };
+                                conn.close(c.into(), why.as_bytes());
+                            }
+                            break;
+                        },
                     }
                 } else {
                     tokio::select! {
@@ -317,7 +347,6 @@ impl UniStreams {
 struct RequestStreams {
     conn: quinn::Connection,
     heads: JoinSet<Option<Head>>,
-    handshake: Handshake,
 }
 
 impl RequestStreams {
@@ -326,7 +355,7 @@ impl RequestStreams {
             tokio::select! {
                 r = self.conn.accept_bi() => {
                     let (send, recv) = r?;
-                    self.heads.spawn(read_head(send, recv, self.handshake.clone()));
+                    self.heads.spawn(read_head(self.conn.clone(), send, recv));
                 }
                 Some(r) = self.heads.join_next() => {
                     if let Ok(Some(head)) = r {
@@ -347,7 +376,11 @@ pub async fn accept(
     let res = accept_inner(conn.clone(), handshake).await;
     if let Err(e) = &res {
         let c = match e {
-            AcceptError::Timeout(_) => code::REQUEST_INCOMPLETE,
+            AcceptError::Timeout(_) => code::MISSING_SETTINGS,
+            AcceptError::Protocol(why) if why.contains("SETTINGS") => code::MISSING_SETTINGS,
+            AcceptError::Protocol(why) if why.contains("second control") => {
+                code::STREAM_CREATION_ERROR
+            }
             _ => code::GENERAL_PROTOCOL_ERROR,
         };
         conn.close(c.into(), e.to_string().as_bytes());
@@ -375,7 +408,6 @@ async fn accept_inner(
     let mut requests = RequestStreams {
         conn: conn.clone(),
         heads: JoinSet::new(),
-        handshake: handshake.clone(),
     };
     let first = loop {
         tokio::select! {
@@ -505,12 +537,23 @@ impl Request {
     /// with [`BodyError::TooLarge`] as soon as it would exceed `limit`, without
     /// reading the rest.
     pub async fn body(&mut self, limit: usize) -> Result<Bytes, BodyError> {
-        let mut parts: Vec<Bytes> = Vec::new();
-        let mut total = 0usize;
+        match tokio::time::timeout(BODY_TIMEOUT, self.read_body(limit)).await {
+            Ok(r) => r,
+            Err(_) => Err(BodyError::Stream("request body timed out".into())),
+        }
+    }
+
+    async fn read_body(&mut self, limit: usize) -> Result<Bytes, BodyError> {
+        // The body is copied into one buffer: payloads split off the read
+        // buffer would each pin a whole read chunk.
+        let mut body = BytesMut::new();
+        // Everything read, framing and skipped frames included, is bounded,
+        // so a stream of empty or unknown frames cannot run on for free.
+        let budget = limit as u64 + codec::MAX_OTHER_FRAME;
+        let mut read = 0u64;
         loop {
-            // Every complete frame already buffered.
             loop {
-                let allowed = (limit - total) as u64;
+                let allowed = (limit - body.len()) as u64;
                 let limits = |t| {
                     if t == frame::DATA {
                         allowed
@@ -523,8 +566,7 @@ impl Request {
                         codec::check_request_frame(typ)?;
                         // Trailers, reserved and unknown frames carry nothing we use.
                         if typ == frame::DATA {
-                            total += payload.len();
-                            parts.push(payload);
+                            body.extend_from_slice(&payload);
                         }
                     }
                     Ok(None) => break,
@@ -535,23 +577,19 @@ impl Request {
                 }
             }
             match self.recv.read_chunk(64 * 1024, true).await {
-                Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk.bytes),
+                Ok(Some(chunk)) => {
+                    read += chunk.bytes.len() as u64;
+                    if read > budget {
+                        return Err(BodyError::TooLarge(limit));
+                    }
+                    self.buf.extend_from_slice(&chunk.bytes);
+                }
                 Ok(None) if self.buf.is_empty() => break,
                 Ok(None) => return Err(BodyError::Stream("ended inside a frame".into())),
                 Err(e) => return Err(BodyError::Stream(e.to_string())),
             }
         }
-        Ok(match parts.len() {
-            0 => Bytes::new(),
-            1 => parts.pop().expect("one"),
-            _ => {
-                let mut b = BytesMut::with_capacity(total);
-                for p in parts {
-                    b.extend_from_slice(&p);
-                }
-                b.freeze()
-            }
-        })
+        Ok(body.freeze())
     }
 
     /// Turns the request into its response stream. Whatever of the body was
