@@ -1,7 +1,7 @@
 //! End-to-end check of every named profile through real namespaces and TUN
 //! devices: a UDP echo probe measures RTT and loss, a TCP bulk transfer in
 //! each direction measures the rate, and each must match the profile (RTT and
-//! rate within 5 %, loss within a binomial bound).
+//! rate within 5 %, RTT also within 0.25 ms, loss within a binomial bound).
 //!
 //! Needs root (CAP_SYS_ADMIN + CAP_NET_ADMIN) and /dev/net/tun; without them
 //! it prints `SKIPPED: <reason>` and passes. Every loop is bounded in time and
@@ -468,6 +468,11 @@ fn within_5pct(err: f64) -> bool {
     err.abs() <= 0.05
 }
 
+/// Absolute slack on an RTT: a user-space emulator on a loaded 2-core
+/// machine wakes up to ~0.1 ms late each way, which is over 5 % of the
+/// ~2 ms `wifi` RTT; 5 % holds for every RTT above 5 ms.
+const RTT_SLACK_MS: f64 = 0.25;
+
 /// One row of the report.
 #[derive(Debug, Default)]
 struct Row {
@@ -524,7 +529,10 @@ fn check_profile(p: &Profile, baseline_ms: f64, failures: &mut Vec<String>) -> R
         bound * 100.0,
         echo.sent
     );
-    if row.rtt_cfg_ms > 0.0 && !within_5pct(rtt_err) {
+    if row.rtt_cfg_ms > 0.0
+        && !within_5pct(rtt_err)
+        && (row.rtt_ms - row.rtt_cfg_ms).abs() > RTT_SLACK_MS
+    {
         failures.push(format!(
             "{name}: RTT {:.3} ms vs {:.3} ms",
             row.rtt_ms, row.rtt_cfg_ms
