@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::io::{self, IoSliceMut};
-use std::net::{SocketAddr, SocketAddrV6};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
@@ -44,6 +44,9 @@ struct Packet {
     dest: SocketAddr,
     /// IP TOS / traffic class byte (ECN codepoint), 0 for none.
     tos: u8,
+    /// Source address to send from (a server on a wildcard address answers
+    /// from the address it was reached at).
+    src: Option<IpAddr>,
     data: Vec<u8>,
 }
 
@@ -149,9 +152,7 @@ impl BatchSocket {
             h.msg_namelen = addr_len;
             h.msg_iov = &mut iovs[i];
             h.msg_iovlen = 1;
-            if p.tos != 0 {
-                cmsgs[i].set_tos(h, p.tos, self.v6);
-            }
+            cmsgs[i].fill(h, p.tos, p.src, self.v6);
             n = i + 1;
         }
         let fd = self.io.as_raw_fd();
@@ -196,33 +197,87 @@ async fn flusher(socket: Weak<BatchSocket>, flush: Arc<Notify>) {
     }
 }
 
-/// A control-message buffer for one `IP_TOS` / `IPV6_TCLASS` (an `int`).
+/// A control-message buffer for an `IP_TOS` / `IPV6_TCLASS` (an `int`) and
+/// an `IP_PKTINFO` / `IPV6_PKTINFO`, as quinn-udp sends them.
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
-struct Cmsg([u8; 32]);
+struct Cmsg([u8; 64]);
 
 impl Cmsg {
     const fn zeroed() -> Self {
-        Self([0; 32])
+        Self([0; 64])
     }
 
-    fn set_tos(&mut self, h: &mut libc::msghdr, tos: u8, v6: bool) {
-        // SAFETY: the buffer holds CMSG_SPACE(sizeof(int)) (24 on 64-bit
-        // Linux) bytes, aligned for cmsghdr; we write one header and an int.
+    /// Points `h` at this buffer holding the messages `tos` (if not 0) and
+    /// `src` (if any) call for; leaves `h` without control data otherwise.
+    fn fill(&mut self, h: &mut libc::msghdr, tos: u8, src: Option<IpAddr>, v6: bool) {
+        if tos == 0 && src.is_none() {
+            return;
+        }
+        let int = std::mem::size_of::<libc::c_int>() as u32;
+        let pktinfo = if v6 {
+            std::mem::size_of::<libc::in6_pktinfo>()
+        } else {
+            std::mem::size_of::<libc::in_pktinfo>()
+        } as u32;
+        // SAFETY: CMSG_SPACE(4) + CMSG_SPACE(20) = 16 + 40 bytes fit the
+        // 64-byte, 8-aligned buffer; each header and payload is written
+        // inside the space CMSG_FIRSTHDR/CMSG_NXTHDR hand out for it.
         unsafe {
-            let space = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize;
+            let mut space = 0usize;
+            if tos != 0 {
+                space += libc::CMSG_SPACE(int) as usize;
+            }
+            if src.is_some() {
+                space += libc::CMSG_SPACE(pktinfo) as usize;
+            }
             debug_assert!(space <= self.0.len());
             h.msg_control = self.0.as_mut_ptr() as *mut libc::c_void;
             h.msg_controllen = space as _;
-            let c = libc::CMSG_FIRSTHDR(h);
-            (*c).cmsg_level = if v6 {
-                libc::IPPROTO_IPV6
-            } else {
-                libc::IPPROTO_IP
-            };
-            (*c).cmsg_type = if v6 { libc::IPV6_TCLASS } else { libc::IP_TOS };
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, tos as libc::c_int);
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            if tos != 0 {
+                (*c).cmsg_level = if v6 {
+                    libc::IPPROTO_IPV6
+                } else {
+                    libc::IPPROTO_IP
+                };
+                (*c).cmsg_type = if v6 { libc::IPV6_TCLASS } else { libc::IP_TOS };
+                (*c).cmsg_len = libc::CMSG_LEN(int) as _;
+                std::ptr::write_unaligned(
+                    libc::CMSG_DATA(c) as *mut libc::c_int,
+                    tos as libc::c_int,
+                );
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+            if let Some(ip) = src {
+                (*c).cmsg_len = libc::CMSG_LEN(pktinfo) as _;
+                if v6 {
+                    let addr = match ip {
+                        IpAddr::V4(a) => a.to_ipv6_mapped(),
+                        IpAddr::V6(a) => a,
+                    };
+                    let info = libc::in6_pktinfo {
+                        ipi6_addr: libc::in6_addr {
+                            s6_addr: addr.octets(),
+                        },
+                        ipi6_ifindex: 0,
+                    };
+                    (*c).cmsg_level = libc::IPPROTO_IPV6;
+                    (*c).cmsg_type = libc::IPV6_PKTINFO;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::in6_pktinfo, info);
+                } else if let IpAddr::V4(a) = ip {
+                    let info = libc::in_pktinfo {
+                        ipi_ifindex: 0,
+                        ipi_spec_dst: libc::in_addr {
+                            s_addr: u32::from_ne_bytes(a.octets()),
+                        },
+                        ipi_addr: libc::in_addr { s_addr: 0 },
+                    };
+                    (*c).cmsg_level = libc::IPPROTO_IP;
+                    (*c).cmsg_type = libc::IP_PKTINFO;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::in_pktinfo, info);
+                }
+            }
         }
     }
 }
@@ -257,7 +312,9 @@ impl AsyncUdpSocket for BatchSocket {
 
     fn try_send(&self, t: &Transmit) -> io::Result<()> {
         let single = t.segment_size.is_none_or(|s| s >= t.contents.len());
-        if !single || t.src_ip.is_some() {
+        // An IPv6 source on an IPv4 socket cannot be expressed: quinn-udp's path.
+        let odd_src = matches!(t.src_ip, Some(IpAddr::V6(_))) && !self.v6;
+        if !single || odd_src {
             // Not batched: what is queued goes first (order per peer).
             self.flush_now()?;
             return self
@@ -274,6 +331,7 @@ impl AsyncUdpSocket for BatchSocket {
         q.packets.push_back(Packet {
             dest: t.destination,
             tos: t.ecn.map_or(0, |e| e as u8),
+            src: t.src_ip,
             data,
         });
         drop(q);
@@ -372,7 +430,7 @@ mod tests {
                 ecn: (i % 2 == 0).then_some(quinn::udp::EcnCodepoint::Ect0),
                 contents: &payload,
                 segment_size: None,
-                src_ip: None,
+                src_ip: (i % 3 == 1).then(|| "127.0.0.1".parse().unwrap()),
             };
             s.try_send(&t).unwrap();
         }
