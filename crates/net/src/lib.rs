@@ -13,8 +13,6 @@
 //! crate cares which one a peer used.
 #![warn(missing_docs)]
 
-#[cfg(target_os = "linux")]
-pub mod batch_socket;
 pub mod client;
 pub mod h3;
 pub mod io;

@@ -65,21 +65,12 @@ impl Server {
         config.transport_config(Arc::new(crate::transport_config()));
         let socket = bind_udp(addr).with_context(|| format!("bind UDP {addr}"))?;
         let runtime = quinn::default_runtime().context("no async runtime")?;
-        let endpoint = if batch_sends() {
-            quinn::Endpoint::new_with_abstract_socket(
-                quinn::EndpointConfig::default(),
-                Some(config),
-                crate::batch_socket::BatchSocket::new(socket)?,
-                runtime,
-            )?
-        } else {
-            quinn::Endpoint::new(
-                quinn::EndpointConfig::default(),
-                Some(config),
-                socket,
-                runtime,
-            )?
-        };
+        let endpoint = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(config),
+            socket,
+            runtime,
+        )?;
         Ok(Self { endpoint })
     }
 
@@ -102,12 +93,6 @@ impl Server {
     pub fn close(&self, code: u32, reason: &[u8]) {
         self.endpoint.close(code.into(), reason);
     }
-}
-
-/// Whether the server batches its sends across connections with `sendmmsg`
-/// ([`crate::batch_socket`]): `QUICHUB_UDP_BATCH=1` (experimental).
-fn batch_sends() -> bool {
-    cfg!(target_os = "linux") && std::env::var("QUICHUB_UDP_BATCH").is_ok_and(|v| v == "1")
 }
 
 /// Socket buffer size asked for (the kernel caps it at `net.core.rmem_max` /
