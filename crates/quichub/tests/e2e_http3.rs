@@ -580,3 +580,46 @@ async fn relay_binary_serves_http3() {
     drop(child);
     assert_eq!(r.unwrap().status, 201);
 }
+
+/// An endpoint without the HTTP API (`--http3 off`, or a bare relay) closes
+/// plain HTTP/3 connections with H3_REQUEST_REJECTED; WebTransport on the
+/// same ALPN is unaffected (the other end-to-end tests use it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http3_without_the_api_is_rejected() {
+    let relay = common::TestRelay::start().await;
+    let c = quichub_net::client::Client::new(
+        "127.0.0.1:0".parse().unwrap(),
+        quichub_client::Verify::Insecure,
+    )
+    .unwrap();
+    let conn = c
+        .dial(relay.addr, "localhost", b"h3", false)
+        .await
+        .unwrap()
+        .connection()
+        .clone();
+    let h3 = quichub_net::h3::client::Client::new(conn.clone())
+        .await
+        .unwrap();
+    let r = within(
+        10,
+        h3.request(
+            &http::Method::GET,
+            "localhost",
+            "/v1/time",
+            &http::HeaderMap::new(),
+            Bytes::new(),
+            1024,
+        ),
+    )
+    .await;
+    assert!(r.is_err(), "{r:?}");
+    match within(10, conn.closed()).await {
+        web_transport_quinn::quinn::ConnectionError::ApplicationClosed(c) => {
+            assert_eq!(c.error_code.into_inner(), code::REQUEST_REJECTED as u64)
+        }
+        e => panic!("expected an application close, got {e}"),
+    }
+    // WebTransport still works on the same endpoint.
+    let _ = relay.client("https").await;
+}

@@ -786,3 +786,80 @@ async fn resumed_session_resends_with_original_packet_ids_and_pubrel() {
         );
     }
 }
+
+/// Session takeover with a message in flight (§4.4, §2.2.1): the new
+/// connection gets it again under its Packet Identifier, and a message
+/// published meanwhile never gets that identifier, whichever reaches the new
+/// connection first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeover_keeps_packet_ids_in_use_apart() {
+    let gw = TestGateway::start().await;
+    let connect = |clean_start| quichub_mqtt::Connect {
+        version: Version::V5,
+        client_id: "takeover-q2".into(),
+        clean_start,
+        keep_alive: 30,
+        username: None,
+        password: None,
+        will: None,
+        properties: Properties {
+            session_expiry_interval: Some(60),
+            ..Properties::default()
+        },
+    };
+    let (mut a, _) = Raw::connect_with(gw.mqtt, connect(true)).await;
+    a.send(&Packet::Subscribe(quichub_mqtt::Subscribe {
+        packet_id: 1,
+        filters: vec![quichub_mqtt::SubscribeFilter {
+            filter: "takeover/q2".into(),
+            options: quichub_mqtt::SubscriptionOptions {
+                qos: quichub_mqtt::QoS::ExactlyOnce,
+                ..Default::default()
+            },
+        }],
+        properties: Properties::default(),
+    }))
+    .await;
+    assert!(matches!(a.recv().await, Some(Packet::SubAck(_))));
+    let mut publisher = Raw::connect(&gw, Version::V5, "takeover-pub").await;
+    let publish = |id: u16, body: &'static str| {
+        Packet::Publish(quichub_mqtt::Publish {
+            qos: quichub_mqtt::QoS::AtLeastOnce,
+            topic: "takeover/q2".into(),
+            packet_id: Some(id),
+            payload: Bytes::from_static(body.as_bytes()),
+            ..Default::default()
+        })
+    };
+    publisher.send(&publish(1, "x")).await;
+    assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
+    // QoS 1 deliveries (the publish is QoS 1): "x" stays unacknowledged.
+    let x_id = match a.recv().await {
+        Some(Packet::Publish(p)) => p.packet_id.unwrap(),
+        other => panic!("expected x, got {other:?}"),
+    };
+    // B takes the session over while A still holds "x"; "y" follows at once.
+    let (mut b, ack) = Raw::connect_with(gw.mqtt, connect(false)).await;
+    assert!(ack.session_present);
+    publisher.send(&publish(2, "y")).await;
+    assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
+    let mut got = std::collections::BTreeMap::new();
+    while got.len() < 2 {
+        match b.recv().await {
+            Some(Packet::Publish(p)) => {
+                let id = p.packet_id.unwrap();
+                let body = String::from_utf8(p.payload.to_vec()).unwrap();
+                if body == "x" {
+                    assert_eq!(id, x_id, "x again under its identifier");
+                    assert!(p.dup);
+                }
+                assert!(
+                    got.insert(body, id).is_none(),
+                    "one delivery each to the new connection"
+                );
+            }
+            other => panic!("expected x and y, got {other:?}"),
+        }
+    }
+    assert_ne!(got["y"], got["x"], "y never takes x's identifier: {got:?}");
+}
