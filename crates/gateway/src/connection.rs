@@ -664,7 +664,16 @@ fn on_subscribe(broker: &Arc<Broker>, conn: &mut Conn, s: Subscribe) {
     let id = s.properties.subscription_identifiers.first().copied();
     let mut codes = Vec::with_capacity(s.filters.len());
     let mut retained = Vec::new();
+    // Retained messages wait in `pending` until the client takes them: a
+    // client that subscribes again and again without reading would grow it
+    // without end. Past two full sets of retained messages, further filters
+    // are refused (Quota exceeded; 3.1.1: failure) until it catches up.
+    let cap = broker.config.max_retained.saturating_mul(2).max(10_000);
     for f in &s.filters {
+        if conn.pending.len() + retained.len() > cap {
+            codes.push(reason::QUOTA_EXCEEDED);
+            continue;
+        }
         let opts = SubOptions {
             options: f.options,
             id,

@@ -863,3 +863,56 @@ async fn takeover_keeps_packet_ids_in_use_apart() {
     }
     assert_ne!(got["y"], got["x"], "y never takes x's identifier: {got:?}");
 }
+
+/// Retained messages queue up for a subscriber until it reads them; filters
+/// that would queue more than two full sets are refused with Quota exceeded
+/// (0x97), so a client cannot grow the broker's memory without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retained_backlog_is_bounded_per_connection() {
+    let gw = TestGateway::with(
+        quichub_gateway::BrokerConfig {
+            max_retained: 6_000,
+            ..Default::default()
+        },
+        quichub_gateway::ConnConfig::default(),
+    )
+    .await;
+    let mut publisher = Raw::connect(&gw, Version::V5, "bulk-pub").await;
+    let mut batch = bytes::BytesMut::new();
+    for i in 0..6_000 {
+        quichub_mqtt::encode(
+            &Packet::Publish(quichub_mqtt::Publish {
+                retain: true,
+                topic: format!("bulk/{i}"),
+                payload: Bytes::from_static(b"r"),
+                ..Default::default()
+            }),
+            Version::V5,
+            &mut batch,
+        )
+        .unwrap();
+    }
+    publisher.send_raw(&batch).await;
+    publisher.send(&Packet::PingReq).await;
+    assert!(matches!(publisher.recv().await, Some(Packet::PingResp)));
+    let mut sub = Raw::connect(&gw, Version::V5, "bulk-sub").await;
+    let filter = |f: &str| quichub_mqtt::SubscribeFilter {
+        filter: f.into(),
+        options: Default::default(),
+    };
+    sub.send(&Packet::Subscribe(quichub_mqtt::Subscribe {
+        packet_id: 7,
+        filters: vec![
+            filter("#"),
+            filter("+/#"),
+            filter("bulk/#"),
+            filter("bulk/+"),
+        ],
+        properties: Properties::default(),
+    }))
+    .await;
+    match sub.recv().await {
+        Some(Packet::SubAck(a)) => assert_eq!(a.codes, [0, 0, 0, 0x97]),
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
+}
