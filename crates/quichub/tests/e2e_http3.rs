@@ -623,3 +623,54 @@ async fn plain_http3_without_the_api_is_rejected() {
     // WebTransport still works on the same endpoint.
     let _ = relay.client("https").await;
 }
+
+/// WebTransport on `h3` connections taken before the handshake (for 0-RTT):
+/// a MoQT session starts on a resumed connection that sent 0-RTT data, as on
+/// a fresh one (the server holds the CONNECT until the handshake completes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webtransport_on_a_resumed_0rtt_connection() {
+    use moqt::message::Message;
+    let relay = common::TestRelay::start().await;
+    let c = quichub_net::client::Client::new(
+        "127.0.0.1:0".parse().unwrap(),
+        quichub_client::Verify::Insecure,
+    )
+    .unwrap();
+    for early in [false, true] {
+        let dialed = within(10, c.dial(relay.addr, "localhost", b"h3", early))
+            .await
+            .unwrap();
+        assert_eq!(
+            matches!(dialed, quichub_net::client::Dialed::Early { .. }),
+            early,
+            "the second connection resumes with 0-RTT"
+        );
+        let conn = dialed.connection().clone();
+        let url =
+            url::Url::parse(&format!("https://localhost:{}/test", relay.addr.port())).unwrap();
+        let session = within(
+            10,
+            web_transport_quinn::Session::connect(
+                conn.clone(),
+                web_transport_quinn::proto::ConnectRequest::new(url),
+            ),
+        )
+        .await
+        .unwrap();
+        let mut control = session.open_uni().await.unwrap();
+        let setup = moqt::session::make_setup("h3-0rtt", Some("localhost"), Some("/test"));
+        control
+            .write_all(&Message::Setup(setup).to_bytes())
+            .await
+            .unwrap();
+        // The relay's SETUP comes back on its own control stream.
+        let mut theirs = within(10, session.accept_uni()).await.unwrap();
+        let mut buf = [0u8; 16];
+        let n = within(10, theirs.read(&mut buf)).await.unwrap();
+        assert!(n.is_some_and(|n| n > 0), "the relay answered SETUP");
+        // (The session ticket for the next round came with the handshake,
+        // before the relay's SETUP.)
+        assert!(quichub_net::server::handshake_complete(&conn));
+        session.close(0, b"done");
+    }
+}
