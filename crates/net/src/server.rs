@@ -37,6 +37,9 @@ pub struct Accepted {
     pub path: Option<String>,
     /// Peer address.
     pub remote: SocketAddr,
+    /// Plain HTTP/3 requests on the same connection (WebTransport only): for
+    /// the HTTP API, or dropped.
+    pub http: Option<Box<crate::h3::HttpConnection>>,
 }
 
 impl Server {
@@ -212,6 +215,7 @@ pub async fn establish_any(incoming: quinn::Incoming) -> anyhow::Result<Establis
             transport: Transport::Quic,
             path: None,
             remote,
+            http: None,
         })));
     }
     if alpn == ALPN_MQTT {
@@ -232,15 +236,20 @@ async fn h3_established(
     handshake: crate::h3::Handshake,
     remote: SocketAddr,
 ) -> anyhow::Result<Established> {
-    let request = match crate::h3::accept(conn, handshake).await.context("HTTP/3")? {
-        crate::h3::Incoming::WebTransport(r) => r,
-        crate::h3::Incoming::Http(http) => {
-            return Ok(Established::Http3 {
-                conn: Box::new(http),
-                remote,
-            })
-        }
-    };
+    let (request, http, forward) =
+        match crate::h3::accept(conn, handshake).await.context("HTTP/3")? {
+            crate::h3::Incoming::WebTransport {
+                request,
+                http,
+                forward,
+            } => (request, http, forward),
+            crate::h3::Incoming::Http(http) => {
+                return Ok(Established::Http3 {
+                    conn: Box::new(http),
+                    remote,
+                })
+            }
+        };
     let path = request.url.path().to_string();
     let offered = request.protocols.clone();
     // A client that offers subprotocols must offer ours; one that offers none
@@ -261,10 +270,13 @@ async fn h3_established(
         .respond(response)
         .await
         .context("WebTransport respond")?;
+    // Plain HTTP/3 requests on this connection reach `http`.
+    session.forward_other_bi(forward);
     Ok(Established::Moqt(Box::new(Accepted {
         session,
         transport: Transport::WebTransport,
         path: Some(path),
         remote,
+        http: Some(http),
     })))
 }

@@ -658,7 +658,7 @@ async fn webtransport_on_a_resumed_0rtt_connection() {
         .await
         .unwrap();
         let mut control = session.open_uni().await.unwrap();
-        let setup = moqt::session::make_setup("h3-0rtt", Some("localhost"), Some("/test"));
+        let setup = moqt::session::make_setup("h3-0rtt", None, None);
         control
             .write_all(&Message::Setup(setup).to_bytes())
             .await
@@ -668,9 +668,96 @@ async fn webtransport_on_a_resumed_0rtt_connection() {
         let mut buf = [0u8; 16];
         let n = within(10, theirs.read(&mut buf)).await.unwrap();
         assert!(n.is_some_and(|n| n > 0), "the relay answered SETUP");
+        assert!(
+            session.close_reason().is_none(),
+            "{:?}",
+            session.close_reason()
+        );
         // (The session ticket for the next round came with the handshake,
         // before the relay's SETUP.)
         assert!(quichub_net::server::handshake_complete(&conn));
         session.close(0, b"done");
     }
+}
+
+/// Plain HTTP/3 requests on a connection whose first request opened a
+/// WebTransport session are answered too (the session forwards them to the
+/// HTTP API), and the MoQT session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_requests_beside_a_webtransport_session() {
+    use moqt::message::Message;
+    let (gw, _api) = TestGateway::with_http3(ApiConfig::default()).await;
+    let c = quichub_net::client::Client::new(
+        "127.0.0.1:0".parse().unwrap(),
+        quichub_client::Verify::Insecure,
+    )
+    .unwrap();
+    let conn = c
+        .dial(gw.relay.addr, "localhost", b"h3", false)
+        .await
+        .unwrap()
+        .connection()
+        .clone();
+    let url = url::Url::parse(&format!("https://localhost:{}/test", gw.relay.addr.port())).unwrap();
+    let session = within(
+        10,
+        web_transport_quinn::Session::connect(
+            conn.clone(),
+            web_transport_quinn::proto::ConnectRequest::new(url),
+        ),
+    )
+    .await
+    .unwrap();
+    let mut control = session.open_uni().await.unwrap();
+    let setup = moqt::session::make_setup("beside", None, None);
+    control
+        .write_all(&Message::Setup(setup).to_bytes())
+        .await
+        .unwrap();
+    let mut theirs = within(10, session.accept_uni()).await.unwrap();
+    let mut buf = [0u8; 16];
+    assert!(within(10, theirs.read(&mut buf)).await.unwrap().is_some());
+    // Plain requests on the same connection (the session's control stream
+    // is ours already).
+    assert!(conn.close_reason().is_none(), "{:?}", conn.close_reason());
+    let h3 = quichub_net::h3::client::Client::without_control(conn.clone());
+    let none = http::HeaderMap::new();
+    let r = within(
+        10,
+        h3.request(
+            &http::Method::GET,
+            "localhost",
+            "/v1/time",
+            &none,
+            Bytes::new(),
+            1024,
+        ),
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: {:?} / {:?}",
+            conn.close_reason(),
+            session.close_reason()
+        )
+    });
+    assert_eq!(r.status, 200);
+    assert!(String::from_utf8_lossy(&r.body).starts_with("{\"unix_ms\":"));
+    let r = within(
+        10,
+        h3.request(
+            &http::Method::PUT,
+            "localhost",
+            "/v1/t/beside/wt",
+            &none,
+            Bytes::new(),
+            1024,
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 201);
+    // The MoQT session is still up.
+    assert!(session.close_reason().is_none());
+    assert_eq!(gw.relay.relay.sessions().len(), 1);
 }

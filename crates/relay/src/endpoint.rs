@@ -61,7 +61,13 @@ pub async fn serve_endpoint(
         let http3 = http3.clone();
         tokio::spawn(async move {
             match establish_any(incoming).await {
-                Ok(Established::Moqt(accepted)) => session::serve(relay, *accepted).await,
+                Ok(Established::Moqt(mut accepted)) => {
+                    // Plain HTTP/3 requests beside a WebTransport session.
+                    if let (Some(http), Some(h)) = (accepted.http.take(), http3.as_ref()) {
+                        tokio::spawn(h(http));
+                    }
+                    session::serve(relay, *accepted).await
+                }
                 Ok(Established::Http3 { conn, remote }) => match http3 {
                     Some(h) => h(conn).await,
                     None => {

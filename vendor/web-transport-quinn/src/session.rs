@@ -255,6 +255,16 @@ impl Session {
         Ok(session)
     }
 
+    /// Hands bidirectional streams of this connection that are not
+    /// WebTransport streams (plain HTTP/3 requests on the same connection) to
+    /// `tx` instead of dropping them; they are found while the session's
+    /// `accept_bi` is polled (quichub patch).
+    pub fn forward_other_bi(&self, tx: futures::channel::mpsc::UnboundedSender<OtherBi>) {
+        if let Some(accept) = &self.accept {
+            accept.lock().unwrap().other_bi = Some(tx);
+        }
+    }
+
     /// Accept a new unidirectional stream. See [`quinn::Connection::accept_uni`].
     pub async fn accept_uni(&self) -> Result<RecvStream, SessionError> {
         if let Some(accept) = &self.accept {
@@ -719,6 +729,11 @@ fn poll_accept_bi_shared(
     result
 }
 
+/// A bidirectional stream of the session's connection that is not a
+/// WebTransport stream: its first varint (an HTTP/3 frame type, HEADERS for
+/// a request) and the stream (quichub patch).
+pub type OtherBi = (u64, quinn::SendStream, quinn::RecvStream);
+
 // Type aliases just so clippy doesn't complain about the complexity.
 type AcceptUni = dyn Stream<Item = Result<quinn::RecvStream, quinn::ConnectionError>> + Send;
 type AcceptBi = dyn Stream<Item = Result<(quinn::SendStream, quinn::RecvStream), quinn::ConnectionError>>
@@ -745,6 +760,10 @@ pub struct SessionAccept {
     // Keep track of work being done to read/write the WebTransport stream header.
     pending_uni: FuturesUnordered<Pin<Box<PendingUni>>>,
     pending_bi: FuturesUnordered<Pin<Box<PendingBi>>>,
+
+    // quichub patch: where bidirectional streams that are not WebTransport
+    // streams (plain HTTP/3 requests) go, if anywhere.
+    other_bi: Option<futures::channel::mpsc::UnboundedSender<OtherBi>>,
 
     // Waiters from concurrent callers of accept_bi / accept_uni.
     // Every clone of the session polls this one struct, so an arrival has to be fanned
@@ -793,6 +812,7 @@ impl SessionAccept {
 
             pending_uni: FuturesUnordered::new(),
             pending_bi: FuturesUnordered::new(),
+            other_bi: None,
 
             bi_waiters,
             uni_waiters,
@@ -915,7 +935,7 @@ impl SessionAccept {
                         return Poll::Ready(Err(e.into()));
                     }
                 };
-                let pending = Self::decode_bi(send, recv, self.session_id);
+                let pending = Self::decode_bi(send, recv, self.session_id, self.other_bi.clone());
                 self.pending_bi.push(Box::pin(pending));
 
                 continue;
@@ -947,9 +967,15 @@ impl SessionAccept {
         send: quinn::SendStream,
         mut recv: quinn::RecvStream,
         expected_session: VarInt,
+        other: Option<futures::channel::mpsc::UnboundedSender<OtherBi>>,
     ) -> Result<Option<(quinn::SendStream, quinn::RecvStream)>, SessionError> {
         let typ = read_varint(&mut recv).await?;
         if Frame(typ) != Frame::WEBTRANSPORT {
+            // quichub patch: plain HTTP/3 requests go to whoever asked for them.
+            if let Some(tx) = other {
+                let _ = tx.unbounded_send((typ.into_inner(), send, recv));
+                return Ok(None);
+            }
             tracing::debug!(?typ, "ignoring unknown bidirectional stream");
             return Ok(None);
         }

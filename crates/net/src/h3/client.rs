@@ -25,7 +25,7 @@ pub struct Response {
 /// An HTTP/3 client on a QUIC connection with ALPN `h3`.
 pub struct Client {
     conn: quinn::Connection,
-    _control: quinn::SendStream,
+    _control: Option<quinn::SendStream>,
 }
 
 impl Client {
@@ -38,8 +38,17 @@ impl Client {
         control.write_all(&buf).await?;
         Ok(Self {
             conn,
-            _control: control,
+            _control: Some(control),
         })
+    }
+
+    /// For a connection that already has our control stream (a
+    /// WebTransport client session on it): requests only.
+    pub fn without_control(conn: quinn::Connection) -> Self {
+        Self {
+            conn,
+            _control: None,
+        }
     }
 
     /// Sends one request (HEADERS, and the body as one DATA frame unless

@@ -8,6 +8,7 @@ use http::{HeaderMap, StatusCode};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use web_transport_quinn::proto::{ConnectRequest, Settings};
+use web_transport_quinn::OtherBi;
 
 use super::codec::{self, code, frame, stream, FrameError, RequestHead};
 
@@ -69,7 +70,17 @@ impl Handshake {
 /// What a new `h3` connection turned out to be.
 pub enum Incoming {
     /// A WebTransport CONNECT, handshake complete: accept or reject it.
-    WebTransport(web_transport_quinn::Request),
+    /// Plain requests on the same connection go to `http`, once the session
+    /// is told where to forward them: call
+    /// `session.forward_other_bi(forward)` on the accepted session.
+    WebTransport {
+        /// The CONNECT.
+        request: web_transport_quinn::Request,
+        /// The connection's plain HTTP/3 requests.
+        http: Box<HttpConnection>,
+        /// Hand to `Session::forward_other_bi`.
+        forward: futures::channel::mpsc::UnboundedSender<OtherBi>,
+    },
     /// Plain HTTP/3 requests (the first one included).
     Http(HttpConnection),
 }
@@ -117,18 +128,22 @@ async fn read_head(
     conn: quinn::Connection,
     send: quinn::SendStream,
     mut recv: quinn::RecvStream,
+    mut first_type: Option<u64>,
 ) -> Option<Head> {
     // Asked of TLS itself: the watch in `Handshake` lags by a task switch.
     let early = !crate::server::handshake_complete(&conn);
     let res = async {
         let mut skipped = 0u64;
         loop {
-            let typ = read_varint(&mut recv).await.map_err(|_| {
-                (
-                    code::REQUEST_INCOMPLETE,
-                    "stream ended before HEADERS".into(),
-                )
-            })?;
+            let typ = match first_type.take() {
+                Some(t) => t,
+                None => read_varint(&mut recv).await.map_err(|_| {
+                    (
+                        code::REQUEST_INCOMPLETE,
+                        "stream ended before HEADERS".into(),
+                    )
+                })?,
+            };
             let len = read_varint(&mut recv).await.map_err(|_| {
                 (
                     code::REQUEST_INCOMPLETE,
@@ -347,15 +362,40 @@ impl UniStreams {
 struct RequestStreams {
     conn: quinn::Connection,
     heads: JoinSet<Option<Head>>,
+    /// On a WebTransport connection the session accepts every stream and
+    /// forwards the others (plain requests) here, frame type read.
+    forwarded: Option<futures::channel::mpsc::UnboundedReceiver<OtherBi>>,
 }
 
 impl RequestStreams {
     async fn next(&mut self) -> Result<Head, quinn::ConnectionError> {
+        use futures::StreamExt;
         loop {
+            if let Some(rx) = self.forwarded.as_mut() {
+                tokio::select! {
+                    r = rx.next() => match r {
+                        Some((typ, send, recv)) => {
+                            self.heads.spawn(read_head(self.conn.clone(), send, recv, Some(typ)));
+                        }
+                        // The session is gone; what is being read still counts.
+                        None => match self.heads.join_next().await {
+                            Some(Ok(Some(head))) => return Ok(head),
+                            Some(_) => {}
+                            None => return Err(quinn::ConnectionError::LocallyClosed),
+                        },
+                    },
+                    Some(r) = self.heads.join_next() => {
+                        if let Ok(Some(head)) = r {
+                            return Ok(head);
+                        }
+                    }
+                }
+                continue;
+            }
             tokio::select! {
                 r = self.conn.accept_bi() => {
                     let (send, recv) = r?;
-                    self.heads.spawn(read_head(self.conn.clone(), send, recv));
+                    self.heads.spawn(read_head(self.conn.clone(), send, recv, None));
                 }
                 Some(r) = self.heads.join_next() => {
                     if let Ok(Some(head)) = r {
@@ -408,6 +448,7 @@ async fn accept_inner(
     let mut requests = RequestStreams {
         conn: conn.clone(),
         heads: JoinSet::new(),
+        forwarded: None,
     };
     let first = loop {
         tokio::select! {
@@ -424,7 +465,7 @@ async fn accept_inner(
             handshake,
             requests,
             first: Some(first),
-            _control: control,
+            _control: Some(control),
         }));
     }
 
@@ -458,15 +499,28 @@ async fn accept_inner(
         .map_err(|e| AcceptError::Protocol(format!("CONNECT: {e}")))?;
     // The QPACK streams must stay open; web-transport-quinn accepts the rest.
     uni.hold_until_closed(false);
-    Ok(Incoming::WebTransport(
-        web_transport_quinn::Request::from_parts(
+    // Plain requests on this connection: those already being read, and
+    // those the session will forward (see `Incoming::WebTransport`).
+    let (forward, rx) = futures::channel::mpsc::unbounded();
+    requests.forwarded = Some(rx);
+    let http = HttpConnection {
+        conn: conn.clone(),
+        handshake,
+        requests,
+        first: None,
+        _control: None,
+    };
+    Ok(Incoming::WebTransport {
+        request: web_transport_quinn::Request::from_parts(
             conn,
             (control, peer_control),
             request,
             send,
             recv,
         ),
-    ))
+        http: Box::new(http),
+        forward,
+    })
 }
 
 /// An HTTP/3 connection serving plain requests.
@@ -475,8 +529,9 @@ pub struct HttpConnection {
     handshake: Handshake,
     requests: RequestStreams,
     first: Option<Head>,
-    // Closing our control stream is a connection error for the peer.
-    _control: quinn::SendStream,
+    // Closing our control stream is a connection error for the peer (on a
+    // WebTransport connection the session holds it).
+    _control: Option<quinn::SendStream>,
 }
 
 impl HttpConnection {

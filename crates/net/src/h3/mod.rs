@@ -12,11 +12,12 @@
 //! - any other request makes it an HTTP connection ([`HttpConnection`]) whose
 //!   requests ([`Request`]) the caller answers (quichub's HTTP pub/sub API).
 //!
-//! One connection is one or the other, decided by its first request:
-//! web-transport-quinn owns every stream of a connection once a session
-//! starts, and browsers open a dedicated connection for WebTransport anyway.
-//! A CONNECT on an HTTP connection is answered 400 by the API; plain requests
-//! on a WebTransport connection are ignored by the session (stream dropped).
+//! The first request decides: web-transport-quinn owns every stream of a
+//! connection once a session starts, and forwards the plain requests it
+//! finds (`Session::forward_other_bi`, a vendored patch) to the
+//! [`HttpConnection`] that comes with [`Incoming::WebTransport`]. A CONNECT
+//! on an HTTP connection is answered 400 by the API (browsers open a
+//! dedicated connection for WebTransport anyway).
 //!
 //! 0-RTT: connections are handed over before the TLS handshake completes
 //! ([`Handshake`]); requests read from 0-RTT data say so ([`Request::early`])
