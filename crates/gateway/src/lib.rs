@@ -15,7 +15,8 @@
 //! - [`bridge`]: the MoQT side: MQTT messages become objects of relay tracks,
 //!   and objects of MoQT-published tracks under `mqtt` become MQTT messages.
 //! - [`http`]: the HTTP pub/sub API (Drift's routes, Server-Sent Events), its
-//!   transport-independent core and HTTP/1.1 + HTTP/2 over TCP.
+//!   transport-independent core, HTTP/1.1 + HTTP/2 over TCP and HTTP/3 on the
+//!   relay's UDP port.
 #![warn(missing_docs)]
 
 pub mod bridge;
