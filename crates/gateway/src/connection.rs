@@ -770,10 +770,23 @@ impl Conn {
     /// smaller), so the search ends.
     fn next_packet_id(&mut self) -> u16 {
         let mut used = self.out_ids.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
+        for _ in 0..u16::MAX {
             let id = self.next_id;
             self.next_id = self.next_id.checked_add(1).unwrap_or(1);
             if !self.inflight.contains_key(&id) && used.insert(id) {
+                return id;
+            }
+        }
+        // Unreachable by the bound above; should the session's set ever fill
+        // up, reuse one only the other connections know (never loop forever).
+        // (Fewer than Receive Maximum ≤ 65 535 are in `inflight` here, so
+        // a free one exists.)
+        used.clear();
+        loop {
+            let id = self.next_id;
+            self.next_id = self.next_id.checked_add(1).unwrap_or(1);
+            if !self.inflight.contains_key(&id) {
+                used.insert(id);
                 return id;
             }
         }
