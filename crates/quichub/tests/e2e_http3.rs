@@ -59,6 +59,62 @@ async fn until(what: &str, mut f: impl FnMut() -> bool) {
     assert!(f(), "{what}");
 }
 
+/// A QUIC client that trusts any certificate (keep it alive as long as its
+/// connections).
+fn quic_client() -> quichub_net::client::Client {
+    quichub_net::client::Client::new(
+        "127.0.0.1:0".parse().unwrap(),
+        quichub_client::Verify::Insecure,
+    )
+    .unwrap()
+}
+
+/// A full-handshake `h3` connection to `addr`.
+async fn h3_conn(
+    c: &quichub_net::client::Client,
+    addr: std::net::SocketAddr,
+) -> web_transport_quinn::quinn::Connection {
+    within(10, c.dial(addr, "localhost", b"h3", false))
+        .await
+        .unwrap()
+        .connection()
+        .clone()
+}
+
+/// A WebTransport session on `conn` with MoQT SETUP done both ways, and our
+/// control stream (its end would end the session).
+async fn moqt_over_webtransport(
+    conn: &web_transport_quinn::quinn::Connection,
+    port: u16,
+) -> (
+    web_transport_quinn::Session,
+    web_transport_quinn::SendStream,
+) {
+    use moqt::message::Message;
+    let url = url::Url::parse(&format!("https://localhost:{port}/test")).unwrap();
+    let session = within(
+        10,
+        web_transport_quinn::Session::connect(
+            conn.clone(),
+            web_transport_quinn::proto::ConnectRequest::new(url),
+        ),
+    )
+    .await
+    .unwrap();
+    let mut control = session.open_uni().await.unwrap();
+    let setup = moqt::session::make_setup("e2e-http3", None, None);
+    control
+        .write_all(&Message::Setup(setup).to_bytes())
+        .await
+        .unwrap();
+    // The relay's SETUP comes back on its own control stream.
+    let mut theirs = within(10, session.accept_uni()).await.unwrap();
+    let mut buf = [0u8; 16];
+    let n = within(10, theirs.read(&mut buf)).await.unwrap();
+    assert!(n.is_some_and(|n| n > 0), "the relay answered SETUP");
+    (session, control)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_and_error_over_http3() {
     let Some((gw, api, py)) = gateway(ApiConfig {
@@ -424,17 +480,8 @@ async fn malformed_requests_reset_only_their_stream() {
         ..ApiConfig::default()
     })
     .await;
-    let c = quichub_net::client::Client::new(
-        "127.0.0.1:0".parse().unwrap(),
-        quichub_client::Verify::Insecure,
-    )
-    .unwrap();
-    let conn = c
-        .dial(gw.relay.addr, "localhost", b"h3", false)
-        .await
-        .unwrap()
-        .connection()
-        .clone();
+    let c = quic_client();
+    let conn = h3_conn(&c, gw.relay.addr).await;
     let h3 = quichub_net::h3::client::Client::new(conn.clone())
         .await
         .unwrap();
@@ -558,13 +605,8 @@ async fn relay_binary_serves_http3() {
             break rest.split_whitespace().next().unwrap().parse().unwrap();
         }
     };
-    let c = quichub_net::client::Client::new(
-        "127.0.0.1:0".parse().unwrap(),
-        quichub_client::Verify::Insecure,
-    )
-    .unwrap();
-    let conn = c.dial(addr, "localhost", b"h3", false).await.unwrap();
-    let h3 = quichub_net::h3::client::Client::new(conn.connection().clone())
+    let c = quic_client();
+    let h3 = quichub_net::h3::client::Client::new(h3_conn(&c, addr).await)
         .await
         .unwrap();
     let r = h3
@@ -587,17 +629,8 @@ async fn relay_binary_serves_http3() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http3_without_the_api_is_rejected() {
     let relay = common::TestRelay::start().await;
-    let c = quichub_net::client::Client::new(
-        "127.0.0.1:0".parse().unwrap(),
-        quichub_client::Verify::Insecure,
-    )
-    .unwrap();
-    let conn = c
-        .dial(relay.addr, "localhost", b"h3", false)
-        .await
-        .unwrap()
-        .connection()
-        .clone();
+    let c = quic_client();
+    let conn = h3_conn(&c, relay.addr).await;
     let h3 = quichub_net::h3::client::Client::new(conn.clone())
         .await
         .unwrap();
@@ -629,13 +662,8 @@ async fn plain_http3_without_the_api_is_rejected() {
 /// a fresh one (the server holds the CONNECT until the handshake completes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webtransport_on_a_resumed_0rtt_connection() {
-    use moqt::message::Message;
     let relay = common::TestRelay::start().await;
-    let c = quichub_net::client::Client::new(
-        "127.0.0.1:0".parse().unwrap(),
-        quichub_client::Verify::Insecure,
-    )
-    .unwrap();
+    let c = quic_client();
     for early in [false, true] {
         let dialed = within(10, c.dial(relay.addr, "localhost", b"h3", early))
             .await
@@ -646,28 +674,7 @@ async fn webtransport_on_a_resumed_0rtt_connection() {
             "the second connection resumes with 0-RTT"
         );
         let conn = dialed.connection().clone();
-        let url =
-            url::Url::parse(&format!("https://localhost:{}/test", relay.addr.port())).unwrap();
-        let session = within(
-            10,
-            web_transport_quinn::Session::connect(
-                conn.clone(),
-                web_transport_quinn::proto::ConnectRequest::new(url),
-            ),
-        )
-        .await
-        .unwrap();
-        let mut control = session.open_uni().await.unwrap();
-        let setup = moqt::session::make_setup("h3-0rtt", None, None);
-        control
-            .write_all(&Message::Setup(setup).to_bytes())
-            .await
-            .unwrap();
-        // The relay's SETUP comes back on its own control stream.
-        let mut theirs = within(10, session.accept_uni()).await.unwrap();
-        let mut buf = [0u8; 16];
-        let n = within(10, theirs.read(&mut buf)).await.unwrap();
-        assert!(n.is_some_and(|n| n > 0), "the relay answered SETUP");
+        let (session, _control) = moqt_over_webtransport(&conn, relay.addr.port()).await;
         assert!(
             session.close_reason().is_none(),
             "{:?}",
@@ -685,38 +692,10 @@ async fn webtransport_on_a_resumed_0rtt_connection() {
 /// HTTP API), and the MoQT session goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_requests_beside_a_webtransport_session() {
-    use moqt::message::Message;
     let (gw, _api) = TestGateway::with_http3(ApiConfig::default()).await;
-    let c = quichub_net::client::Client::new(
-        "127.0.0.1:0".parse().unwrap(),
-        quichub_client::Verify::Insecure,
-    )
-    .unwrap();
-    let conn = c
-        .dial(gw.relay.addr, "localhost", b"h3", false)
-        .await
-        .unwrap()
-        .connection()
-        .clone();
-    let url = url::Url::parse(&format!("https://localhost:{}/test", gw.relay.addr.port())).unwrap();
-    let session = within(
-        10,
-        web_transport_quinn::Session::connect(
-            conn.clone(),
-            web_transport_quinn::proto::ConnectRequest::new(url),
-        ),
-    )
-    .await
-    .unwrap();
-    let mut control = session.open_uni().await.unwrap();
-    let setup = moqt::session::make_setup("beside", None, None);
-    control
-        .write_all(&Message::Setup(setup).to_bytes())
-        .await
-        .unwrap();
-    let mut theirs = within(10, session.accept_uni()).await.unwrap();
-    let mut buf = [0u8; 16];
-    assert!(within(10, theirs.read(&mut buf)).await.unwrap().is_some());
+    let c = quic_client();
+    let conn = h3_conn(&c, gw.relay.addr).await;
+    let (session, _control) = moqt_over_webtransport(&conn, gw.relay.addr.port()).await;
     // Plain requests on the same connection (the session's control stream
     // is ours already).
     assert!(conn.close_reason().is_none(), "{:?}", conn.close_reason());
