@@ -561,19 +561,7 @@ async fn mosquitto_over_tls() {
 async fn qos2_retransmission_after_reconnect_is_delivered_once() {
     let gw = TestGateway::start().await;
     let mut sub = Raw::connect(&gw, Version::V5, "q2-sub").await;
-    sub.send(&Packet::Subscribe(quichub_mqtt::Subscribe {
-        packet_id: 1,
-        filters: vec![quichub_mqtt::SubscribeFilter {
-            filter: "q2".into(),
-            options: quichub_mqtt::SubscriptionOptions {
-                qos: quichub_mqtt::QoS::ExactlyOnce,
-                ..Default::default()
-            },
-        }],
-        properties: Properties::default(),
-    }))
-    .await;
-    assert!(matches!(sub.recv().await, Some(Packet::SubAck(_))));
+    sub.subscribe("q2", quichub_mqtt::QoS::ExactlyOnce).await;
     let persistent = |clean_start| quichub_mqtt::Connect {
         version: Version::V5,
         client_id: "q2-pub".into(),
@@ -673,19 +661,7 @@ async fn resumed_session_resends_with_original_packet_ids_and_pubrel() {
         };
         // 3.1.1: Clean Session 0 makes the session persistent.
         let (mut sub, _) = Raw::connect_with(gw.mqtt, connect(version == Version::V5)).await;
-        sub.send(&Packet::Subscribe(quichub_mqtt::Subscribe {
-            packet_id: 1,
-            filters: vec![quichub_mqtt::SubscribeFilter {
-                filter: topic.clone(),
-                options: quichub_mqtt::SubscriptionOptions {
-                    qos: quichub_mqtt::QoS::ExactlyOnce,
-                    ..Default::default()
-                },
-            }],
-            properties: Properties::default(),
-        }))
-        .await;
-        assert!(matches!(sub.recv().await, Some(Packet::SubAck(_))));
+        sub.subscribe(&topic, quichub_mqtt::QoS::ExactlyOnce).await;
         let mut publisher = Raw::connect(&gw, version, &format!("{id}-pub")).await;
         // Three completed QoS 1 flows first, so the messages below get
         // identifiers 4 to 6, not the ones a fresh connection would pick.
@@ -808,19 +784,8 @@ async fn takeover_keeps_packet_ids_in_use_apart() {
         },
     };
     let (mut a, _) = Raw::connect_with(gw.mqtt, connect(true)).await;
-    a.send(&Packet::Subscribe(quichub_mqtt::Subscribe {
-        packet_id: 1,
-        filters: vec![quichub_mqtt::SubscribeFilter {
-            filter: "takeover/q2".into(),
-            options: quichub_mqtt::SubscriptionOptions {
-                qos: quichub_mqtt::QoS::ExactlyOnce,
-                ..Default::default()
-            },
-        }],
-        properties: Properties::default(),
-    }))
-    .await;
-    assert!(matches!(a.recv().await, Some(Packet::SubAck(_))));
+    a.subscribe("takeover/q2", quichub_mqtt::QoS::ExactlyOnce)
+        .await;
     let mut publisher = Raw::connect(&gw, Version::V5, "takeover-pub").await;
     let publish = |id: u16, body: &'static str| {
         Packet::Publish(quichub_mqtt::Publish {

@@ -16,10 +16,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use common::raw_mqtt::Raw;
 use common::within;
-use quichub_mqtt::{
-    Ack, Connect, Packet, Properties, Publish, QoS, Subscribe, SubscribeFilter,
-    SubscriptionOptions, Version,
-};
+use quichub_mqtt::{Ack, Connect, Packet, Properties, Publish, QoS, Version};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -85,19 +82,7 @@ fn persistent(id: &str) -> Connect {
 }
 
 async fn subscribe(c: &mut Raw, filter: &str) {
-    c.send(&Packet::Subscribe(Subscribe {
-        packet_id: 1,
-        filters: vec![SubscribeFilter {
-            filter: filter.into(),
-            options: SubscriptionOptions {
-                qos: QoS::AtLeastOnce,
-                ..Default::default()
-            },
-        }],
-        properties: Properties::default(),
-    }))
-    .await;
-    assert!(matches!(c.recv().await, Some(Packet::SubAck(_))));
+    c.subscribe(filter, QoS::AtLeastOnce).await;
 }
 
 /// Receives and acknowledges messages until none arrives for `quiet`.
@@ -286,19 +271,7 @@ async fn kill_9_keeps_qos2_packet_ids_and_pubrel_state() {
     let _ = std::fs::remove_dir_all(&dir);
     let (mut relay, addr) = start(&dir);
     let (mut sub, _) = Raw::connect_with(addr, persistent("q2-durable")).await;
-    sub.send(&Packet::Subscribe(Subscribe {
-        packet_id: 1,
-        filters: vec![SubscribeFilter {
-            filter: "q2/durable".into(),
-            options: SubscriptionOptions {
-                qos: QoS::ExactlyOnce,
-                ..Default::default()
-            },
-        }],
-        properties: Properties::default(),
-    }))
-    .await;
-    assert!(matches!(sub.recv().await, Some(Packet::SubAck(_))));
+    sub.subscribe("q2/durable", QoS::ExactlyOnce).await;
     let (mut publisher, _) = Raw::connect_with(addr, persistent("q2-pub")).await;
     // Two completed flows first: "a" and "b" get identifiers 3 and 4, not
     // the ones a fresh connection would pick.

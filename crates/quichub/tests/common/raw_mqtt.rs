@@ -60,6 +60,23 @@ impl Raw {
         self.tcp.write_all(&b).await.unwrap();
     }
 
+    /// SUBSCRIBE to one filter at `qos` and expect the SUBACK.
+    pub async fn subscribe(&mut self, filter: &str, qos: quichub_mqtt::QoS) {
+        self.send(&Packet::Subscribe(quichub_mqtt::Subscribe {
+            packet_id: 1,
+            filters: vec![quichub_mqtt::SubscribeFilter {
+                filter: filter.into(),
+                options: quichub_mqtt::SubscriptionOptions {
+                    qos,
+                    ..Default::default()
+                },
+            }],
+            properties: Properties::default(),
+        }))
+        .await;
+        assert!(matches!(self.recv().await, Some(Packet::SubAck(_))));
+    }
+
     pub async fn send_raw(&mut self, bytes: &[u8]) {
         self.tcp.write_all(bytes).await.unwrap();
     }
