@@ -242,10 +242,11 @@ impl Track {
         // Sent under the lock so `join` sees a consistent (largest, receiver) pair.
         if object.subgroup.is_none() {
             let bytes = object.payload.len() as u64;
+            let now = Instant::now();
             let sent = g
                 .sinks
                 .iter()
-                .filter(|s| s.offer(&object, &self.metrics))
+                .filter(|s| s.offer(&object, now, &self.metrics))
                 .count() as u64;
             self.metrics.objects_out.fetch_add(sent, Relaxed);
             self.metrics.bytes_out.fetch_add(sent * bytes, Relaxed);
