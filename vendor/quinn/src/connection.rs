@@ -1,6 +1,5 @@
 use std::{
     any::Any,
-    collections::VecDeque,
     fmt,
     future::Future,
     io,
@@ -21,7 +20,6 @@ use tokio::sync::{Notify, futures::Notified, mpsc, oneshot};
 use tracing::{Instrument, Span, debug_span};
 
 use crate::{
-    event_queue,
     ConnectionEvent, Duration, Instant, VarInt,
     mutex::Mutex,
     recv_stream::RecvStream,
@@ -47,7 +45,7 @@ impl Connecting {
         handle: ConnectionHandle,
         conn: proto::Connection,
         endpoint_events: mpsc::UnboundedSender<(ConnectionHandle, EndpointEvent)>,
-        conn_events: event_queue::Receiver<ConnectionEvent>,
+        conn_events: mpsc::UnboundedReceiver<ConnectionEvent>,
         socket: Arc<dyn AsyncUdpSocket>,
         runtime: Arc<dyn Runtime>,
     ) -> Self {
@@ -901,7 +899,7 @@ impl ConnectionRef {
         handle: ConnectionHandle,
         conn: proto::Connection,
         endpoint_events: mpsc::UnboundedSender<(ConnectionHandle, EndpointEvent)>,
-        conn_events: event_queue::Receiver<ConnectionEvent>,
+        conn_events: mpsc::UnboundedReceiver<ConnectionEvent>,
         on_handshake_data: oneshot::Sender<()>,
         on_connected: oneshot::Sender<bool>,
         socket: Arc<dyn AsyncUdpSocket>,
@@ -918,7 +916,6 @@ impl ConnectionRef {
                 timer: None,
                 timer_deadline: None,
                 conn_events,
-                conn_events_buf: VecDeque::new(),
                 endpoint_events,
                 blocked_writers: FxHashMap::default(),
                 blocked_readers: FxHashMap::default(),
@@ -1000,9 +997,7 @@ pub(crate) struct State {
     connected: bool,
     timer: Option<Pin<Box<dyn AsyncTimer>>>,
     timer_deadline: Option<Instant>,
-    conn_events: event_queue::Receiver<ConnectionEvent>,
-    /// Events taken from `conn_events`, being handled (kept for its capacity)
-    conn_events_buf: VecDeque<ConnectionEvent>,
+    conn_events: mpsc::UnboundedReceiver<ConnectionEvent>,
     endpoint_events: mpsc::UnboundedSender<(ConnectionHandle, EndpointEvent)>,
     pub(crate) blocked_writers: FxHashMap<StreamId, Waker>,
     pub(crate) blocked_readers: FxHashMap<StreamId, Waker>,
@@ -1096,38 +1091,31 @@ impl State {
         shared: &Shared,
         cx: &mut Context,
     ) -> Result<(), ConnectionError> {
-        let mut events = std::mem::take(&mut self.conn_events_buf);
-        let result = loop {
-            match self.conn_events.poll_recv_all(cx, &mut events) {
-                Poll::Ready(true) => {
-                    for event in events.drain(..) {
-                        match event {
-                            ConnectionEvent::Rebind(socket) => {
-                                self.socket = socket;
-                                self.io_poller = self.socket.clone().create_io_poller();
-                                self.inner.local_address_changed();
-                            }
-                            ConnectionEvent::Proto(event) => {
-                                self.inner.handle_event(event);
-                            }
-                            ConnectionEvent::Close { reason, error_code } => {
-                                self.close(error_code, reason, shared);
-                            }
-                        }
-                    }
+        loop {
+            match self.conn_events.poll_recv(cx) {
+                Poll::Ready(Some(ConnectionEvent::Rebind(socket))) => {
+                    self.socket = socket;
+                    self.io_poller = self.socket.clone().create_io_poller();
+                    self.inner.local_address_changed();
                 }
-                Poll::Ready(false) => {
-                    break Err(ConnectionError::TransportError(proto::TransportError {
+                Poll::Ready(Some(ConnectionEvent::Proto(event))) => {
+                    self.inner.handle_event(event);
+                }
+                Poll::Ready(Some(ConnectionEvent::Close { reason, error_code })) => {
+                    self.close(error_code, reason, shared);
+                }
+                Poll::Ready(None) => {
+                    return Err(ConnectionError::TransportError(proto::TransportError {
                         code: proto::TransportErrorCode::INTERNAL_ERROR,
                         frame: None,
                         reason: "endpoint driver future was dropped".to_string(),
                     }));
                 }
-                Poll::Pending => break Ok(()),
+                Poll::Pending => {
+                    return Ok(());
+                }
             }
-        };
-        self.conn_events_buf = events;
-        result
+        }
     }
 
     fn forward_app_events(&mut self, shared: &Shared) {

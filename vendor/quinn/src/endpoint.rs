@@ -36,7 +36,7 @@ use tracing::{Instrument, Span};
 use udp::{BATCH_SIZE, RecvMeta};
 
 use crate::{
-    ConnectionEvent, event_queue, EndpointConfig, IO_LOOP_BOUND, RECV_TIME_BOUND, VarInt,
+    ConnectionEvent, EndpointConfig, IO_LOOP_BOUND, RECV_TIME_BOUND, VarInt,
     connection::Connecting, incoming::Incoming, work_limiter::WorkLimiter,
 };
 
@@ -596,7 +596,7 @@ fn proto_ecn(ecn: udp::EcnCodepoint) -> proto::EcnCodepoint {
 #[derive(Debug)]
 struct ConnectionSet {
     /// Senders for communicating with the endpoint's connections
-    senders: FxHashMap<ConnectionHandle, event_queue::Sender<ConnectionEvent>>,
+    senders: FxHashMap<ConnectionHandle, mpsc::UnboundedSender<ConnectionEvent>>,
     /// Stored to give out clones to new ConnectionInners
     sender: mpsc::UnboundedSender<(ConnectionHandle, EndpointEvent)>,
     /// Set if the endpoint has been manually closed
@@ -611,7 +611,7 @@ impl ConnectionSet {
         socket: Arc<dyn AsyncUdpSocket>,
         runtime: Arc<dyn Runtime>,
     ) -> Connecting {
-        let (send, recv) = event_queue::channel();
+        let (send, recv) = mpsc::unbounded_channel();
         if let Some((error_code, ref reason)) = self.close {
             send.send(ConnectionEvent::Close {
                 error_code,
