@@ -1045,25 +1045,28 @@ impl State {
                 }
             };
 
-            // quichub patch: send first and ask the poller only after `WouldBlock`, as the
-            // `UdpPoller` contract allows. Polling before every send built and dropped a
-            // readiness future per packet, which showed up in relay fan-out profiles.
+            if self.io_poller.as_mut().poll_writable(cx)?.is_pending() {
+                // Retry after a future wakeup
+                self.buffered_transmit = Some(t);
+                return Ok(false);
+            }
+
             let len = t.size;
-            match self
+            let retry = match self
                 .socket
                 .try_send(&udp_transmit(&t, &self.send_buffer[..len]))
             {
-                Ok(()) => {}
-                Err(ref e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.buffered_transmit = Some(t);
-                    if self.io_poller.as_mut().poll_writable(cx)?.is_pending() {
-                        // Retry after a future wakeup
-                        return Ok(false);
-                    }
-                    // Writable again already: retry the buffered transmit.
-                    continue;
-                }
+                Ok(()) => false,
+                Err(ref e) if e.kind() == io::ErrorKind::WouldBlock => true,
                 Err(e) => return Err(e),
+            };
+            if retry {
+                // We thought the socket was writable, but it wasn't. Retry so that either another
+                // `poll_writable` call determines that the socket is indeed not writable and
+                // registers us for a wakeup, or the send succeeds if this really was just a
+                // transient failure.
+                self.buffered_transmit = Some(t);
+                continue;
             }
 
             if transmits >= MAX_TRANSMIT_DATAGRAMS {
@@ -1177,53 +1180,35 @@ impl State {
             return false;
         };
 
-        // quichub patch: the timer is re-armed lazily. Every ack-eliciting packet moves the
-        // loss-detection and idle deadlines later, and resetting the runtime timer for each
-        // one was a timer-wheel removal and insertion per packet. An armed timer that fires
-        // before the current deadline only costs a wake-up, after which it is re-armed.
-        // `timer_deadline` is the instant the timer is armed for.
-        for _ in 0..2 {
-            // Use the clock rather than the async timer to detect expiry: Sleep::poll
-            // respects Tokio's cooperative budget and can return Pending for elapsed
-            // deadlines.
-            let now = self.runtime.now();
-            if now >= deadline {
-                self.inner.handle_timeout(now);
-                self.timer_deadline = None;
-                return true;
-            }
+        // Use the clock rather than the async timer to detect expiry: Sleep::poll
+        // respects Tokio's cooperative budget and can return Pending for elapsed
+        // deadlines.
+        let now = self.runtime.now();
+        if now >= deadline {
+            self.inner.handle_timeout(now);
+            self.timer_deadline = None;
+            return true;
+        }
 
-            match &mut self.timer {
-                Some(delay) => {
-                    let keep = matches!(
-                        self.timer_deadline,
-                        Some(armed) if armed <= deadline && armed > now
-                    );
-                    if !keep {
-                        delay.as_mut().reset(deadline);
-                        self.timer_deadline = Some(deadline);
-                    }
-                }
-                None => {
-                    self.timer = Some(self.runtime.new_timer(deadline));
-                    self.timer_deadline = Some(deadline);
-                }
+        match &mut self.timer {
+            // Avoid resetting the timer when the deadline is unchanged.
+            Some(delay) if self.timer_deadline != Some(deadline) => {
+                delay.as_mut().reset(deadline);
             }
+            None => {
+                self.timer = Some(self.runtime.new_timer(deadline));
+            }
+            _ => {}
+        }
+        self.timer_deadline = Some(deadline);
 
-            let delay = self
-                .timer
-                .as_mut()
-                .expect("timer must exist in this state")
-                .as_mut();
-            if delay.poll(cx).is_pending() {
-                return false;
-            }
-            if self.timer_deadline != Some(deadline) {
-                // An earlier instant we kept armed has passed: re-arm for the deadline.
-                self.timer_deadline = None;
-                continue;
-            }
-            break;
+        let delay = self
+            .timer
+            .as_mut()
+            .expect("timer must exist in this state")
+            .as_mut();
+        if delay.poll(cx).is_pending() {
+            return false;
         }
 
         // The deadline elapsed in the window between the clock check and poll.
