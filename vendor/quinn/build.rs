@@ -1,9 +1,0 @@
-use cfg_aliases::cfg_aliases;
-
-fn main() {
-    // Setup cfg aliases
-    cfg_aliases! {
-        // Convenience aliases
-        wasm_browser: { all(target_family = "wasm", target_os = "unknown") },
-    }
-}
