@@ -31,10 +31,87 @@ pub enum Transport {
     WebTransport,
 }
 
+/// How often a server asks its peers to acknowledge, through the QUIC ACK
+/// frequency extension (draft-ietf-quic-ack-frequency, as quinn implements it):
+/// after more than `threshold` ack-eliciting packets or after `max_delay`,
+/// whichever comes first, and at once when packets arrive out of order.
+///
+/// A relay mostly sends, so most of what it receives are ACKs; with QUIC's
+/// default (every other packet) each subscriber of a 20 ms audio track sends 25
+/// ACKs a second, and the relay spends about a fifth of its CPU receiving and
+/// processing them (figures in the README's benchmark section). Peers that do
+/// not support the extension ignore the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckFrequency {
+    /// Ack-eliciting packets a peer may receive before it must acknowledge.
+    pub threshold: u32,
+    /// Longest a peer may hold back an acknowledgement.
+    pub max_delay: std::time::Duration,
+}
+
+impl AckFrequency {
+    /// Largest accepted `max_delay`: beyond it the sender's loss detection and
+    /// congestion control react too late to be useful.
+    pub const MAX_DELAY_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
+    /// Largest accepted `threshold`.
+    pub const THRESHOLD_LIMIT: u32 = 1000;
+}
+
+impl Default for AckFrequency {
+    /// 9 packets or 100 ms: one ACK per 100 ms for 20 ms audio, one per ten
+    /// packets for video, below the initial congestion window (12 packets) so
+    /// a starting connection is still ACK-clocked.
+    fn default() -> Self {
+        Self {
+            threshold: 9,
+            max_delay: std::time::Duration::from_millis(100),
+        }
+    }
+}
+
+impl std::str::FromStr for AckFrequency {
+    type Err = anyhow::Error;
+
+    /// Parses `PACKETS,MILLISECONDS`, e.g. `9,100`.
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        let (packets, ms) = s
+            .split_once(',')
+            .ok_or_else(|| anyhow::anyhow!("expected PACKETS,MILLISECONDS (e.g. 9,100), got {s:?}"))?;
+        let threshold: u32 = packets
+            .trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("packet threshold {packets:?} is not a number"))?;
+        let ms: u64 = ms
+            .trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("delay {ms:?} is not a number of milliseconds"))?;
+        let max_delay = std::time::Duration::from_millis(ms);
+        anyhow::ensure!(
+            threshold <= Self::THRESHOLD_LIMIT,
+            "packet threshold {threshold} is above {}",
+            Self::THRESHOLD_LIMIT
+        );
+        anyhow::ensure!(
+            ms >= 1 && max_delay <= Self::MAX_DELAY_LIMIT,
+            "delay {ms} ms is outside 1..={} ms",
+            Self::MAX_DELAY_LIMIT.as_millis()
+        );
+        Ok(Self {
+            threshold,
+            max_delay,
+        })
+    }
+}
+
 /// Transport parameters shared by server and client: generous stream limits
 /// (one stream per subgroup and per request), datagrams on, keep-alives so idle
 /// subscribers are not timed out.
 pub fn transport_config() -> quinn::TransportConfig {
+    transport_config_with(None)
+}
+
+/// [`transport_config`], asking peers to acknowledge as `ack` says.
+pub fn transport_config_with(ack: Option<AckFrequency>) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
     t.max_concurrent_bidi_streams(1024u32.into());
     t.max_concurrent_uni_streams(4096u32.into());
@@ -48,5 +125,12 @@ pub fn transport_config() -> quinn::TransportConfig {
             .try_into()
             .expect("valid"),
     ));
+    if let Some(ack) = ack {
+        let mut a = quinn::AckFrequencyConfig::default();
+        a.ack_eliciting_threshold(ack.threshold.into());
+        // Honoured above the path RTT by the vendored quinn-proto (vendor/PATCHES.md).
+        a.max_ack_delay(Some(ack.max_delay));
+        t.ack_frequency_config(Some(a));
+    }
     t
 }

@@ -10,7 +10,7 @@ use web_transport_quinn::proto::ConnectResponse;
 use web_transport_quinn::Session;
 
 use crate::tls::{provider, Identity};
-use crate::Transport;
+use crate::{AckFrequency, Transport};
 
 /// ALPN of HTTP/3: WebTransport sessions and the plain HTTP/3 API.
 pub const ALPN_H3: &[u8] = b"h3";
@@ -43,8 +43,19 @@ pub struct Accepted {
 }
 
 impl Server {
-    /// Binds `addr` with the given identity.
+    /// Binds `addr` with the given identity, asking peers to acknowledge as
+    /// [`AckFrequency::default`] says.
     pub fn bind(addr: SocketAddr, identity: &Identity) -> anyhow::Result<Self> {
+        Self::bind_with(addr, identity, Some(AckFrequency::default()))
+    }
+
+    /// Binds `addr` with the given identity; `ack` is what peers are asked
+    /// about acknowledgements (`None`: QUIC's default, every other packet).
+    pub fn bind_with(
+        addr: SocketAddr,
+        identity: &Identity,
+        ack: Option<AckFrequency>,
+    ) -> anyhow::Result<Self> {
         let mut tls = rustls::ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_no_client_auth()
@@ -65,7 +76,7 @@ impl Server {
         tls.send_tls13_tickets = 2;
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        config.transport_config(Arc::new(crate::transport_config()));
+        config.transport_config(Arc::new(crate::transport_config_with(ack)));
         let socket = bind_udp(addr).with_context(|| format!("bind UDP {addr}"))?;
         let runtime = quinn::default_runtime().context("no async runtime")?;
         let endpoint = quinn::Endpoint::new(

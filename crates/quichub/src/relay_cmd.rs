@@ -10,8 +10,12 @@ use quichub_gateway::bridge::Bridge;
 use quichub_gateway::store::{Fsync, Store};
 use quichub_gateway::{Broker, BrokerConfig, ConnConfig};
 use quichub_net::server::Server;
+use quichub_net::AckFrequency;
 use quichub_net::tls::Identity;
 use quichub_relay::{Config, Relay};
+
+/// `--ack-frequency` default: [`AckFrequency::default`].
+pub const DEFAULT_ACK_FREQUENCY: &str = "9,100";
 
 /// Relay options.
 #[derive(clap::Args, Debug, Clone)]
@@ -58,6 +62,14 @@ pub struct RelayArgs {
     /// beside WebTransport, with 0-RTT): `on` or `off`.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub http3: String,
+    /// What QUIC peers are asked about acknowledgements (the ACK frequency
+    /// extension): `PACKETS,MILLISECONDS` (acknowledge after more than PACKETS
+    /// packets or after MILLISECONDS, and at once on a gap), or `off` for
+    /// QUIC's default of every other packet. Fewer ACKs from subscribers cost
+    /// the relay less CPU per object; a longer delay slows the detection of a
+    /// lost last packet on streams. Peers without the extension ignore it.
+    #[arg(long, default_value = DEFAULT_ACK_FREQUENCY)]
+    pub ack_frequency: String,
 }
 
 fn default_data_dir() -> Option<PathBuf> {
@@ -111,7 +123,11 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         (Some(c), Some(k)) => Identity::from_pem_files(c, k)?,
         _ => Identity::self_signed(&["localhost", "127.0.0.1", "::1"])?,
     };
-    let server = Arc::new(Server::bind(args.bind, &identity)?);
+    let ack = match args.ack_frequency.as_str() {
+        "off" => None,
+        v => Some(v.parse::<AckFrequency>().context("--ack-frequency")?),
+    };
+    let server = Arc::new(Server::bind_with(args.bind, &identity, ack)?);
     let addr = server.local_addr()?;
     let relay = Relay::new(config);
     let mqtt_addr = addr_or_off("mqtt", &args.mqtt)?;

@@ -512,10 +512,11 @@ impl AckFrequencyConfig {
     /// an ACK when the ack-eliciting threshold hasn't been reached.
     ///
     /// The effective `max_ack_delay` will be clamped to be at least the peer's `min_ack_delay`
-    /// transport parameter, and at most the greater of the current path RTT or 25ms.
+    /// transport parameter. (quichub patch: a value set here is not capped at the path RTT.)
     ///
     /// Defaults to `None`, in which case the peer's original `max_ack_delay` will be used, as
-    /// obtained from its transport parameters.
+    /// obtained from its transport parameters, at most the greater of the current path RTT or
+    /// 25ms.
     pub fn max_ack_delay(&mut self, value: Option<Duration>) -> &mut Self {
         self.max_ack_delay = value;
         self
