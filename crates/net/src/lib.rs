@@ -74,9 +74,9 @@ impl std::str::FromStr for AckFrequency {
 
     /// Parses `PACKETS,MILLISECONDS`, e.g. `9,100`.
     fn from_str(s: &str) -> anyhow::Result<Self> {
-        let (packets, ms) = s
-            .split_once(',')
-            .ok_or_else(|| anyhow::anyhow!("expected PACKETS,MILLISECONDS (e.g. 9,100), got {s:?}"))?;
+        let (packets, ms) = s.split_once(',').ok_or_else(|| {
+            anyhow::anyhow!("expected PACKETS,MILLISECONDS (e.g. 9,100), got {s:?}")
+        })?;
         let threshold: u32 = packets
             .trim()
             .parse()

@@ -40,7 +40,10 @@ async fn receive_datagrams(ack: Option<AckFrequency>) -> Seen {
     });
 
     let client = Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure).unwrap();
-    let dialed = client.dial(addr, "localhost", b"mqtt", false).await.unwrap();
+    let dialed = client
+        .dial(addr, "localhost", b"mqtt", false)
+        .await
+        .unwrap();
     let conn = dialed.connection().clone();
     let mut before = 0;
     for i in 0..DATAGRAMS {
@@ -84,7 +87,10 @@ async fn peers_acknowledge_less_when_asked() {
     );
 
     let default = receive_datagrams(None).await;
-    assert_eq!(default.ack_frequency_frames, 0, "nothing asked, nothing sent");
+    assert_eq!(
+        default.ack_frequency_frames, 0,
+        "nothing asked, nothing sent"
+    );
 }
 
 #[test]
@@ -99,7 +105,9 @@ fn parses_packets_and_milliseconds() {
             max_delay: Duration::from_millis(1)
         }
     );
-    for bad in ["", "9", "9,", ",100", "x,100", "9,y", "9,0", "9,1001", "1001,100", "-1,5"] {
+    for bad in [
+        "", "9", "9,", ",100", "x,100", "9,y", "9,0", "9,1001", "1001,100", "-1,5",
+    ] {
         assert!(bad.parse::<AckFrequency>().is_err(), "{bad:?} accepted");
     }
 }

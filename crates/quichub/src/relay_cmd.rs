@@ -10,8 +10,8 @@ use quichub_gateway::bridge::Bridge;
 use quichub_gateway::store::{Fsync, Store};
 use quichub_gateway::{Broker, BrokerConfig, ConnConfig};
 use quichub_net::server::Server;
-use quichub_net::AckFrequency;
 use quichub_net::tls::Identity;
+use quichub_net::AckFrequency;
 use quichub_relay::{Config, Relay};
 
 /// `--ack-frequency` default: [`AckFrequency::default`].
