@@ -43,10 +43,10 @@ pub struct Accepted {
 }
 
 impl Server {
-    /// Binds `addr` with the given identity, asking peers to acknowledge as
-    /// [`AckFrequency::default`] says.
+    /// Binds `addr` with the given identity; peers acknowledge as QUIC does by
+    /// default (see [`Server::bind_with`]).
     pub fn bind(addr: SocketAddr, identity: &Identity) -> anyhow::Result<Self> {
-        Self::bind_with(addr, identity, Some(AckFrequency::default()))
+        Self::bind_with(addr, identity, None)
     }
 
     /// Binds `addr` with the given identity; `ack` is what peers are asked

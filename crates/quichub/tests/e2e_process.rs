@@ -25,6 +25,10 @@ impl Drop for RelayProcess {
 }
 
 fn start_relay() -> RelayProcess {
+    start_relay_with(&[])
+}
+
+fn start_relay_with(extra: &[&str]) -> RelayProcess {
     let mut child = Command::new(BIN)
         .args([
             "relay",
@@ -37,6 +41,7 @@ fn start_relay() -> RelayProcess {
             "--http",
             "off",
         ])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -258,4 +263,54 @@ fn relay_config_file() {
         String::from_utf8_lossy(&out.stderr)
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// ACK_FREQUENCY frames a raw QUIC client receives from `relay` once the
+/// handshake is done (the server sends its request with its first 1-RTT data).
+fn ack_frequency_frames_from(relay: &RelayProcess) -> u64 {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = quichub_net::client::Client::new(
+            "127.0.0.1:0".parse().unwrap(),
+            quichub_net::tls::Verify::Insecure,
+        )
+        .unwrap();
+        let addr = format!("127.0.0.1:{}", relay.port).parse().unwrap();
+        let dialed = client
+            .dial(addr, "localhost", moqt::ALPN.as_bytes(), false)
+            .await
+            .unwrap();
+        let conn = dialed.connection();
+        // HANDSHAKE_DONE and the request travel together; wait for the first,
+        // then a little longer for the second, should they be split.
+        within(5, async {
+            while conn.stats().frame_rx.handshake_done == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+        while conn.stats().frame_rx.ack_frequency == 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        conn.stats().frame_rx.ack_frequency
+    })
+}
+
+#[test]
+fn relay_asks_peers_for_fewer_acks_unless_told_not_to() {
+    let relay = start_relay();
+    assert!(
+        ack_frequency_frames_from(&relay) >= 1,
+        "default --ack-frequency sends ACK_FREQUENCY"
+    );
+    let relay = start_relay_with(&["--ack-frequency", "off"]);
+    assert_eq!(ack_frequency_frames_from(&relay), 0);
+    let status = Command::new(BIN)
+        .args(["relay", "--ack-frequency", "9,0", "--bind", "127.0.0.1:0"])
+        .output()
+        .expect("run relay");
+    assert!(!status.status.success(), "a zero delay is refused");
+    let err = String::from_utf8_lossy(&status.stderr);
+    assert!(err.contains("--ack-frequency"), "{err}");
 }
