@@ -297,3 +297,16 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
     quichub_relay::endpoint::shutdown(&r.relay, &r.server).await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_ack_frequency_is_the_library_default() {
+        assert_eq!(
+            DEFAULT_ACK_FREQUENCY.parse::<AckFrequency>().unwrap(),
+            AckFrequency::default()
+        );
+    }
+}

@@ -46,7 +46,7 @@ impl AckFrequencyState {
         // quichub patch: an explicitly configured `max_ack_delay` is requested as is.
         // Upstream caps every request at max(RTT, 25 ms), so on a short path a receiver of a
         // 20 ms audio stream goes on acknowledging every other packet whatever is configured,
-        // and for a media relay those ACKs are a quarter of its CPU. The draft leaves the
+        // and for a media relay those ACKs cost about a sixth of its CPU. The draft leaves the
         // choice to the sender; the reordering threshold still gets gaps acknowledged at once.
         let candidate = match config.max_ack_delay {
             Some(requested) => requested,
