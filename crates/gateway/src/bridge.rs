@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -152,7 +152,7 @@ impl Bridge {
             payload: m.payload.clone(),
             end_of_group: true,
             received: now,
-            datagram: OnceLock::new(),
+            datagram: Default::default(),
         });
         track.subgroup_end(group, 0, true);
     }

@@ -31,7 +31,18 @@ pub struct Object {
     /// The OBJECT_DATAGRAM encoding, made on first use and shared by every
     /// subscriber: the relay uses the same Track Alias (the track's id) in every
     /// downstream session, so the bytes are identical.
-    pub datagram: OnceLock<Bytes>,
+    pub datagram: DatagramCache,
+}
+
+/// An object's datagram encodings, each made once, on first use.
+#[derive(Debug, Clone, Default)]
+pub struct DatagramCache {
+    plain: OnceLock<Bytes>,
+    /// The encoding behind a WebTransport session's datagram header, with
+    /// the header's length: made for the first header asked for, which every
+    /// session whose CONNECT stream has the same ID shares (in practice all of
+    /// them: browsers open the CONNECT as the connection's first stream).
+    framed: OnceLock<(usize, Bytes)>,
 }
 
 impl Object {
@@ -43,6 +54,7 @@ impl Object {
     /// The OBJECT_DATAGRAM bytes for `alias`, encoded once.
     pub fn datagram(&self, alias: u64) -> Bytes {
         self.datagram
+            .plain
             .get_or_init(|| {
                 let d = ObjectDatagram {
                     track_alias: alias,
@@ -60,6 +72,20 @@ impl Object {
                 b.freeze()
             })
             .clone()
+    }
+
+    /// `header` followed by the OBJECT_DATAGRAM bytes for `alias`, encoded
+    /// once; `None` when the encoding was made for another header, and the
+    /// session must put its header in front itself.
+    pub fn framed_datagram(&self, alias: u64, header: &[u8]) -> Option<Bytes> {
+        let (len, framed) = self.datagram.framed.get_or_init(|| {
+            let d = self.datagram(alias);
+            let mut b = BytesMut::with_capacity(header.len() + d.len());
+            b.extend_from_slice(header);
+            b.extend_from_slice(&d);
+            (header.len(), b.freeze())
+        });
+        (framed[..*len] == *header).then(|| framed.clone())
     }
 
     /// Bytes the cache accounts for this object.

@@ -124,7 +124,19 @@ impl DatagramSink {
         }
         let sent = match &self.target {
             SinkTarget::Session { session, alias } => {
-                session.send_datagram(o.datagram(*alias)).is_ok()
+                // A WebTransport session's header goes in front of the shared
+                // encoding once per object, not once per subscriber.
+                let header = session.datagram_header();
+                let framed = if header.is_empty() {
+                    None
+                } else {
+                    o.framed_datagram(*alias, header)
+                };
+                match framed {
+                    Some(framed) => session.send_datagram_prefixed(framed),
+                    None => session.send_datagram(o.datagram(*alias)),
+                }
+                .is_ok()
             }
             SinkTarget::Local(tx) => tx.try_send(o.clone()).is_ok(),
         };

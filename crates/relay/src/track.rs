@@ -479,6 +479,19 @@ mod tests {
     }
 
     #[test]
+    fn framed_datagram_is_encoded_once_for_one_header() {
+        let s = obj(3, 0, 5);
+        let plain = s.datagram(7);
+        let a = s.framed_datagram(7, &[0x00]).unwrap();
+        assert_eq!((a[0], &a[1..]), (0x00, &plain[..]));
+        let b = s.framed_datagram(7, &[0x00]).unwrap();
+        assert_eq!(a.as_ptr(), b.as_ptr(), "shared, not encoded again");
+        // Another header (another CONNECT stream ID) falls back to the session.
+        assert!(s.framed_datagram(7, &[0x01]).is_none());
+        assert!(s.framed_datagram(7, &[0x40, 0x00]).is_none());
+    }
+
+    #[test]
     fn shared_datagram_encoding_roundtrips() {
         let s = obj(3, 0, 5);
         let b = s.datagram(7);

@@ -352,6 +352,24 @@ impl Session {
         Ok(())
     }
 
+    /// quichub patch: the bytes [`send_datagram`](Self::send_datagram) puts in
+    /// front of every datagram (the session's quarter stream ID); empty for a
+    /// raw QUIC session.
+    pub fn datagram_header(&self) -> &[u8] {
+        &self.header_datagram
+    }
+
+    /// quichub patch: sends `framed`, which must already begin with
+    /// [`datagram_header`](Self::datagram_header), as it is. `send_datagram`
+    /// copies every datagram to put the header in front; a relay that sends one
+    /// object to many sessions with the same header encodes it once instead.
+    pub fn send_datagram_prefixed(&self, framed: Bytes) -> Result<(), SessionError> {
+        self.conn
+            .send_datagram(framed)
+            .map_err(|e| self.map_error(e))?;
+        Ok(())
+    }
+
     /// Sends an application datagram, waiting for buffer space if the send buffer is full.
     ///
     /// Unlike [`send_datagram`](Self::send_datagram), this applies backpressure instead of
