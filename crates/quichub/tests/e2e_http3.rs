@@ -61,6 +61,23 @@ async fn until(what: &str, mut f: impl FnMut() -> bool) {
 
 /// A QUIC client that trusts any certificate (keep it alive as long as its
 /// connections).
+/// A request with no headers and no body, as most of these tests send.
+async fn bare(
+    h3: &quichub_net::h3::client::Client,
+    method: http::Method,
+    path: &str,
+) -> anyhow::Result<quichub_net::h3::client::Response> {
+    h3.request(
+        &method,
+        "localhost",
+        path,
+        &http::HeaderMap::new(),
+        Bytes::new(),
+        1024,
+    )
+    .await
+}
+
 fn quic_client() -> quichub_net::client::Client {
     quichub_net::client::Client::new(
         "127.0.0.1:0".parse().unwrap(),
@@ -485,17 +502,7 @@ async fn malformed_requests_reset_only_their_stream() {
     let h3 = quichub_net::h3::client::Client::new(conn.clone())
         .await
         .unwrap();
-    let no_headers = http::HeaderMap::new();
-    let get_time = || {
-        h3.request(
-            &http::Method::GET,
-            "localhost",
-            "/v1/time",
-            &no_headers,
-            Bytes::new(),
-            1024,
-        )
-    };
+    let get_time = || bare(&h3, http::Method::GET, "/v1/time");
     assert_eq!(get_time().await.unwrap().status, 200);
     let raw = |typ: u64, len: u64, payload: &'static [u8]| {
         let conn = conn.clone();
@@ -609,16 +616,7 @@ async fn relay_binary_serves_http3() {
     let h3 = quichub_net::h3::client::Client::new(h3_conn(&c, addr).await)
         .await
         .unwrap();
-    let r = h3
-        .request(
-            &http::Method::PUT,
-            "localhost",
-            "/v1/t/bin",
-            &http::HeaderMap::new(),
-            Bytes::new(),
-            1024,
-        )
-        .await;
+    let r = bare(&h3, http::Method::PUT, "/v1/t/bin").await;
     drop(child);
     assert_eq!(r.unwrap().status, 201);
 }
@@ -634,18 +632,7 @@ async fn plain_http3_without_the_api_is_rejected() {
     let h3 = quichub_net::h3::client::Client::new(conn.clone())
         .await
         .unwrap();
-    let r = within(
-        10,
-        h3.request(
-            &http::Method::GET,
-            "localhost",
-            "/v1/time",
-            &http::HeaderMap::new(),
-            Bytes::new(),
-            1024,
-        ),
-    )
-    .await;
+    let r = within(10, bare(&h3, http::Method::GET, "/v1/time")).await;
     assert!(r.is_err(), "{r:?}");
     match within(10, conn.closed()).await {
         web_transport_quinn::quinn::ConnectionError::ApplicationClosed(c) => {
@@ -700,41 +687,20 @@ async fn http_requests_beside_a_webtransport_session() {
     // is ours already).
     assert!(conn.close_reason().is_none(), "{:?}", conn.close_reason());
     let h3 = quichub_net::h3::client::Client::without_control(conn.clone());
-    let none = http::HeaderMap::new();
-    let r = within(
-        10,
-        h3.request(
-            &http::Method::GET,
-            "localhost",
-            "/v1/time",
-            &none,
-            Bytes::new(),
-            1024,
-        ),
-    )
-    .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}: {:?} / {:?}",
-            conn.close_reason(),
-            session.close_reason()
-        )
-    });
+    let r = within(10, bare(&h3, http::Method::GET, "/v1/time"))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}: {:?} / {:?}",
+                conn.close_reason(),
+                session.close_reason()
+            )
+        });
     assert_eq!(r.status, 200);
     assert!(String::from_utf8_lossy(&r.body).starts_with("{\"unix_ms\":"));
-    let r = within(
-        10,
-        h3.request(
-            &http::Method::PUT,
-            "localhost",
-            "/v1/t/beside/wt",
-            &none,
-            Bytes::new(),
-            1024,
-        ),
-    )
-    .await
-    .unwrap();
+    let r = within(10, bare(&h3, http::Method::PUT, "/v1/t/beside/wt"))
+        .await
+        .unwrap();
     assert_eq!(r.status, 201);
     // The MoQT session is still up.
     assert!(session.close_reason().is_none());

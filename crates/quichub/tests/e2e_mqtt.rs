@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::raw_mqtt::Raw;
+use common::raw_mqtt::{persistent_connect, qos1_flows, Raw};
 use common::{mqtt_tools, within, TestGateway};
 use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
 use quichub_gateway::mapping::topic_to_track;
@@ -562,19 +562,7 @@ async fn qos2_retransmission_after_reconnect_is_delivered_once() {
     let gw = TestGateway::start().await;
     let mut sub = Raw::connect(&gw, Version::V5, "q2-sub").await;
     sub.subscribe("q2", quichub_mqtt::QoS::ExactlyOnce).await;
-    let persistent = |clean_start| quichub_mqtt::Connect {
-        version: Version::V5,
-        client_id: "q2-pub".into(),
-        clean_start,
-        keep_alive: 30,
-        username: None,
-        password: None,
-        will: None,
-        properties: Properties {
-            session_expiry_interval: Some(60),
-            ..Properties::default()
-        },
-    };
+    let persistent = |clean_start| persistent_connect(Version::V5, "q2-pub", clean_start);
     let publish = |dup| {
         Packet::Publish(quichub_mqtt::Publish {
             dup,
@@ -646,46 +634,14 @@ async fn resumed_session_resends_with_original_packet_ids_and_pubrel() {
     for version in [Version::V311, Version::V5] {
         let id = format!("resend-{version:?}");
         let topic = format!("resend/{version:?}");
-        let connect = |clean_start| quichub_mqtt::Connect {
-            version,
-            client_id: id.clone(),
-            clean_start,
-            keep_alive: 30,
-            username: None,
-            password: None,
-            will: None,
-            properties: Properties {
-                session_expiry_interval: (version == Version::V5).then_some(60),
-                ..Properties::default()
-            },
-        };
+        let connect = |clean_start| persistent_connect(version, &id, clean_start);
         // 3.1.1: Clean Session 0 makes the session persistent.
         let (mut sub, _) = Raw::connect_with(gw.mqtt, connect(version == Version::V5)).await;
         sub.subscribe(&topic, quichub_mqtt::QoS::ExactlyOnce).await;
         let mut publisher = Raw::connect(&gw, version, &format!("{id}-pub")).await;
         // Three completed QoS 1 flows first, so the messages below get
         // identifiers 4 to 6, not the ones a fresh connection would pick.
-        for i in 0..3u16 {
-            publisher
-                .send(&Packet::Publish(quichub_mqtt::Publish {
-                    qos: quichub_mqtt::QoS::AtLeastOnce,
-                    topic: topic.clone(),
-                    packet_id: Some(100 + i),
-                    payload: Bytes::from_static(b"warm-up"),
-                    ..Default::default()
-                }))
-                .await;
-            assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
-            match sub.recv().await {
-                Some(Packet::Publish(p)) => {
-                    sub.send(&Packet::PubAck(quichub_mqtt::Ack::new(
-                        p.packet_id.unwrap(),
-                    )))
-                    .await
-                }
-                other => panic!("expected the warm-up PUBLISH, got {other:?}"),
-            }
-        }
+        qos1_flows(&mut publisher, &mut sub, &topic, 100, 3).await;
         for (i, (qos, body)) in [
             (quichub_mqtt::QoS::ExactlyOnce, "a"),
             (quichub_mqtt::QoS::ExactlyOnce, "b"),
@@ -770,19 +726,7 @@ async fn resumed_session_resends_with_original_packet_ids_and_pubrel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn takeover_keeps_packet_ids_in_use_apart() {
     let gw = TestGateway::start().await;
-    let connect = |clean_start| quichub_mqtt::Connect {
-        version: Version::V5,
-        client_id: "takeover-q2".into(),
-        clean_start,
-        keep_alive: 30,
-        username: None,
-        password: None,
-        will: None,
-        properties: Properties {
-            session_expiry_interval: Some(60),
-            ..Properties::default()
-        },
-    };
+    let connect = |clean_start| persistent_connect(Version::V5, "takeover-q2", clean_start);
     let (mut a, _) = Raw::connect_with(gw.mqtt, connect(true)).await;
     a.subscribe("takeover/q2", quichub_mqtt::QoS::ExactlyOnce)
         .await;

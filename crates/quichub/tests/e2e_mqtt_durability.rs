@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::raw_mqtt::Raw;
+use common::raw_mqtt::{qos1_flows, Raw};
 use common::within;
 use quichub_mqtt::{Ack, Connect, Packet, Properties, Publish, QoS, Version};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -275,25 +275,7 @@ async fn kill_9_keeps_qos2_packet_ids_and_pubrel_state() {
     let (mut publisher, _) = Raw::connect_with(addr, persistent("q2-pub")).await;
     // Two completed flows first: "a" and "b" get identifiers 3 and 4, not
     // the ones a fresh connection would pick.
-    for i in 0..2u16 {
-        publisher
-            .send(&Packet::Publish(Publish {
-                qos: QoS::AtLeastOnce,
-                topic: "q2/durable".into(),
-                packet_id: Some(50 + i),
-                payload: Bytes::from_static(b"warm-up"),
-                ..Default::default()
-            }))
-            .await;
-        assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
-        match sub.recv().await {
-            Some(Packet::Publish(p)) => {
-                sub.send(&Packet::PubAck(Ack::new(p.packet_id.unwrap())))
-                    .await
-            }
-            other => panic!("expected the warm-up PUBLISH, got {other:?}"),
-        }
-    }
+    qos1_flows(&mut publisher, &mut sub, "q2/durable", 50, 2).await;
     for (i, body) in ["a", "b"].into_iter().enumerate() {
         let id = i as u16 + 1;
         publisher

@@ -15,6 +15,53 @@ pub struct Raw {
     pub version: Version,
 }
 
+/// A CONNECT for a session that outlives its connection: `clean_start`
+/// false resumes it; in 5 the session expires 60 s after a disconnect
+/// (3.1.1 sessions without Clean Session never expire).
+pub fn persistent_connect(version: Version, id: &str, clean_start: bool) -> quichub_mqtt::Connect {
+    quichub_mqtt::Connect {
+        version,
+        client_id: id.into(),
+        clean_start,
+        keep_alive: 30,
+        username: None,
+        password: None,
+        will: None,
+        properties: Properties {
+            session_expiry_interval: (version == Version::V5).then_some(60),
+            ..Properties::default()
+        },
+    }
+}
+
+/// `n` complete QoS 1 flows on `topic` from `publisher` (identifiers from
+/// `first_id`) to `sub`, which acknowledges each: afterwards the broker's
+/// next identifiers towards `sub` are past the ones a fresh connection would
+/// pick, so a test can tell reused identifiers from new ones.
+pub async fn qos1_flows(publisher: &mut Raw, sub: &mut Raw, topic: &str, first_id: u16, n: u16) {
+    for i in 0..n {
+        publisher
+            .send(&Packet::Publish(quichub_mqtt::Publish {
+                qos: quichub_mqtt::QoS::AtLeastOnce,
+                topic: topic.into(),
+                packet_id: Some(first_id + i),
+                payload: bytes::Bytes::from_static(b"warm-up"),
+                ..Default::default()
+            }))
+            .await;
+        assert!(matches!(publisher.recv().await, Some(Packet::PubAck(_))));
+        match sub.recv().await {
+            Some(Packet::Publish(p)) => {
+                sub.send(&Packet::PubAck(quichub_mqtt::Ack::new(
+                    p.packet_id.unwrap(),
+                )))
+                .await
+            }
+            other => panic!("expected the warm-up PUBLISH, got {other:?}"),
+        }
+    }
+}
+
 impl Raw {
     /// Connects with Clean Start and expects success.
     pub async fn connect(gw: &TestGateway, version: Version, id: &str) -> Raw {
