@@ -4,6 +4,7 @@
 mod bench_cmd;
 mod demo;
 mod fanout_bench;
+mod file_config;
 mod interop;
 mod mqtt_bench;
 mod pubsub;

@@ -14,6 +14,8 @@ use quichub_net::tls::Identity;
 use quichub_net::AckFrequency;
 use quichub_relay::{Config, Relay};
 
+use crate::file_config::FileConfig;
+
 /// `--ack-frequency` default: [`AckFrequency::default`].
 pub const DEFAULT_ACK_FREQUENCY: &str = "9,100";
 
@@ -112,13 +114,11 @@ pub struct Running {
 
 /// Binds and starts the relay's tasks.
 pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
-    let config: Config = match &args.config {
-        Some(p) => toml::from_str(
-            &std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?,
-        )
-        .with_context(|| format!("parse {}", p.display()))?,
-        None => Config::default(),
+    let file = match &args.config {
+        Some(p) => FileConfig::load(p)?,
+        None => FileConfig::default(),
     };
+    let config: Config = file.relay.clone();
     let identity = match (&args.cert, &args.key) {
         (Some(c), Some(k)) => Identity::from_pem_files(c, k)?,
         _ => Identity::self_signed(&["localhost", "127.0.0.1", "::1"])?,

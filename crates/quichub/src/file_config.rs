@@ -1,0 +1,63 @@
+//! The relay's `--config` TOML file: the relay core's limits as top-level keys
+//! (as before sections existed, so older files keep working) and one section
+//! per subsystem (`[quic]`, `[tcp]`, `[mqtt]`, `[store]`, ...). Unknown keys are
+//! refused in every part.
+
+use anyhow::Context;
+use quichub_relay::Config;
+use serde::de::DeserializeOwned;
+
+/// Everything `--config` can set.
+#[derive(Debug, Clone, Default)]
+pub struct FileConfig {
+    /// Top-level keys: the relay core's limits.
+    pub relay: Config,
+}
+
+impl FileConfig {
+    /// Parses a config file's text.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        #[allow(unused_mut)]
+        let mut table: toml::Table = text.parse()?;
+        // Each section is taken out by name (`section(&mut table, "name")?`)
+        // before the rest is read as the relay's flat keys (serde's `flatten`
+        // cannot refuse unknown keys).
+        let relay = toml::Value::Table(table)
+            .try_into()
+            .context("top-level keys")?;
+        Ok(FileConfig { relay })
+    }
+
+    /// Reads and parses `path`.
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("parse {}", path.display()))
+    }
+}
+
+/// Removes section `name` from `table` and deserialises it (its defaults when absent).
+#[allow(dead_code)]
+fn section<T: DeserializeOwned + Default>(table: &mut toml::Table, name: &str) -> anyhow::Result<T> {
+    match table.remove(name) {
+        Some(v) => v.try_into().with_context(|| format!("[{name}]")),
+        None => Ok(T::default()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flat_relay_keys_still_parse() {
+        let c = FileConfig::parse("max_sessions = 7\n").unwrap();
+        assert_eq!(c.relay.max_sessions, 7);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        assert!(FileConfig::parse("no_such_key = 1\n").is_err());
+        assert!(FileConfig::parse("[no_such_section]\nx = 1\n").is_err());
+    }
+}
