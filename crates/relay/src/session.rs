@@ -872,6 +872,16 @@ async fn serve_subscription(
             return Ok(());
         }
     }
+    // Registered before SUBSCRIBE_OK goes out: a joining FETCH the peer sends
+    // the moment it reads the OK must find the subscription.
+    h.subscriptions.lock().expect("subs").insert(
+        request_id,
+        SubInfo {
+            entry: entry.clone(),
+            joining: if settings.forward { largest } else { None },
+            forward: settings.forward,
+        },
+    );
     // A SUBSCRIBE (which comes with a reader for its updates) is answered here;
     // for our own PUBLISH the PUBLISH_OK was the answer.
     if reader.is_some() {
@@ -884,17 +894,10 @@ async fn serve_subscription(
             properties: joined.info.properties.clone(),
         });
         if write_message(send, &ok).await.is_err() {
+            h.subscriptions.lock().expect("subs").remove(&request_id);
             return Ok(());
         }
     }
-    h.subscriptions.lock().expect("subs").insert(
-        request_id,
-        SubInfo {
-            entry: entry.clone(),
-            joining: if settings.forward { largest } else { None },
-            forward: settings.forward,
-        },
-    );
     relay.metrics.subscriptions.fetch_add(1, Relaxed);
     let (settings_tx, settings_rx) = watch::channel(settings);
     let forwarder = Forwarder::new(
