@@ -207,6 +207,23 @@ impl ClientSession {
         }
     }
 
+    /// Closes the session and waits (at most a second) until the close has
+    /// gone out, so the relay forgets the session, and the namespaces and
+    /// tracks it published, at once instead of at its idle timeout. Call it
+    /// before a process exits: a bare [`ClientSession::close`] queues the
+    /// CONNECTION_CLOSE, and an exiting process may never send it.
+    pub async fn shutdown(&self, code: u32, reason: &str) {
+        self.inner.session.close(code, reason.as_bytes());
+        if self.inner.own_endpoint {
+            let _ = tokio::time::timeout(
+                std::time::Duration::from_secs(1),
+                self.inner.endpoint.wait_idle(),
+            )
+            .await;
+            self.inner.endpoint.close();
+        }
+    }
+
     /// Resolves when the session is closed, with the reason.
     pub async fn closed(&self) -> web_transport_quinn::SessionError {
         self.inner.session.closed().await

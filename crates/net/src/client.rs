@@ -215,4 +215,10 @@ impl Client {
     pub fn close(&self) {
         self.endpoint.close(0u32.into(), b"");
     }
+
+    /// Waits until every connection of this endpoint has closed and its
+    /// CONNECTION_CLOSE has gone out.
+    pub async fn wait_idle(&self) {
+        self.endpoint.wait_idle().await
+    }
 }

@@ -14,12 +14,15 @@
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod flood;
 pub mod h3;
 pub mod io;
 pub mod metrics_http;
+pub mod quic_config;
 pub mod server;
 pub mod tls;
 
+pub use quic_config::QuicConfig;
 pub use web_transport_quinn::{RecvStream, SendStream, Session};
 
 /// How a session reached us.
@@ -106,25 +109,30 @@ impl std::str::FromStr for AckFrequency {
 /// Transport parameters shared by server and client: generous stream limits
 /// (one stream per subgroup and per request), datagrams on, keep-alives so idle
 /// subscribers are not timed out.
+///
+/// Clients keep quinn's generous stream counts (a subscriber of many tracks
+/// receives one stream per subgroup); a server's limits are its
+/// [`QuicConfig`].
 pub fn transport_config() -> quinn::TransportConfig {
-    transport_config_with(None)
-}
-
-/// [`transport_config`], asking peers to acknowledge as `ack` says.
-pub fn transport_config_with(ack: Option<AckFrequency>) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
     t.max_concurrent_bidi_streams(1024u32.into());
     t.max_concurrent_uni_streams(4096u32.into());
     t.datagram_receive_buffer_size(Some(1 << 20));
     t.datagram_send_buffer_size(1 << 20);
     t.keep_alive_interval(Some(std::time::Duration::from_secs(4)));
-    // Bounds what a subscriber that stops reading can make us buffer.
     t.send_window(4 << 20);
     t.max_idle_timeout(Some(
         std::time::Duration::from_secs(30)
             .try_into()
             .expect("valid"),
     ));
+    t
+}
+
+/// The server's transport settings: `quic`'s limits, asking peers to
+/// acknowledge as `ack` says.
+pub fn server_transport(quic: &QuicConfig, ack: Option<AckFrequency>) -> quinn::TransportConfig {
+    let mut t = quic.transport();
     if let Some(ack) = ack {
         let mut a = quinn::AckFrequencyConfig::default();
         a.ack_eliciting_threshold(ack.threshold.into());

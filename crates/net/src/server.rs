@@ -2,13 +2,18 @@
 //! (WebTransport) and `mqtt` (MQTT over QUIC, served by the gateway) side by
 //! side.
 
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use web_transport_quinn::proto::ConnectResponse;
 use web_transport_quinn::Session;
 
+use crate::quic_config::{Admission, QuicConfig};
 use crate::tls::{provider, Identity};
 use crate::{AckFrequency, Transport};
 
@@ -25,6 +30,103 @@ const SESSION_CACHE: usize = 4096;
 /// A bound server endpoint.
 pub struct Server {
     endpoint: quinn::Endpoint,
+    config: QuicConfig,
+    handshakes: Arc<AtomicUsize>,
+    stats: Arc<AdmissionStats>,
+}
+
+/// What the endpoint did with connection attempts, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct AdmissionStats {
+    /// Attempts answered with a stateless Retry.
+    pub retries: AtomicU64,
+    /// Attempts refused because `max_handshakes` were in flight.
+    pub refused: AtomicU64,
+    /// Handshakes closed for taking longer than the handshake timeout.
+    pub timeouts: AtomicU64,
+    handshakes: Arc<AtomicUsize>,
+}
+
+impl AdmissionStats {
+    /// Handshakes in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.handshakes.load(Relaxed)
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        format!(
+            "# HELP quichub_quic_handshakes Connection handshakes in flight.\n\
+             # TYPE quichub_quic_handshakes gauge\n\
+             quichub_quic_handshakes {}\n\
+             # HELP quichub_quic_retries_total Connection attempts answered with a stateless Retry.\n\
+             # TYPE quichub_quic_retries_total counter\n\
+             quichub_quic_retries_total {}\n\
+             # HELP quichub_quic_refused_total Connection attempts refused (max_handshakes in flight).\n\
+             # TYPE quichub_quic_refused_total counter\n\
+             quichub_quic_refused_total {}\n\
+             # HELP quichub_quic_handshake_timeouts_total Handshakes closed for taking too long.\n\
+             # TYPE quichub_quic_handshake_timeouts_total counter\n\
+             quichub_quic_handshake_timeouts_total {}\n",
+            self.handshakes.load(Relaxed),
+            self.retries.load(Relaxed),
+            self.refused.load(Relaxed),
+            self.timeouts.load(Relaxed),
+        )
+    }
+}
+
+/// One handshake in flight, counted against `max_handshakes` until dropped.
+#[derive(Debug)]
+pub struct HandshakeSlot(Arc<AtomicUsize>);
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// An admitted connection attempt: the handshake has not started yet. Pass it
+/// to [`establish_any`] (or `.await` it for a bare QUIC connection).
+pub struct Pending {
+    /// The attempt.
+    pub incoming: quinn::Incoming,
+    /// Its place among the handshakes in flight.
+    pub slot: HandshakeSlot,
+    /// Longest the handshake may take.
+    pub timeout: Duration,
+    stats: Arc<AdmissionStats>,
+}
+
+impl Pending {
+    /// The peer's address.
+    pub fn remote_address(&self) -> SocketAddr {
+        self.incoming.remote_address()
+    }
+}
+
+impl IntoFuture for Pending {
+    type Output = Result<quinn::Connection, quinn::ConnectionError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+
+    /// Completes the QUIC handshake (no ALPN dispatch), within the timeout.
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let Pending {
+                incoming,
+                slot,
+                timeout,
+                stats,
+            } = self;
+            let connecting = incoming.accept()?;
+            let r = tokio::time::timeout(timeout, connecting).await;
+            drop(slot);
+            r.unwrap_or_else(|_| {
+                stats.timeouts.fetch_add(1, Relaxed);
+                Err(quinn::ConnectionError::TimedOut)
+            })
+        })
+    }
 }
 
 /// A session that finished its handshake (QUIC, and HTTP/3 CONNECT for WebTransport).
@@ -56,6 +158,17 @@ impl Server {
         identity: &Identity,
         ack: Option<AckFrequency>,
     ) -> anyhow::Result<Self> {
+        Self::bind_config(addr, identity, ack, &QuicConfig::default())
+    }
+
+    /// Binds `addr` with the given identity, ACK frequency and QUIC limits.
+    pub fn bind_config(
+        addr: SocketAddr,
+        identity: &Identity,
+        ack: Option<AckFrequency>,
+        quic: &QuicConfig,
+    ) -> anyhow::Result<Self> {
+        quic.validate()?;
         let mut tls = rustls::ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_no_client_auth()
@@ -76,7 +189,13 @@ impl Server {
         tls.send_tls13_tickets = 2;
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        config.transport_config(Arc::new(crate::transport_config_with(ack)));
+        config.transport_config(Arc::new(crate::server_transport(quic, ack)));
+        // quinn's own bound on attempts waiting for `accept` (default 65 536,
+        // each buffering up to 10 MB of early packets): an attempt's first
+        // flight is a few kB, and no more wait than may be in flight.
+        config.max_incoming(quic.max_handshakes);
+        config.incoming_buffer_size(64 << 10);
+        config.incoming_buffer_size_total(16 << 20);
         let socket = bind_udp(addr).with_context(|| format!("bind UDP {addr}"))?;
         let runtime = quinn::default_runtime().context("no async runtime")?;
         let endpoint = quinn::Endpoint::new(
@@ -85,7 +204,26 @@ impl Server {
             socket,
             runtime,
         )?;
-        Ok(Self { endpoint })
+        let handshakes = Arc::new(AtomicUsize::new(0));
+        Ok(Self {
+            endpoint,
+            config: quic.clone(),
+            stats: Arc::new(AdmissionStats {
+                handshakes: handshakes.clone(),
+                ..Default::default()
+            }),
+            handshakes,
+        })
+    }
+
+    /// What the endpoint did with connection attempts.
+    pub fn stats(&self) -> Arc<AdmissionStats> {
+        self.stats.clone()
+    }
+
+    /// The QUIC limits in force.
+    pub fn quic_config(&self) -> &QuicConfig {
+        &self.config
     }
 
     /// The bound address (useful with port 0).
@@ -98,9 +236,45 @@ impl Server {
         &self.endpoint
     }
 
-    /// Waits for the next connection attempt; `None` once the endpoint is closed.
-    pub async fn accept(&self) -> Option<quinn::Incoming> {
-        self.endpoint.accept().await
+    /// Waits for the next admitted connection attempt; `None` once the
+    /// endpoint is closed. Attempts beyond the limits are answered here: a
+    /// stateless Retry once `retry_above_handshakes` are in flight (the
+    /// client returns with a token proving its address; nothing is kept for
+    /// one that does not), CONNECTION_REFUSED at `max_handshakes`.
+    pub async fn accept(&self) -> Option<Pending> {
+        loop {
+            let incoming = self.endpoint.accept().await?;
+            let in_flight = self.handshakes.load(Relaxed);
+            match self
+                .config
+                .admit(in_flight, incoming.remote_address_validated())
+            {
+                Admission::Accept => {
+                    self.handshakes.fetch_add(1, Relaxed);
+                    return Some(Pending {
+                        incoming,
+                        slot: HandshakeSlot(self.handshakes.clone()),
+                        timeout: self.config.handshake_timeout(),
+                        stats: self.stats.clone(),
+                    });
+                }
+                Admission::Retry => match incoming.retry() {
+                    Ok(()) => {
+                        self.stats.retries.fetch_add(1, Relaxed);
+                    }
+                    // A client that already answered a Retry and still finds
+                    // us busy: refuse.
+                    Err(e) => {
+                        self.stats.refused.fetch_add(1, Relaxed);
+                        e.into_incoming().refuse();
+                    }
+                },
+                Admission::Refuse => {
+                    self.stats.refused.fetch_add(1, Relaxed);
+                    incoming.refuse();
+                }
+            }
+        }
     }
 
     /// Stops accepting and closes every connection with `code`.
@@ -168,7 +342,7 @@ pub enum Established {
 /// Completes the handshake of one incoming MoQT connection (an `mqtt` one is
 /// an error here: use [`establish_any`]). Run it in its own task so a slow
 /// peer never delays others.
-pub async fn establish(incoming: quinn::Incoming) -> anyhow::Result<Accepted> {
+pub async fn establish(incoming: Pending) -> anyhow::Result<Accepted> {
     match establish_any(incoming).await? {
         Established::Moqt(a) => Ok(*a),
         Established::Other { alpn, conn, .. } => {
@@ -196,30 +370,59 @@ pub async fn establish(incoming: quinn::Incoming) -> anyhow::Result<Accepted> {
 /// repeat until [`handshake_complete`] (see `docs/zero-rtt.md`). MoQT
 /// sessions (raw QUIC, and WebTransport CONNECTs on `h3`) still wait for the
 /// handshake.
-pub async fn establish_any(incoming: quinn::Incoming) -> anyhow::Result<Established> {
+pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
+    let Pending {
+        incoming,
+        slot,
+        timeout,
+        stats,
+    } = pending;
     let remote = incoming.remote_address();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let timed_out = |stats: &AdmissionStats| {
+        stats.timeouts.fetch_add(1, Relaxed);
+        anyhow::anyhow!(
+            "{remote}: handshake not done within {} ms",
+            timeout.as_millis()
+        )
+    };
     let mut connecting = incoming.accept().context("QUIC accept")?;
     // Known from the ClientHello, before the handshake completes.
-    let alpn = connecting
-        .handshake_data()
-        .await
-        .ok()
-        .and_then(|h| h.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
-        .and_then(|h| h.protocol)
-        .unwrap_or_default();
+    let alpn = match tokio::time::timeout_at(deadline, connecting.handshake_data()).await {
+        Ok(h) => h
+            .ok()
+            .and_then(|h| h.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+            .and_then(|h| h.protocol)
+            .unwrap_or_default(),
+        Err(_) => return Err(timed_out(&stats)),
+    };
     if alpn == ALPN_MQTT || alpn == ALPN_H3 {
         match connecting.into_0rtt() {
             // On the server this always succeeds; the connection serves 0-RTT
             // data (and sends 0.5-RTT data) until the handshake completes.
+            // The handshake slot and its deadline go with the connection.
             Ok((conn, done)) if alpn == ALPN_H3 => {
                 let handshake = crate::h3::Handshake::from_0rtt(&conn, done);
+                let watch = handshake.clone();
+                spawn_handshake_watch(conn.clone(), slot, deadline, stats, async move {
+                    watch.wait().await;
+                });
                 return h3_established(conn, handshake, remote).await;
             }
-            Ok((conn, _done)) => return Ok(Established::Other { alpn, conn, remote }),
+            Ok((conn, done)) => {
+                spawn_handshake_watch(conn.clone(), slot, deadline, stats, async move {
+                    let _ = done.await;
+                });
+                return Ok(Established::Other { alpn, conn, remote });
+            }
             Err(c) => connecting = c,
         }
     }
-    let conn = connecting.await.context("QUIC handshake")?;
+    let conn = match tokio::time::timeout_at(deadline, connecting).await {
+        Ok(c) => c.context("QUIC handshake")?,
+        Err(_) => return Err(timed_out(&stats)),
+    };
+    drop(slot);
     if alpn == moqt::ALPN.as_bytes() {
         return Ok(Established::Moqt(Box::new(Accepted {
             session: Session::raw(conn),
@@ -238,6 +441,25 @@ pub async fn establish_any(incoming: quinn::Incoming) -> anyhow::Result<Establis
         String::from_utf8_lossy(&alpn)
     );
     h3_established(conn, crate::h3::Handshake::completed(), remote).await
+}
+
+/// Holds `slot` until `done` (the handshake of a connection handed over before
+/// it completed) resolves, and closes the connection if that takes past
+/// `deadline`.
+fn spawn_handshake_watch(
+    conn: quinn::Connection,
+    slot: HandshakeSlot,
+    deadline: tokio::time::Instant,
+    stats: Arc<AdmissionStats>,
+    done: impl Future<Output = ()> + Send + 'static,
+) {
+    tokio::spawn(async move {
+        let _slot = slot;
+        if tokio::time::timeout_at(deadline, done).await.is_err() {
+            stats.timeouts.fetch_add(1, Relaxed);
+            conn.close(0u32.into(), b"handshake timeout");
+        }
+    });
 }
 
 /// The HTTP/3 handshake and first request of an `h3` connection: a

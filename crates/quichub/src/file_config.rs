@@ -12,20 +12,22 @@ use serde::de::DeserializeOwned;
 pub struct FileConfig {
     /// Top-level keys: the relay core's limits.
     pub relay: Config,
+    /// `[quic]`: the QUIC transport's limits and connection admission.
+    pub quic: quichub_net::QuicConfig,
 }
 
 impl FileConfig {
     /// Parses a config file's text.
     pub fn parse(text: &str) -> anyhow::Result<Self> {
-        #[allow(unused_mut)]
         let mut table: toml::Table = text.parse()?;
+        let quic = section(&mut table, "quic")?;
         // Each section is taken out by name (`section(&mut table, "name")?`)
         // before the rest is read as the relay's flat keys (serde's `flatten`
         // cannot refuse unknown keys).
         let relay = toml::Value::Table(table)
             .try_into()
             .context("top-level keys")?;
-        Ok(FileConfig { relay })
+        Ok(FileConfig { relay, quic })
     }
 
     /// Reads and parses `path`.
@@ -37,8 +39,10 @@ impl FileConfig {
 }
 
 /// Removes section `name` from `table` and deserialises it (its defaults when absent).
-#[allow(dead_code)]
-fn section<T: DeserializeOwned + Default>(table: &mut toml::Table, name: &str) -> anyhow::Result<T> {
+fn section<T: DeserializeOwned + Default>(
+    table: &mut toml::Table,
+    name: &str,
+) -> anyhow::Result<T> {
     match table.remove(name) {
         Some(v) => v.try_into().with_context(|| format!("[{name}]")),
         None => Ok(T::default()),
@@ -53,6 +57,14 @@ mod tests {
     fn flat_relay_keys_still_parse() {
         let c = FileConfig::parse("max_sessions = 7\n").unwrap();
         assert_eq!(c.relay.max_sessions, 7);
+    }
+
+    #[test]
+    fn quic_section() {
+        let c = FileConfig::parse("max_sessions = 7\n[quic]\nmax_handshakes = 3\n").unwrap();
+        assert_eq!(c.relay.max_sessions, 7);
+        assert_eq!(c.quic.max_handshakes, 3);
+        assert!(FileConfig::parse("[quic]\nbogus = 1\n").is_err());
     }
 
     #[test]

@@ -127,7 +127,7 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         "off" => None,
         v => Some(v.parse::<AckFrequency>().context("--ack-frequency")?),
     };
-    let server = Arc::new(Server::bind_with(args.bind, &identity, ack)?);
+    let server = Arc::new(Server::bind_config(args.bind, &identity, ack, &file.quic)?);
     let addr = server.local_addr()?;
     let relay = Relay::new(config);
     let mqtt_addr = addr_or_off("mqtt", &args.mqtt)?;
@@ -232,10 +232,10 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
             .await
             .with_context(|| format!("bind metrics {a}"))?;
         let bound = listener.local_addr()?;
-        let m = relay.metrics.clone();
+        let (m, q) = (relay.metrics.clone(), server.stats());
         tokio::spawn(quichub_net::metrics_http::serve(
             listener,
-            Arc::new(move || m.render()),
+            Arc::new(move || m.render() + &q.render()),
         ));
         Some(bound)
     } else {

@@ -8,8 +8,18 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Most concurrent sessions; further connections are refused.
+    /// Most concurrent sessions that completed SETUP; further ones are closed
+    /// when their SETUP arrives.
     pub max_sessions: usize,
+    /// Most connections that have not yet sent CLIENT_SETUP; further ones are
+    /// closed at once. Kept apart from `max_sessions` so connections that
+    /// never speak cannot take the slots of real sessions.
+    pub max_half_open_sessions: usize,
+    /// Longest a connection may take to send CLIENT_SETUP, in milliseconds;
+    /// then it is closed with CONTROL_MESSAGE_TIMEOUT. Data and request
+    /// streams that arrive before SETUP wait (unread, within the QUIC flow
+    /// control windows) at most this long.
+    pub setup_timeout_ms: u64,
     /// Most open requests (subscriptions, fetches, namespaces...) per session.
     pub max_requests_per_session: usize,
     /// Most tracks the relay holds at once.
@@ -43,6 +53,8 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             max_sessions: 10_000,
+            max_half_open_sessions: 1_000,
+            setup_timeout_ms: 10_000,
             max_requests_per_session: 1_000,
             max_tracks: 100_000,
             max_object_size: 4 * 1024 * 1024,

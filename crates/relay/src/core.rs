@@ -137,6 +137,22 @@ impl Relay {
         true
     }
 
+    /// Takes a half-open slot (a connection that has not sent SETUP yet);
+    /// `false` when `max_half_open_sessions` are already waiting.
+    pub fn try_half_open(&self) -> bool {
+        let n = self.metrics.sessions_half_open.fetch_add(1, Relaxed);
+        if n >= self.config.max_half_open_sessions as i64 {
+            self.metrics.sessions_half_open.fetch_sub(1, Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back a slot taken by [`Relay::try_half_open`].
+    pub fn end_half_open(&self) {
+        self.metrics.sessions_half_open.fetch_sub(1, Relaxed);
+    }
+
     /// Forgets a session and everything it published.
     pub fn remove_session(&self, id: u64) {
         let (withdrawn, ended): (Vec<TrackNamespace>, Vec<Arc<TrackEntry>>) = {

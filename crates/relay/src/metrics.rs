@@ -10,6 +10,14 @@ pub struct Metrics {
     pub sessions: AtomicI64,
     /// Sessions accepted since start.
     pub sessions_total: AtomicU64,
+    /// Connections waiting for their CLIENT_SETUP.
+    pub sessions_half_open: AtomicI64,
+    /// Connections closed because no CLIENT_SETUP came in time.
+    pub setup_timeouts: AtomicU64,
+    /// Connections refused by a session limit, by which one.
+    pub sessions_refused_half_open: AtomicU64,
+    /// Sessions refused at SETUP because `max_sessions` were open.
+    pub sessions_refused_full: AtomicU64,
     /// Downstream subscriptions currently open.
     pub subscriptions: AtomicI64,
     /// Tracks currently held.
@@ -57,6 +65,20 @@ impl Metrics {
             "MoQT sessions accepted.",
             "counter",
             self.sessions_total.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "sessions_half_open",
+            "Connections waiting for their CLIENT_SETUP.",
+            "gauge",
+            self.sessions_half_open.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "setup_timeouts_total",
+            "Connections closed because CLIENT_SETUP did not arrive in time.",
+            "counter",
+            self.setup_timeouts.load(Relaxed) as i128,
             "",
         );
         g(
@@ -120,6 +142,17 @@ impl Metrics {
         );
         let _ = writeln!(s, "# HELP quichub_cache_bytes Bytes held in track caches.\n# TYPE quichub_cache_bytes gauge");
         let _ = writeln!(s, "quichub_cache_bytes {}", self.cache_bytes.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_sessions_refused_total Connections refused by a session limit.\n# TYPE quichub_sessions_refused_total counter");
+        let _ = writeln!(
+            s,
+            "quichub_sessions_refused_total{{limit=\"max_half_open_sessions\"}} {}",
+            self.sessions_refused_half_open.load(Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "quichub_sessions_refused_total{{limit=\"max_sessions\"}} {}",
+            self.sessions_refused_full.load(Relaxed)
+        );
         let _ = writeln!(s, "# HELP quichub_protocol_violations_total Sessions closed for protocol violations.\n# TYPE quichub_protocol_violations_total counter");
         let _ = writeln!(
             s,

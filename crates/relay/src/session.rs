@@ -58,6 +58,10 @@ pub struct SessionHandle {
     control: tokio::sync::Mutex<Option<SendStream>>,
     setup: watch::Sender<bool>,
     control_seen: AtomicBool,
+    /// Holds a half-open slot of the relay until SETUP arrives.
+    half_open: AtomicBool,
+    /// Counted in `max_sessions` (SETUP arrived and was admitted).
+    established: AtomicBool,
     open_requests: AtomicUsize,
     subscriptions: Mutex<HashMap<u64, SubInfo>>,
     /// Tracks this session subscribes to (one subscription per track, §5.1).
@@ -125,6 +129,8 @@ impl SessionHandle {
             control: tokio::sync::Mutex::new(None),
             setup: watch::channel(false).0,
             control_seen: AtomicBool::new(false),
+            half_open: AtomicBool::new(false),
+            established: AtomicBool::new(false),
             open_requests: AtomicUsize::new(0),
             subscriptions: Mutex::default(),
             subscribed: Mutex::default(),
@@ -144,6 +150,12 @@ impl SessionHandle {
 
     /// Closes the session with a session error.
     pub fn fail(&self, relay: &Relay, e: &SessionError) {
+        if let Some(reason) = self.session.close_reason() {
+            // The peer (or the endpoint) closed first: what failed was a read
+            // on a connection already gone, not a violation by the peer.
+            tracing::debug!(session = self.id, "session closed: {reason}");
+            return;
+        }
         if e.code == SessionErrorCode::ProtocolViolation {
             relay.metrics.protocol_violations.fetch_add(1, Relaxed);
         }
@@ -284,19 +296,51 @@ pub async fn serve(relay: Arc<Relay>, accepted: Accepted) {
         session.clone(),
         transport,
     ));
-    if !relay.add_session(handle.clone()) {
-        session.close(SessionErrorCode::InternalError.code(), b"too many sessions");
+    // Until SETUP the connection holds a half-open slot, not a session slot,
+    // so connections that never speak cannot lock real sessions out.
+    if !relay.try_half_open() {
+        relay
+            .metrics
+            .sessions_refused_half_open
+            .fetch_add(1, Relaxed);
+        session.close(
+            SessionErrorCode::InternalError.code(),
+            b"too many sessions being set up",
+        );
         return;
     }
-    relay.metrics.sessions.fetch_add(1, Relaxed);
-    relay.metrics.sessions_total.fetch_add(1, Relaxed);
+    handle.half_open.store(true, Relaxed);
 
     let result = run(&relay, &handle).await;
     if let Err(e) = result {
         handle.fail(&relay, &e);
     }
+    if handle.half_open.swap(false, Relaxed) {
+        relay.end_half_open();
+    }
     relay.remove_session(handle.id);
-    relay.metrics.sessions.fetch_sub(1, Relaxed);
+    if handle.established.load(Relaxed) {
+        relay.metrics.sessions.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Admits a session whose SETUP arrived: leaves the half-open pool, takes a
+/// session slot.
+fn establish(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
+    if h.half_open.swap(false, Relaxed) {
+        relay.end_half_open();
+    }
+    if !relay.add_session(h.clone()) {
+        relay.metrics.sessions_refused_full.fetch_add(1, Relaxed);
+        return Err(SessionError {
+            code: SessionErrorCode::InternalError,
+            reason: "too many sessions".into(),
+        });
+    }
+    h.established.store(true, Relaxed);
+    relay.metrics.sessions.fetch_add(1, Relaxed);
+    relay.metrics.sessions_total.fetch_add(1, Relaxed);
+    Ok(())
 }
 
 async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
@@ -352,9 +396,24 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
     };
     drop(fail_tx);
     let mut shutdown = relay.shutdown_signal();
+    let setup_timeout = Duration::from_millis(relay.config.setup_timeout_ms);
+    let setup_deadline = tokio::time::sleep(setup_timeout);
+    tokio::pin!(setup_deadline);
+    let mut setup_pending = true;
     let outcome = loop {
         tokio::select! {
             e = fail_rx.recv() => if let Some(e) = e { break Err(e) },
+            _ = &mut setup_deadline, if setup_pending => {
+                if *h.setup.borrow() {
+                    setup_pending = false;
+                    continue;
+                }
+                relay.metrics.setup_timeouts.fetch_add(1, Relaxed);
+                break Err(SessionError {
+                    code: SessionErrorCode::ControlMessageTimeout,
+                    reason: format!("no CLIENT_SETUP within {} ms", setup_timeout.as_millis()),
+                });
+            }
             _ = h.session.closed() => break Ok(()),
             r = shutdown.changed() => {
                 if r.is_err() || *shutdown.borrow() {
@@ -426,6 +485,7 @@ async fn on_control(
         if let Message::Setup(s) = &m {
             check_client_setup(s, h.transport == Transport::WebTransport)?;
             tracing::debug!(session = h.id, implementation = ?s.implementation(), "SETUP");
+            establish(relay, h)?;
             h.setup.send_replace(true);
         }
         if let Message::GoAway(g) = &m {
@@ -434,7 +494,6 @@ async fn on_control(
             }
             tracing::debug!(session = h.id, "peer GOAWAY");
         }
-        let _ = relay;
     }
 }
 
@@ -608,15 +667,23 @@ fn on_datagram(relay: &Arc<Relay>, h: &SessionHandle, d: Bytes) -> Result<()> {
     if dg.payload.len() > relay.config.max_object_size {
         return Err(SessionError::protocol("datagram object too large"));
     }
-    let Some(track) = h
-        .aliases
-        .lock()
-        .expect("aliases")
-        .get(&dg.track_alias)
-        .cloned()
-    else {
-        // Unknown alias: may be a late datagram of a cancelled subscription.
-        return Ok(());
+    let track = {
+        let aliases = h.aliases.lock().expect("aliases");
+        match aliases.get(&dg.track_alias) {
+            Some(t) => t.clone(),
+            None => {
+                // The PUBLISH or SUBSCRIBE_OK naming this alias may still be in
+                // flight on its own stream: hold the datagram (bounded in count
+                // and age) until the alias is known. Pushed under the aliases
+                // lock, so an alias added meanwhile replays it (`replay_early`
+                // runs after the insert).
+                h.early_datagrams
+                    .lock()
+                    .expect("early")
+                    .push(dg.track_alias, d);
+                return Ok(());
+            }
+        }
     };
     let priority = dg.priority.unwrap_or_else(|| track.info().default_priority);
     track.publish(Object {

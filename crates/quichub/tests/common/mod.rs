@@ -36,10 +36,26 @@ impl TestRelay {
         r
     }
 
+    /// A relay with these relay and QUIC limits.
+    pub async fn with_quic(config: Config, quic: quichub_net::QuicConfig) -> Self {
+        let r = Self::unstarted_quic(config, quic);
+        tokio::spawn(quichub_relay::endpoint::accept_loop(
+            r.relay.clone(),
+            r.server.clone(),
+        ));
+        r
+    }
+
     /// Bound, with no accept loop yet (the caller spawns one).
     pub fn unstarted(config: Config) -> Self {
+        Self::unstarted_quic(config, quichub_net::QuicConfig::default())
+    }
+
+    fn unstarted_quic(config: Config, quic: quichub_net::QuicConfig) -> Self {
         let id = Identity::self_signed(&["localhost"]).unwrap();
-        let server = Arc::new(Server::bind("127.0.0.1:0".parse().unwrap(), &id).unwrap());
+        let server = Arc::new(
+            Server::bind_config("127.0.0.1:0".parse().unwrap(), &id, None, &quic).unwrap(),
+        );
         let addr = server.local_addr().unwrap();
         let relay = Relay::new(config);
         Self {
