@@ -129,10 +129,16 @@ impl ClientSession {
         });
         spawn_routers(&inner);
         let mut rx = inner.peer_setup.subscribe();
-        tokio::time::timeout(opts.timeout, rx.wait_for(|s| s.is_some()))
-            .await
-            .context("no SETUP from the server")?
-            .context("session closed before SETUP")?;
+        // A server that refuses us (full, or our SETUP was bad) closes the
+        // session: say why at once rather than at the timeout.
+        tokio::select! {
+            biased;
+            r = tokio::time::timeout(opts.timeout, rx.wait_for(|s| s.is_some())) => {
+                r.context("no SETUP from the server")?
+                    .context("session closed before SETUP")?;
+            }
+            e = inner.session.closed() => bail!("the server closed the session: {e}"),
+        }
         Ok(Self { inner })
     }
 

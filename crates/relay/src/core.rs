@@ -137,6 +137,11 @@ impl Relay {
         true
     }
 
+    /// Whether `max_sessions` sessions are open.
+    pub fn sessions_full(&self) -> bool {
+        self.lock().sessions.len() >= self.config.max_sessions
+    }
+
     /// Takes a half-open slot (a connection that has not sent SETUP yet);
     /// `false` when `max_half_open_sessions` are already waiting.
     pub fn try_half_open(&self) -> bool {

@@ -296,6 +296,13 @@ pub async fn serve(relay: Arc<Relay>, accepted: Accepted) {
         session.clone(),
         transport,
     ));
+    // A full relay says so before its SETUP, so the client's connect fails
+    // (checked again when the client's SETUP arrives).
+    if relay.sessions_full() {
+        relay.metrics.sessions_refused_full.fetch_add(1, Relaxed);
+        session.close(SessionErrorCode::InternalError.code(), b"too many sessions");
+        return;
+    }
     // Until SETUP the connection holds a half-open slot, not a session slot,
     // so connections that never speak cannot lock real sessions out.
     if !relay.try_half_open() {
