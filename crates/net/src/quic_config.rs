@@ -73,7 +73,7 @@ impl Default for QuicConfig {
             datagram_send_buffer: 1 << 20,
             idle_timeout_ms: 30_000,
             keep_alive_ms: 4_000,
-            max_handshakes: 4096,
+            max_handshakes: 1024,
             retry_above_handshakes: 64,
             handshake_timeout_ms: 10_000,
         }

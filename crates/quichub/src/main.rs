@@ -2,6 +2,7 @@
 //! `interop-client`. Logic lives in the crates; this file parses arguments.
 
 mod bench_cmd;
+mod conn_bench;
 mod demo;
 mod fanout_bench;
 mod file_config;
@@ -49,6 +50,9 @@ enum Command {
     BenchFanout(fanout_bench::BenchFanoutArgs),
     /// MQTT load generator: N publishers, M subscribers over TCP; msgs/s, latency, loss.
     BenchMqtt(mqtt_bench::BenchMqttArgs),
+    /// What connections cost a running relay: memory per idle connection, and
+    /// under a flood of handshakes that never complete.
+    BenchConn(conn_bench::BenchConnArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -91,6 +95,7 @@ fn main() -> std::process::ExitCode {
             Command::Bench(a) => bench_cmd::run(a).await,
             Command::BenchFanout(a) => fanout_bench::run(a).await.map(|_| 0),
             Command::BenchMqtt(a) => mqtt_bench::run(a).await.map(|_| 0),
+            Command::BenchConn(a) => conn_bench::run(a).await.map(|_| 0),
             Command::Netem(_) | Command::Lab(_) => unreachable!("handled above"),
         }
     });
