@@ -5,6 +5,7 @@ mod bench_cmd;
 mod demo;
 mod fanout_bench;
 mod file_config;
+mod framing;
 mod interop;
 mod mqtt_bench;
 mod pubsub;

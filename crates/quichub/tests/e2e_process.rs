@@ -143,59 +143,138 @@ async fn sigterm_sends_goaway_before_exit() {
     assert!(exit.success(), "relay exit status {exit:?}");
 }
 
-/// `quichub pub --profile stdin` to `quichub sub`: lines in, the same lines out.
+/// `quichub sub` on `url`, track `cli/NAME`, with `extra` flags; stdout piped.
+fn spawn_sub(url: &str, track: &str, extra: &[&str]) -> Child {
+    Command::new(BIN)
+        .args(["sub", url, "--namespace", "cli", "--track", track])
+        .args(["--rendezvous-ms", "10000"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// `quichub pub --profile stdin` on `url`, track `cli/NAME`, with `extra` flags.
+fn pub_stdin(url: &str, track: &str, mode: &str, extra: &[&str], stdin: Stdio) -> Child {
+    Command::new(BIN)
+        .args(["pub", url, "--namespace", "cli", "--track", track])
+        .args(["--profile", "stdin", "--mode", mode])
+        .args(extra)
+        .stdin(stdin)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child` at most `secs` seconds.
+fn wait_within(child: &mut Child, secs: u64) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process still running after {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `quichub pub --profile stdin` to `quichub sub --framing line`: lines in
+/// (any bytes, not only UTF-8), the same lines out.
 #[test]
 fn cli_pub_stdin_to_sub_stdout() {
     use std::io::Write;
     let relay = start_relay();
     let url = format!("moqt://127.0.0.1:{}/cli", relay.port);
-    let sub = Command::new(BIN)
-        .args([
-            "sub",
-            &url,
-            "--namespace",
-            "cli",
-            "--track",
-            "lines",
-            "--count",
-            "3",
-            "--rendezvous-ms",
-            "10000",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let sub = spawn_sub(&url, "lines", &["--count", "3", "--framing", "line"]);
     std::thread::sleep(Duration::from_millis(300));
-    let mut publisher = Command::new(BIN)
-        .args([
-            "pub",
-            &url,
-            "--namespace",
-            "cli",
-            "--track",
-            "lines",
-            "--profile",
-            "stdin",
-            "--mode",
-            "announce",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut publisher = pub_stdin(&url, "lines", "announce", &[], Stdio::piped());
     publisher
         .stdin
         .take()
         .unwrap()
-        .write_all(b"alpha\nbeta\ngamma\n")
+        .write_all(b"alpha\n\xff\xfebeta\ngamma\n")
         .unwrap();
     let out = sub.wait_with_output().unwrap();
-    let _ = publisher.kill();
-    let _ = publisher.wait();
+    let status = wait_within(&mut publisher, 10);
     assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "alpha\nbeta\ngamma\n");
+    assert_eq!(out.stdout, b"alpha\n\xff\xfebeta\ngamma\n");
+    assert!(status.success(), "pub exit {status:?}");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut publisher.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("published 3 objects"), "{err}");
+}
+
+/// A binary file through `pub --framing raw-chunks` and `sub` (raw output by
+/// default) arrives byte for byte.
+#[test]
+fn cli_binary_stdin_round_trips_byte_exact() {
+    let relay = start_relay();
+    let url = format!("moqt://127.0.0.1:{}/cli", relay.port);
+    let dir = std::env::temp_dir().join(format!("quichub-binary-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("in.bin");
+    // 300 kB, every byte value, newlines and invalid UTF-8 included.
+    let mut x = 0x2545_f491_u32;
+    let data: Vec<u8> = (0..300_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 24) as u8
+        })
+        .collect();
+    std::fs::write(&file, &data).unwrap();
+    // From a file every read fills a chunk: ceil(300000 / 16384) = 19 objects.
+    let sub = spawn_sub(&url, "bin", &["--count", "19"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let stdin = Stdio::from(std::fs::File::open(&file).unwrap());
+    let mut publisher = pub_stdin(&url, "bin", "announce", &["--framing", "raw-chunks"], stdin);
+    let out = sub.wait_with_output().unwrap();
+    let status = wait_within(&mut publisher, 10);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(out.status.success());
+    assert_eq!(out.stdout.len(), data.len());
+    assert!(out.stdout == data, "payloads differ from the input");
+    assert!(status.success(), "pub exit {status:?}");
+}
+
+/// A read error or truncated input on stdin is an error exit, not success.
+#[test]
+fn cli_pub_stdin_errors_exit_nonzero() {
+    use std::io::Write;
+    let relay = start_relay();
+    let url = format!("moqt://127.0.0.1:{}/cli", relay.port);
+    // A directory as stdin: read(2) fails with EISDIR.
+    let dir = Stdio::from(std::fs::File::open(std::env::temp_dir()).unwrap());
+    let mut p = pub_stdin(&url, "dir", "push", &["--framing", "raw-chunks"], dir);
+    let status = wait_within(&mut p, 10);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut p.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("read stdin"), "{err}");
+    // A length prefix announcing more bytes than follow.
+    let mut p = pub_stdin(
+        &url,
+        "len",
+        "push",
+        &["--framing", "length"],
+        Stdio::piped(),
+    );
+    let mut stdin = p.stdin.take().unwrap();
+    stdin
+        .write_all(&[0, 0, 0, 2, b'o', b'k', 0, 0, 0, 9, 1])
+        .unwrap();
+    drop(stdin);
+    let status = wait_within(&mut p, 10);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut p.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("1 of the 9 bytes"), "{err}");
 }
 
 /// `--config`: every documented key is accepted, an unknown key is refused
