@@ -393,3 +393,160 @@ fn relay_asks_peers_for_fewer_acks_unless_told_not_to() {
     let err = String::from_utf8_lossy(&status.stderr);
     assert!(err.contains("--ack-frequency"), "{err}");
 }
+
+/// A relay whose stderr (its log) comes back line by line.
+fn start_relay_logged(
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (RelayProcess, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(BIN)
+        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off"])
+        .args(["--mqtt", "off", "--http", "off"])
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn relay");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("relay printed nothing").unwrap();
+    let port = first
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .parse()
+        .unwrap();
+    std::thread::spawn(move || for _ in lines {});
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stderr).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    (RelayProcess { child, port }, rx)
+}
+
+/// Connects to the relay and leaves with reason `bye`.
+fn visit(relay: &RelayProcess) {
+    let url = format!("moqt://127.0.0.1:{}/log", relay.port);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let s = ClientSession::connect(&url, ConnectOptions::default())
+            .await
+            .unwrap();
+        s.close(0, "bye");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    })
+}
+
+/// The first log line containing `needle`, within 5 s.
+fn log_line(rx: &std::sync::mpsc::Receiver<String>, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.contains(needle) => return l,
+            Ok(_) => {}
+            Err(_) => panic!("no log line with {needle:?}"),
+        }
+    }
+}
+
+/// By default the relay logs connections at info (peer, ALPN, reason), with
+/// no colour codes when stderr is not a terminal.
+#[test]
+fn relay_logs_connections_by_default_without_colour() {
+    let (relay, rx) = start_relay_logged(&[], &[]);
+    visit(&relay);
+    let peer = "remote=127.0.0.1:";
+    let accepted = log_line(&rx, "connection accepted");
+    assert!(accepted.contains("INFO"), "{accepted}");
+    assert!(accepted.contains(peer), "{accepted}");
+    assert!(accepted.contains("moqt-18"), "{accepted}");
+    let closed = log_line(&rx, "connection closed");
+    assert!(closed.contains(peer), "{closed}");
+    assert!(closed.contains("bye"), "the peer's reason: {closed}");
+    for l in [&accepted, &closed] {
+        assert!(!l.contains('\u{1b}'), "ANSI escape in {l:?}");
+    }
+}
+
+/// `--log-format json`: one JSON object per line; `RUST_LOG` still applies.
+#[test]
+fn relay_logs_json_lines() {
+    let (relay, rx) = start_relay_logged(
+        &["--log-format", "json"],
+        &[("RUST_LOG", "quichub_relay=info")],
+    );
+    visit(&relay);
+    let line = log_line(&rx, "connection accepted");
+    let v: serde_json::Value = serde_json::from_str(&line).expect(&line);
+    assert_eq!(v["level"], "INFO", "{line}");
+    assert_eq!(v["fields"]["message"], "connection accepted", "{line}");
+    assert_eq!(v["fields"]["alpn"], "moqt-18", "{line}");
+    assert!(v["fields"]["remote"].as_str().is_some(), "{line}");
+}
+
+/// `quichub ... | head`: a reader that went away ends the command quietly
+/// (SIGPIPE, as `cat` does), never with a panic.
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(BIN)
+        .args(["interop-client", "--list"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the child has started writing.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        out.status
+    );
+}
+
+/// `sub | head`: the subscriber stops quietly once its reader leaves.
+#[test]
+fn sub_into_closed_pipe_exits_quietly() {
+    use std::io::Write;
+    use std::os::unix::process::ExitStatusExt;
+    let relay = start_relay();
+    let url = format!("moqt://127.0.0.1:{}/cli", relay.port);
+    let mut sub = Command::new(BIN)
+        .args(["sub", &url, "--namespace", "cli", "--track", "head"])
+        .args(["--rendezvous-ms", "10000", "--framing", "line"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut stdout = BufReader::new(sub.stdout.take().unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    let mut publisher = pub_stdin(&url, "head", "announce", &[], Stdio::piped());
+    let mut stdin = publisher.stdin.take().unwrap();
+    stdin.write_all(b"one\n").unwrap();
+    stdout.read_line(&mut first).unwrap();
+    assert_eq!(first, "one\n");
+    drop(stdout); // `head -1` leaves
+    stdin.write_all(b"two\nthree\nfour\n").unwrap();
+    let status = wait_within(&mut sub, 10);
+    drop(stdin);
+    let _ = wait_within(&mut publisher, 10);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut sub.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!err.contains("panicked") && !err.contains("error"), "{err}");
+    assert!(
+        status.success() || status.signal() == Some(libc::SIGPIPE),
+        "{status:?}: {err}"
+    );
+}
