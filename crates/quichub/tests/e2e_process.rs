@@ -550,3 +550,61 @@ fn sub_into_closed_pipe_exits_quietly() {
         "{status:?}: {err}"
     );
 }
+
+/// `bench run --json -`: stdout is the JSON report and nothing else;
+/// `--duration` and `--start-delay` shorten the profile without editing it.
+#[test]
+fn bench_run_json_to_stdout_is_json_only() {
+    let relay = start_relay();
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../profiles/scenario1-audio.ini"
+    );
+    let started = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["bench", "run", profile, "-n", "2", "--json", "-"])
+        .args(["--duration", "1.2", "--start-delay", "0.4"])
+        .arg("--relay")
+        .arg(format!("moqt://127.0.0.1:{}/bench", relay.port))
+        .arg("--relay-pid")
+        .arg(relay.child.id().to_string())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(v["subscribers"], 2, "{v}");
+    // 0.8 s of DATA every 20 ms.
+    let sent = v["publish"]["sent"][0][1].as_u64();
+    assert_eq!(sent, Some(40), "{v}");
+    assert!(
+        stderr.contains("relay cpu"),
+        "the table went to stderr: {stderr}"
+    );
+}
+
+/// `bench run --relay-pid` of no process fails before the run, not after it.
+#[test]
+fn bench_run_checks_relay_pid_first() {
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../profiles/scenario1-audio.ini"
+    );
+    let started = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["bench", "run", profile, "-n", "1", "--quiet"])
+        .args([
+            "--relay",
+            "moqt://127.0.0.1:9/none",
+            "--relay-pid",
+            "4294967295",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--relay-pid 4294967295"), "{err}");
+}
