@@ -87,11 +87,7 @@ fn json_to_stdout(c: &Common) -> bool {
 /// Where the human-readable lines go: stdout, or stderr when stdout carries
 /// the JSON report.
 fn human(c: &Common) -> Box<dyn Write> {
-    if json_to_stdout(c) {
-        Box::new(std::io::stderr())
-    } else {
-        Box::new(std::io::stdout())
-    }
+    crate::human_out(json_to_stdout(c))
 }
 
 /// Writes the JSON report to `--json`'s file or stdout.

@@ -159,6 +159,16 @@ fn exit(r: anyhow::Result<i32>) -> std::process::ExitCode {
     }
 }
 
+/// Where a command's human-readable report goes: stdout, or stderr when
+/// stdout carries its JSON (`--json`), which must then be alone there.
+pub(crate) fn human_out(json_on_stdout: bool) -> Box<dyn std::io::Write> {
+    if json_on_stdout {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    }
+}
+
 /// Parses a hex SHA-256 fingerprint option into a verifier.
 pub(crate) fn verify_from(fingerprint: Option<&str>) -> anyhow::Result<quichub_client::Verify> {
     Ok(match fingerprint {

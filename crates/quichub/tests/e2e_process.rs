@@ -608,3 +608,75 @@ fn bench_run_checks_relay_pid_first() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--relay-pid 4294967295"), "{err}");
 }
+
+/// Whether `stdout` is exactly one JSON value (and nothing else).
+fn json_only(stdout: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(stdout)))
+}
+
+/// `bench-fanout --json`: JSON alone on stdout, the summary on stderr.
+#[test]
+fn bench_fanout_json_is_json_only() {
+    let relay = start_relay();
+    let out = Command::new(BIN)
+        .args([
+            "bench-fanout",
+            "--subscribers",
+            "2",
+            "--duration",
+            "0.5",
+            "--json",
+        ])
+        .arg("--relay")
+        .arg(format!("moqt://127.0.0.1:{}/bench", relay.port))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v = json_only(&out.stdout);
+    assert_eq!(v["subscribers"], 2, "{v}");
+    assert!(stderr.contains("latency one-way"), "{stderr}");
+}
+
+/// `bench-mqtt --json`: JSON alone on stdout, the summary on stderr.
+#[test]
+fn bench_mqtt_json_is_json_only() {
+    let mut child = Command::new(BIN)
+        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off"])
+        .args([
+            "--mqtt",
+            "127.0.0.1:0",
+            "--mqtt-tls",
+            "off",
+            "--data-dir",
+            "off",
+        ])
+        .args(["--http", "off"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let broker = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find_map(|l| {
+            l.strip_prefix("mqtt tcp ")
+                .map(|r| r.split(' ').next().unwrap().to_string())
+        })
+        .expect("no MQTT address");
+    std::thread::spawn(move || for _ in lines {});
+    let _relay = RelayProcess { child, port: 0 };
+    let out = Command::new(BIN)
+        .args(["bench-mqtt", "--broker", &broker, "--publishers", "1"])
+        .args(["--subscribers", "1", "--topics", "1", "--rate", "20"])
+        .args(["--duration", "0.3", "--drain", "0.3", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v = json_only(&out.stdout);
+    assert_eq!(v["publishers"], 1, "{v}");
+    assert!(stderr.contains("latency publish->deliver"), "{stderr}");
+}
