@@ -33,13 +33,13 @@ pub struct PubArgs {
     /// object preceded by its length as a 4-byte big-endian unsigned integer)
     /// or `raw-chunks` (each read of at most `--chunk-size` bytes; binary
     /// files arrive byte for byte with `sub --framing raw`).
-    #[arg(long, value_enum, default_value_t = InFraming::Line)]
-    pub framing: InFraming,
+    /// [default: line]
+    #[arg(long, value_enum)]
+    pub framing: Option<InFraming>,
     /// Largest object `--framing raw-chunks` makes, in bytes (at most 4 MiB,
-    /// the relay's default `max_object_size`).
-    #[arg(long, default_value_t = framing::DEFAULT_CHUNK_SIZE as u32,
-          value_parser = clap::value_parser!(u32).range(1..=(4 << 20)))]
-    pub chunk_size: u32,
+    /// the relay's default `max_object_size`) [default: 16384]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=(4 << 20)))]
+    pub chunk_size: Option<u32>,
     /// `push` sends PUBLISH; `announce` sends PUBLISH_NAMESPACE and serves SUBSCRIBE.
     #[arg(long, default_value = "push")]
     pub mode: String,
@@ -97,23 +97,40 @@ fn deadline(d: Option<f64>) -> tokio::time::Instant {
             .unwrap_or(Duration::from_secs(86_400 * 365))
 }
 
+/// `--framing` and `--chunk-size` of `pub`, refused where they would be
+/// ignored: (framing, chunk size).
+fn stdin_framing(a: &PubArgs) -> anyhow::Result<(InFraming, usize)> {
+    if a.profile != "stdin" && (a.framing.is_some() || a.chunk_size.is_some()) {
+        bail!("--framing and --chunk-size apply to --profile stdin only");
+    }
+    let framing = a.framing.unwrap_or_default();
+    if a.chunk_size.is_some() && framing != InFraming::RawChunks {
+        bail!("--chunk-size applies to --framing raw-chunks only");
+    }
+    let chunk = a
+        .chunk_size
+        .map_or(framing::DEFAULT_CHUNK_SIZE, |c| c as usize);
+    Ok((framing, chunk))
+}
+
 pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
-    let opts = ConnectOptions {
-        verify: crate::verify_from(a.fingerprint.as_deref())?,
-        ..Default::default()
-    };
-    let session = ClientSession::connect(&a.url, opts).await?;
     let mode = match a.mode.as_str() {
         "push" => TrackMode::Push,
         "announce" => TrackMode::Announce,
         m => bail!("--mode must be push or announce, not {m}"),
     };
-    let ns = TrackNamespace::from_path(&a.namespace);
-    let until = deadline(a.duration);
     let profile = match a.profile.as_str() {
         "stdin" => None,
         p => Some(Profile::by_name(p).with_context(|| format!("unknown profile {p:?}"))?),
     };
+    let (in_framing, chunk_size) = stdin_framing(&a)?;
+    let opts = ConnectOptions {
+        verify: crate::verify_from(a.fingerprint.as_deref())?,
+        ..Default::default()
+    };
+    let session = ClientSession::connect(&a.url, opts).await?;
+    let ns = TrackNamespace::from_path(&a.namespace);
+    let until = deadline(a.duration);
     let default_name = profile.as_ref().map_or("stdin", |p| p.name);
     let name = FullTrackName {
         namespace: ns.clone(),
@@ -138,7 +155,6 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
                 }
             }
             let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(64);
-            let (in_framing, chunk_size) = (a.framing, a.chunk_size as usize);
             std::thread::spawn(move || {
                 let stdin = std::io::stdin();
                 let mut input = stdin.lock();
@@ -272,4 +288,50 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
     sub.cancel();
     session.close(0, "done");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct T {
+        #[command(flatten)]
+        a: PubArgs,
+    }
+
+    fn framing_of(args: &[&str]) -> anyhow::Result<(InFraming, usize)> {
+        let mut v = vec!["t", "moqt://127.0.0.1:1/x"];
+        v.extend_from_slice(args);
+        stdin_framing(&<T as clap::Parser>::try_parse_from(v).unwrap().a)
+    }
+
+    #[test]
+    fn framing_flags_apply_to_stdin_only() {
+        assert_eq!(
+            framing_of(&["--profile", "stdin"]).unwrap(),
+            (InFraming::Line, 16384)
+        );
+        assert_eq!(
+            framing_of(&[
+                "--profile",
+                "stdin",
+                "--framing",
+                "raw-chunks",
+                "--chunk-size",
+                "100"
+            ])
+            .unwrap(),
+            (InFraming::RawChunks, 100)
+        );
+        assert_eq!(
+            framing_of(&["--profile", "stdin", "--framing", "length"]).unwrap(),
+            (InFraming::Length, 16384)
+        );
+        let e = framing_of(&["--profile", "audio", "--framing", "line"]).unwrap_err();
+        assert!(e.to_string().contains("--profile stdin"), "{e}");
+        let e = framing_of(&["--profile", "stdin", "--chunk-size", "10"]).unwrap_err();
+        assert!(e.to_string().contains("raw-chunks"), "{e}");
+        assert!(framing_of(&["--profile", "audio"]).is_ok());
+    }
 }
