@@ -23,7 +23,8 @@ pub const DEFAULT_ACK_FREQUENCY: &str = "9,100";
 #[derive(clap::Args, Debug, Clone)]
 pub struct RelayArgs {
     /// UDP address for QUIC (raw `moqt-18` and WebTransport `h3`): `IP:PORT`
-    /// or `HOST:PORT` (a name binds its first address, as clients dial it).
+    /// or `HOST:PORT` (a name binds its first IPv4 address, else its first:
+    /// the one quichub's clients dial).
     #[arg(long, default_value = "127.0.0.1:4443", value_parser = resolve_addr)]
     pub bind: SocketAddr,
     /// PEM certificate chain (default: a self-signed ECDSA P-256 certificate made at start).
@@ -83,7 +84,7 @@ fn default_data_dir() -> Option<PathBuf> {
 }
 
 /// Parses `IP:PORT`, `[IPv6]:PORT` or `HOST:PORT`; a host name resolves to
-/// its first address (the one `quichub pub`/`sub` would dial).
+/// its first IPv4 address, else its first (the one `quichub pub`/`sub` dial).
 pub fn resolve_addr(v: &str) -> Result<SocketAddr, String> {
     use std::net::ToSocketAddrs;
     if let Ok(a) = v.parse() {
@@ -98,9 +99,13 @@ pub fn resolve_addr(v: &str) -> Result<SocketAddr, String> {
             format!("cannot resolve {v:?}: {e}")
         }
     })?;
-    resolved
-        .into_iter()
-        .next()
+    let addrs: Vec<SocketAddr> = resolved.collect();
+    // IPv4 first, as quichub's clients (on an IPv4 socket) dial a name.
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
         .ok_or_else(|| format!("{v:?} resolves to no address"))
 }
 

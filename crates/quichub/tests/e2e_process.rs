@@ -680,3 +680,29 @@ fn bench_mqtt_json_is_json_only() {
     assert_eq!(v["publishers"], 1, "{v}");
     assert!(stderr.contains("latency publish->deliver"), "{stderr}");
 }
+
+/// `relay --bind localhost:0` and a client dialling `moqt://localhost:PORT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_names_for_bind_and_url() {
+    let mut child = Command::new(BIN)
+        .args(["relay", "--bind", "localhost:0", "--metrics", "off"])
+        .args(["--mqtt", "off", "--http", "off"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("relay printed nothing").unwrap();
+    let port: u16 = first
+        .split_whitespace()
+        .find_map(|w| w.parse::<std::net::SocketAddr>().ok())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .port();
+    std::thread::spawn(move || for _ in lines {});
+    let _relay = RelayProcess { child, port };
+    let url = format!("moqt://localhost:{port}/names");
+    let session = within(5, ClientSession::connect(&url, ConnectOptions::default()))
+        .await
+        .expect("connect by name");
+    session.close(0, "bye");
+}
