@@ -72,10 +72,15 @@ const DEFAULT_LOG_FILTER: &str = "warn,web_transport_quinn=error,quichub=info,\
 quichub_relay=info,quichub_net=info,quichub_client=info,quichub_gateway=info,quichub_mqtt=info,\
 quichub_bench=info,quichub_netem=info,quichub_lab=info,moqt=info";
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, command: &Command) {
     use std::io::IsTerminal;
+    // The demo's relay is embedded: its connection lines would bury the demo's own.
+    let default = match command {
+        Command::Demo(_) => format!("{DEFAULT_LOG_FILTER},quichub_relay=warn"),
+        _ => DEFAULT_LOG_FILTER.to_string(),
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -88,13 +93,11 @@ fn init_logging(format: LogFormat) {
 
 /// Whether a subcommand gets the default SIGPIPE action: killed quietly when
 /// the reader of its stdout goes away (`quichub sub ... | head`), as `cat`
-/// is. The relay and the commands that run servers or child processes keep
-/// Rust's default (SIGPIPE ignored, EPIPE as an error).
+/// is. The relay (a server: TCP listeners, files) and the commands that run
+/// child processes keep Rust's default (SIGPIPE ignored, EPIPE an error).
+/// The demo's embedded relay speaks QUIC only (UDP: no SIGPIPE).
 fn quiet_on_closed_stdout(c: &Command) -> bool {
-    !matches!(
-        c,
-        Command::Relay(_) | Command::Demo(_) | Command::Netem(_) | Command::Lab(_)
-    )
+    !matches!(c, Command::Relay(_) | Command::Netem(_) | Command::Lab(_))
 }
 
 fn main() -> std::process::ExitCode {
@@ -105,7 +108,7 @@ fn main() -> std::process::ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    init_logging(cli.log_format);
+    init_logging(cli.log_format, &cli.command);
     // The emulator and the lab run their own threads and runtimes (network
     // namespaces are per thread), outside ours.
     let command = match cli.command {

@@ -706,3 +706,34 @@ async fn host_names_for_bind_and_url() {
         .expect("connect by name");
     session.close(0, "bye");
 }
+
+/// The demo's embedded relay does not log each connection by default (its
+/// lines would bury the demo's), and `demo | head` ends quietly.
+#[test]
+fn demo_is_not_buried_in_relay_logs() {
+    use std::os::unix::process::ExitStatusExt;
+    let out = Command::new(BIN)
+        .args(["demo", "--duration", "1"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("connection accepted"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("quichub demo"));
+    let mut child = Command::new(BIN)
+        .args(["demo", "--duration", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
+}
