@@ -74,9 +74,10 @@ quichub_bench=info,quichub_netem=info,quichub_lab=info,moqt=info";
 
 fn init_logging(format: LogFormat, command: &Command) {
     use std::io::IsTerminal;
-    // The demo's relay is embedded: its connection lines would bury the demo's own.
+    // The demo's and the lab's relays are embedded: their connection lines
+    // would bury the commands' own output.
     let default = match command {
-        Command::Demo(_) => format!("{DEFAULT_LOG_FILTER},quichub_relay=warn"),
+        Command::Demo(_) | Command::Lab(_) => format!("{DEFAULT_LOG_FILTER},quichub_relay=warn"),
         _ => DEFAULT_LOG_FILTER.to_string(),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
