@@ -567,6 +567,34 @@ impl Profile {
     pub fn track(&self, section: &str) -> Option<&TrackProfile> {
         self.tracks.iter().find(|t| t.section == section)
     }
+
+    /// Overrides `start_delay` and `total_transmit_time` (which includes the
+    /// start delay) of every track, for runs shorter or longer than the
+    /// profile's without editing it. The total must stay above the start delay.
+    pub fn set_times(
+        &mut self,
+        start_delay_ms: Option<u64>,
+        total_transmit_time_ms: Option<u64>,
+    ) -> Result<(), String> {
+        let times = |t: &TrackProfile| {
+            (
+                start_delay_ms.unwrap_or(t.start_delay_ms),
+                total_transmit_time_ms.unwrap_or(t.total_transmit_time_ms),
+            )
+        };
+        if let Some(t) = self.tracks.iter().find(|t| times(t).1 <= times(t).0) {
+            let (start, total) = times(t);
+            return Err(format!(
+                "[{}]: the total transmit time ({total} ms) includes the start delay \
+                 ({start} ms) and must be longer",
+                t.section
+            ));
+        }
+        for t in &mut self.tracks {
+            (t.start_delay_ms, t.total_transmit_time_ms) = times(t);
+        }
+        Ok(())
+    }
 }
 
 /// The line up to its first `;` or `#`.
@@ -1194,5 +1222,23 @@ total_test_time       = 40000          ; total transmit time in ms - including s
             Profile::parse(&crlf).unwrap(),
             Profile::parse(VALID).unwrap()
         );
+    }
+
+    #[test]
+    fn set_times_overrides_every_track() {
+        let mut p = Profile::parse(QPERF_EXAMPLE_AV).unwrap();
+        let objects = p.tracks[0].data_objects();
+        p.set_times(None, Some(p.tracks[0].start_delay_ms + 2000))
+            .unwrap();
+        for t in &p.tracks {
+            assert_eq!(t.transmit_time_ms(), 2000);
+        }
+        assert!(p.tracks[0].data_objects() < objects);
+        p.set_times(Some(500), Some(1500)).unwrap();
+        assert_eq!(p.tracks[1].start_delay_ms, 500);
+        assert_eq!(p.tracks[1].total_transmit_time_ms, 1500);
+        let e = p.set_times(Some(2000), None).unwrap_err();
+        assert!(e.contains("start delay"), "{e}");
+        assert_eq!(p.tracks[0].start_delay_ms, 500, "unchanged on error");
     }
 }

@@ -157,11 +157,13 @@ impl Client {
     pub async fn connect(&self, url: &Url) -> anyhow::Result<Connected> {
         let host = url.host_str().context("URL has no host")?.to_string();
         let port = url.port().unwrap_or(443);
-        let remote = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
             .await
             .with_context(|| format!("resolve {host}"))?
-            .next()
-            .with_context(|| format!("no address for {host}"))?;
+            .collect();
+        let local_v4 = self.endpoint.local_addr().map_or(true, |a| a.is_ipv4());
+        let remote =
+            pick_remote(&addrs, local_v4).with_context(|| format!("no address for {host}"))?;
         let server_name = if host.parse::<std::net::IpAddr>().is_ok() || host.starts_with('[') {
             "localhost".to_string()
         } else {
@@ -220,5 +222,31 @@ impl Client {
     /// CONNECTION_CLOSE has gone out.
     pub async fn wait_idle(&self) {
         self.endpoint.wait_idle().await
+    }
+}
+
+/// The address to dial among those a name resolves to: the first of the
+/// endpoint's family (an IPv4 socket cannot reach `::1`, which `localhost`
+/// often resolves to first), else the first.
+fn pick_remote(addrs: &[SocketAddr], local_is_ipv4: bool) -> Option<SocketAddr> {
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4() == local_is_ipv4)
+        .or(addrs.first())
+        .copied()
+}
+
+#[cfg(test)]
+mod pick_remote_tests {
+    use super::*;
+
+    #[test]
+    fn dials_the_endpoints_family_first() {
+        let v6: SocketAddr = "[::1]:4443".parse().unwrap();
+        let v4: SocketAddr = "127.0.0.1:4443".parse().unwrap();
+        assert_eq!(pick_remote(&[v6, v4], true), Some(v4));
+        assert_eq!(pick_remote(&[v4, v6], false), Some(v6));
+        assert_eq!(pick_remote(&[v6], true), Some(v6));
+        assert_eq!(pick_remote(&[], true), None);
     }
 }

@@ -54,7 +54,8 @@ pub struct LinkArgs {
     /// Gilbert-Elliott burst loss in percent: `P,R[,LOSS_BAD[,LOSS_GOOD]]` (mean burst 100/R packets)
     #[arg(long, value_name = "P,R[,BAD[,GOOD]]")]
     pub gilbert: Option<String>,
-    /// Rate limit in each direction (e.g. 10mbit, 159kbit)
+    /// Rate limit in each direction, tc's units: 10mbit, 159kbit (bits/s);
+    /// 2mbps, 2MBps (bytes/s, as tc)
     #[arg(long, value_name = "RATE")]
     pub rate: Option<String>,
     /// Drop-tail queue before the rate limiter, in bytes or time (e.g. 64kb, 50ms)
@@ -687,6 +688,8 @@ mod tests {
             vec!["--profile", "dialup"],
             vec!["--loss", "150"],
             vec!["--rate", "fast"],
+            vec!["--rate", "5m"],
+            vec!["--rate", "5Mbps"],
             vec!["--uplink", "colour=blue"],
             vec!["--gilbert", "1"],
         ] {

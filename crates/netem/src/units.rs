@@ -64,22 +64,67 @@ pub fn parse_duration(s: &str) -> Result<Duration, ParseError> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-const RATE_HINT: &str =
-    "bits per second with a unit: bit, kbit, mbit, gbit (or bps, kbps, mbps, gbps; /s allowed), e.g. 159kbit, 100mbit";
+const RATE_HINT: &str = "a number with a unit, as tc writes them: bits per second \
+     bit, kbit, mbit, gbit, tbit (kibit, mibit, ... for powers of 1024; /s allowed), or bytes \
+     per second bps, kbps, mbps, gbps, tbps (also KBps, MB/s); e.g. 159kbit, 100mbit, 2mbps";
 
-/// Parses a rate in bits per second such as `159kbit`, `100mbit`,
-/// `1.5Mbit/s`, `25Mbps` (all decimal: k = 1000). Zero is rejected.
+const AMBIGUOUS_RATE_HINT: &str = "ambiguous unit: write kbit, mbit, gbit for bits per second \
+     or kbps, mbps, gbps (as tc: bytes per second; also KBps, MB/s)";
+
+const MIXED_CASE_BPS_HINT: &str = "ambiguous unit: tc reads kbps/mbps/gbps as BYTES per second, \
+     though Kbps/Mbps/Gbps usually mean bits; write mbit for megabits per second or mbps \
+     (or MBps) for megabytes per second";
+
+/// Parses a rate such as `159kbit`, `100mbit`, `1.5Mbit/s` (bits per
+/// second) or `2mbps`, `2MBps`, `2MB/s` (bytes per second, as tc reads
+/// `mbps`) into bits per second. Prefixes are decimal (k = 1000); `ki`,
+/// `mi`, `gi`, `ti` are powers of 1024. A bare number, a lone prefix
+/// (`5m`, `5kb`) and `Kbps`/`Mbps`/`Gbps` (tc: bytes, common usage: bits)
+/// are refused as ambiguous. Zero is rejected.
 pub fn parse_rate(s: &str) -> Result<u64, ParseError> {
-    let (v, unit) = split_number(s).ok_or_else(|| err("rate", s, RATE_HINT))?;
-    let unit = unit.trim_end_matches("/s");
-    let mult = match unit {
-        "bit" | "bps" | "b" => 1.0,
-        "kbit" | "kbps" | "k" => 1e3,
-        "mbit" | "mbps" | "m" => 1e6,
-        "gbit" | "gbps" | "g" => 1e9,
+    let t = s.trim();
+    let end = t
+        .char_indices()
+        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.'))
+        .map(|(i, _)| i)
+        .unwrap_or(t.len());
+    let (v, _) = split_number(t).ok_or_else(|| err("rate", s, RATE_HINT))?;
+    let unit = t[end..].trim();
+    let lower = unit.to_ascii_lowercase();
+    // (multiplier prefix, rest of the unit)
+    let prefix = |u: &str| -> (f64, String) {
+        let l = u.to_ascii_lowercase();
+        for (p, m) in [
+            ("ki", 1024.0),
+            ("mi", 1024.0 * 1024.0),
+            ("gi", 1024.0 * 1024.0 * 1024.0),
+            ("ti", 1024.0 * 1024.0 * 1024.0 * 1024.0),
+            ("k", 1e3),
+            ("m", 1e6),
+            ("g", 1e9),
+            ("t", 1e12),
+        ] {
+            if let Some(rest) = l.strip_prefix(p) {
+                if rest.is_empty() || rest.starts_with('b') {
+                    return (m, u[p.len()..].to_string());
+                }
+            }
+        }
+        (1.0, u.to_string())
+    };
+    let (mult, rest) = prefix(unit);
+    let rest_lower = rest.to_ascii_lowercase();
+    let bits_per_unit = match rest_lower.as_str() {
+        "bit" | "bit/s" | "bits" | "bits/s" => 1.0,
+        // tc: `bps` is bytes per second, in any case.
+        // `Mbps` (capital prefix, small b) is where the two readings meet.
+        "bps" if rest.contains('B') || unit == lower || unit == unit.to_ascii_uppercase() => 8.0,
+        "bps" => return Err(err("rate", s, MIXED_CASE_BPS_HINT)),
+        "b/s" if rest == "B/s" => 8.0,
+        "" | "b" | "b/s" => return Err(err("rate", s, AMBIGUOUS_RATE_HINT)),
         _ => return Err(err("rate", s, RATE_HINT)),
     };
-    let bps = v * mult;
+    let bps = v * mult * bits_per_unit;
     if !(1.0..=1e12).contains(&bps) {
         return Err(err("rate", s, "between 1 bit/s and 1000 Gbit/s"));
     }
@@ -191,11 +236,48 @@ mod tests {
     fn rates() {
         assert_eq!(parse_rate("159kbit").unwrap(), 159_000);
         assert_eq!(parse_rate("100Mbit/s").unwrap(), 100_000_000);
-        assert_eq!(parse_rate("25mbps").unwrap(), 25_000_000);
+        assert_eq!(parse_rate("100mbit/s").unwrap(), 100_000_000);
         assert_eq!(parse_rate("1.5gbit").unwrap(), 1_500_000_000);
         assert_eq!(parse_rate("800bit").unwrap(), 800);
-        for bad in ["0kbit", "fast", "10", "10kB", "0.1bit", "1e20gbit"] {
-            assert!(parse_rate(bad).is_err(), "{bad}");
+        assert_eq!(parse_rate("2kibit").unwrap(), 2048);
+        assert_eq!(parse_rate("1mibit").unwrap(), 1 << 20);
+        for bad in [
+            "0kbit",
+            "fast",
+            "0.1bit",
+            "1e20gbit",
+            "10 parsecs",
+            "5mbit/h",
+        ] {
+            let e = parse_rate(bad).unwrap_err();
+            assert!(!e.hint.starts_with("ambiguous"), "{bad}: {e}");
+        }
+    }
+
+    /// As tc: `bps`, `kbps`, `mbps` are bytes per second.
+    #[test]
+    fn rates_in_bytes_per_second_as_tc() {
+        assert_eq!(parse_rate("5mbps").unwrap(), 40_000_000);
+        assert_eq!(parse_rate("25kbps").unwrap(), 200_000);
+        assert_eq!(parse_rate("1gbps").unwrap(), 8_000_000_000);
+        assert_eq!(parse_rate("100bps").unwrap(), 800);
+        assert_eq!(parse_rate("5MBps").unwrap(), 40_000_000);
+        assert_eq!(parse_rate("5MB/s").unwrap(), 40_000_000);
+        assert_eq!(parse_rate("2kB/s").unwrap(), 16_000);
+        assert_eq!(parse_rate("1kibps").unwrap(), 8192);
+    }
+
+    /// Units that could be bits or bytes are refused, saying why.
+    #[test]
+    fn ambiguous_rates_are_refused() {
+        for bad in ["10", "5m", "5k", "5g", "5b", "64kb", "5mb", "5Mb/s"] {
+            let e = parse_rate(bad).unwrap_err();
+            assert!(e.hint.starts_with("ambiguous"), "{bad}: {e}");
+            assert!(e.to_string().contains("mbit"), "{bad}: {e}");
+        }
+        for bad in ["5Mbps", "25Kbps", "1Gbps"] {
+            let e = parse_rate(bad).unwrap_err();
+            assert!(e.to_string().contains("BYTES"), "{bad}: {e}");
         }
     }
 

@@ -1,11 +1,12 @@
 //! `quichub bench`: draft-evens-moq-bench against any draft-18 relay.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use quichub_bench::run::{self, RunConfig, RunResult};
+use quichub_bench::run::{self, CapacityStep, RunConfig, RunResult};
 use quichub_bench::Profile;
 use quichub_client::TrackMode;
 
@@ -32,7 +33,8 @@ struct Common {
     /// Seconds a subscriber waits for the publisher.
     #[arg(long, default_value_t = 10.0)]
     subscribe_wait: f64,
-    /// Write the JSON report here.
+    /// Write the JSON report here; `-` writes it to stdout, and then nothing
+    /// else goes there (the table goes to stderr).
     #[arg(long)]
     json: Option<PathBuf>,
     /// Write the CSV reports here (`PATH` for aggregates, `PATH.tracks.csv` per track).
@@ -44,6 +46,95 @@ struct Common {
     /// Interpolation id for `{}` in namespaces and names.
     #[arg(long, default_value = "1")]
     id: String,
+    /// Seconds every track sends, start delay included: overrides the
+    /// profile's `total_transmit_time` (e.g. 25 with the draft's profiles: 5 s
+    /// of START, 20 s of DATA). Give `bench pub` and `bench sub` the same.
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// Seconds of START before the first DATA, while subscribers join:
+    /// overrides the profile's `start_delay`.
+    #[arg(long, value_name = "SECS")]
+    start_delay: Option<f64>,
+}
+
+/// The profile of `c`, with `--duration` and `--start-delay` applied.
+fn load_profile(c: &Common) -> anyhow::Result<Profile> {
+    let mut profile = Profile::load(&c.profile)?;
+    let ms = |flag: &str, v: Option<f64>| -> anyhow::Result<Option<u64>> {
+        v.map(|s| {
+            anyhow::ensure!(
+                (0.0..1e7).contains(&s),
+                "{flag} must be a number of seconds, not {s}"
+            );
+            Ok((s * 1000.0).round() as u64)
+        })
+        .transpose()
+    };
+    profile
+        .set_times(
+            ms("--start-delay", c.start_delay)?,
+            ms("--duration", c.duration)?,
+        )
+        .map_err(|e| anyhow::anyhow!("--duration/--start-delay: {e}"))?;
+    Ok(profile)
+}
+
+/// Whether the JSON report goes to stdout (`--json -`).
+fn json_to_stdout(c: &Common) -> bool {
+    c.json.as_deref() == Some(std::path::Path::new("-"))
+}
+
+/// Where the human-readable lines go: stdout, or stderr when stdout carries
+/// the JSON report.
+fn human(c: &Common) -> Box<dyn Write> {
+    crate::human_out(json_to_stdout(c))
+}
+
+/// Writes the JSON report to `--json`'s file or stdout.
+fn write_json(c: &Common, json: &str) -> anyhow::Result<()> {
+    match &c.json {
+        Some(_) if json_to_stdout(c) => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{json}")?;
+            out.flush()?;
+        }
+        Some(p) => std::fs::write(p, json).with_context(|| format!("write {}", p.display()))?,
+        None => {}
+    }
+    Ok(())
+}
+
+/// Fails at once, before any connection, when `pid` is not a process whose
+/// CPU time can be read (rather than after the run's start delay).
+fn check_relay_pid(pid: u32) -> anyhow::Result<()> {
+    run::process_cpu_seconds(pid)
+        .map(|_| ())
+        .with_context(|| format!("--relay-pid {pid}: no such process whose CPU time can be read"))
+}
+
+/// The capacity search's conclusion, saying when it stopped at `--max`
+/// with every step clean (then the capacity is only a lower bound).
+fn capacity_verdict(steps: &[CapacityStep], max: usize) -> String {
+    let best = steps
+        .iter()
+        .filter(|s| s.clean)
+        .map(|s| s.subscribers)
+        .max();
+    let all_clean = steps.last().is_some_and(|s| s.clean);
+    match best {
+        None => match steps.first() {
+            Some(s) => format!(
+                "capacity: no clean step (the first, {} subscribers, was not clean; lower --start)",
+                s.subscribers
+            ),
+            None => format!("capacity: no step run (--start is above --max {max})"),
+        },
+        Some(b) if all_clean => format!(
+            "capacity: at least {b} subscribers: stopped at --max {max} with every step clean, \
+             not at the relay's capacity (raise --max)"
+        ),
+        Some(b) => format!("capacity: {b} subscribers (largest clean step)"),
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -114,21 +205,26 @@ fn write_outputs(
     r: &quichub_bench::BenchReport,
     extra: Option<&RunResult>,
 ) -> anyhow::Result<()> {
-    print!("{}", r.summary_table());
+    let mut out = human(c);
+    write!(out, "{}", r.summary_table())?;
     if let Some(x) = extra {
         if let (Some(us), Some(pct)) = (x.relay_us_per_object, x.relay_cpu_pct) {
-            println!("relay cpu {pct:.1}% of one core, {us:.2} us per delivered object");
+            writeln!(
+                out,
+                "relay cpu {pct:.1}% of one core, {us:.2} us per delivered object"
+            )?;
         }
         if x.failed_subscriptions > 0 {
-            println!("failed subscriptions: {}", x.failed_subscriptions);
+            writeln!(out, "failed subscriptions: {}", x.failed_subscriptions)?;
         }
     }
-    if let Some(p) = &c.json {
+    out.flush()?;
+    if c.json.is_some() {
         let json = match extra {
             Some(x) => serde_json::to_string_pretty(x)?,
             None => r.to_json()?,
         };
-        std::fs::write(p, json).with_context(|| format!("write {}", p.display()))?;
+        write_json(c, &json)?;
     }
     if let Some(p) = &c.csv {
         std::fs::write(p, r.aggregates_csv())?;
@@ -142,10 +238,11 @@ fn write_outputs(
 pub async fn run(a: BenchArgs) -> anyhow::Result<u8> {
     match a.cmd {
         BenchCmd::Pub(c) => {
-            let profile = Profile::load(&c.profile)?;
+            let profile = load_profile(&c)?;
             let s = run::publish(&config(&c, None)?, &profile, &c.id, None).await?;
+            let mut out = human(&c);
             for (section, n) in &s.sent {
-                println!("[{section}] sent {n} DATA objects");
+                writeln!(out, "[{section}] sent {n} DATA objects")?;
             }
             Ok(0)
         }
@@ -153,7 +250,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<u8> {
             common: c,
             subscribers,
         } => {
-            let profile = Profile::load(&c.profile)?;
+            let profile = load_profile(&c)?;
             let id = c.id.clone();
             let (receivers, failed) =
                 run::subscribe(&config(&c, None)?, &profile, subscribers, &|_| {
@@ -175,7 +272,10 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<u8> {
             relay_pid,
             meeting_size,
         } => {
-            let profile = Profile::load(&c.profile)?;
+            let profile = load_profile(&c)?;
+            if let Some(pid) = relay_pid {
+                check_relay_pid(pid)?;
+            }
             let cfg = config(&c, relay_pid)?;
             let r = match meeting_size {
                 Some(size) => run::run_meeting(&cfg, &profile, subscribers, size).await?,
@@ -195,7 +295,9 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<u8> {
             max,
             pin,
         } => {
-            let profile = Profile::load(&c.profile)?;
+            let profile = load_profile(&c)?;
+            check_relay_pid(relay_pid)?;
+            let mut out = human(&c);
             if pin {
                 let cpus = std::thread::available_parallelism()
                     .map(|n| n.get())
@@ -204,16 +306,18 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<u8> {
                 run::pin_process(relay_pid, &[0])?;
                 let others: Vec<usize> = (1..cpus).collect();
                 run::pin_process(std::process::id(), &others)?;
-                println!(
+                writeln!(
+                    out,
                     "pinned relay (pid {relay_pid}) to CPU 0 and the load generator to CPUs 1-{}",
                     cpus - 1
-                );
+                )?;
             }
             let cfg = RunConfig {
                 progress: false,
                 ..config(&c, Some(relay_pid))?
             };
-            println!(
+            writeln!(
+                out,
                 "{:>11} {:>10} {:>9} {:>8} {:>9} {:>11} {:>9} {:>9} {:>6}",
                 "subscribers",
                 "lost",
@@ -224,9 +328,10 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<u8> {
                 "p50 ms",
                 "p99 ms",
                 "clean"
-            );
+            )?;
             let steps = run::capacity(&cfg, &profile, start, step, max, |s| {
-                println!(
+                let _ = writeln!(
+                    out,
                     "{:>11} {:>10} {:>9.4} {:>8} {:>8.1}% {:>11.2} {:>9.2} {:>9.2} {:>6}",
                     s.subscribers,
                     s.lost_objects,
@@ -238,21 +343,85 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<u8> {
                     s.latency_p99_ms,
                     s.clean
                 );
+                let _ = out.flush();
             })
             .await?;
-            let best = steps
-                .iter()
-                .filter(|s| s.clean)
-                .map(|s| s.subscribers)
-                .max();
-            match best {
-                Some(b) => println!("capacity: {b} subscribers (largest clean step)"),
-                None => println!("capacity: no clean step"),
-            }
-            if let Some(p) = &c.json {
-                std::fs::write(p, serde_json::to_string_pretty(&steps)?)?;
-            }
+            writeln!(out, "{}", capacity_verdict(&steps, max))?;
+            out.flush()?;
+            write_json(&c, &serde_json::to_string_pretty(&steps)?)?;
             Ok(0)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(subscribers: usize, clean: bool) -> CapacityStep {
+        CapacityStep {
+            subscribers,
+            lost_objects: u64::from(!clean),
+            loss_ratio: 0.0,
+            failures: 0,
+            relay_cpu_pct: None,
+            relay_us_per_object: None,
+            latency_p50_ms: 1.0,
+            latency_p99_ms: 2.0,
+            clean,
+        }
+    }
+
+    #[test]
+    fn capacity_says_when_it_stopped_at_max() {
+        let v = capacity_verdict(&[step(100, true), step(200, true)], 200);
+        assert!(v.contains("at least 200"), "{v}");
+        assert!(v.contains("--max 200"), "{v}");
+        let v = capacity_verdict(&[step(100, true), step(200, false)], 500);
+        assert_eq!(v, "capacity: 100 subscribers (largest clean step)");
+        assert!(!v.contains("--max"));
+        let v = capacity_verdict(&[step(100, false)], 500);
+        assert!(v.contains("no clean step"), "{v}");
+        let v = capacity_verdict(&[], 50);
+        assert!(v.contains("--start"), "{v}");
+    }
+
+    #[test]
+    fn relay_pid_is_checked_up_front() {
+        assert!(check_relay_pid(std::process::id()).is_ok());
+        let e = check_relay_pid(u32::MAX).unwrap_err();
+        assert!(format!("{e:#}").contains("--relay-pid"), "{e:#}");
+    }
+
+    #[test]
+    fn duration_and_start_delay_override_the_profile() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(subcommand)]
+            cmd: BenchCmd,
+        }
+        let profile = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../profiles/scenario1-audio.ini"
+        );
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["t", "run", profile];
+            args.extend_from_slice(extra);
+            match <T as clap::Parser>::try_parse_from(args).unwrap().cmd {
+                BenchCmd::Run { common, .. } => common,
+                _ => unreachable!(),
+            }
+        };
+        let p = load_profile(&parse(&[])).unwrap();
+        assert_eq!(p.tracks[0].total_transmit_time_ms, 35_000);
+        let p = load_profile(&parse(&["--duration", "25"])).unwrap();
+        assert_eq!(p.tracks[0].total_transmit_time_ms, 25_000);
+        assert_eq!(p.tracks[0].start_delay_ms, 5_000);
+        let p = load_profile(&parse(&["--duration", "1.5", "--start-delay", "0.5"])).unwrap();
+        assert_eq!(p.tracks[0].transmit_time_ms(), 1_000);
+        let e = load_profile(&parse(&["--duration", "3"])).unwrap_err();
+        assert!(format!("{e:#}").contains("start delay"), "{e:#}");
+        assert!(json_to_stdout(&parse(&["--json", "-"])));
+        assert!(!json_to_stdout(&parse(&["--json", "out.json"])));
     }
 }

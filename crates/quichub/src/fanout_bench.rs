@@ -4,6 +4,7 @@
 //! one-way latency (publisher and subscribers share this machine's clock).
 //! The full draft-evens-moq-bench tool is a separate command.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,7 +35,8 @@ pub struct BenchFanoutArgs {
     /// Seconds of publishing measured.
     #[arg(long, default_value_t = 20.0)]
     pub duration: f64,
-    /// Print the result as JSON too.
+    /// Print the result as JSON on stdout; the human-readable lines then go
+    /// to stderr, so stdout is JSON only.
     #[arg(long)]
     pub json: bool,
 }
@@ -172,7 +174,9 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    println!(
+    let mut out = crate::human_out(a.json);
+    writeln!(
+        out,
         "profile {} subscribers {} duration {:.1}s sent {} expected {} received {} loss {:.3}%",
         profile.name,
         a.subscribers,
@@ -181,18 +185,21 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
         expected,
         got,
         loss
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "latency one-way p50 {:.2} ms p99 {:.2} ms max {:.2} ms",
         h.value_at_quantile(0.5) as f64 / 1000.0,
         h.value_at_quantile(0.99) as f64 / 1000.0,
         h.max() as f64 / 1000.0
-    );
+    )?;
     if let Some((secs, per_obj, pct)) = cpu {
-        println!(
+        writeln!(
+            out,
             "relay cpu {secs:.2} s ({pct:.1}% of one core), {per_obj:.2} us per delivered object"
-        );
+        )?;
     }
+    out.flush()?;
     if a.json {
         println!(
             "{}",

@@ -6,6 +6,7 @@ mod conn_bench;
 mod demo;
 mod fanout_bench;
 mod file_config;
+mod framing;
 mod interop;
 mod mqtt_bench;
 mod pubsub;
@@ -24,6 +25,11 @@ struct Cli {
     /// 1 runs everything on one thread, best for a relay pinned to one core).
     #[arg(long, global = true, env = "QUICHUB_THREADS")]
     threads: Option<usize>,
+    /// Log lines on stderr: `text` (colours only on a terminal) or `json`
+    /// (one object per line). Levels: `RUST_LOG` (default: info for quichub,
+    /// warn for libraries).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "QUICHUB_LOG_FORMAT")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -55,16 +61,59 @@ enum Command {
     BenchConn(conn_bench::BenchConnArgs),
 }
 
+/// Format of the log lines on stderr.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Log levels when `RUST_LOG` is not set: info for this project's crates,
+/// warn for its dependencies.
+const DEFAULT_LOG_FILTER: &str = "warn,web_transport_quinn=error,quichub=info,\
+quichub_relay=info,quichub_net=info,quichub_client=info,quichub_gateway=info,quichub_mqtt=info,\
+quichub_bench=info,quichub_netem=info,quichub_lab=info,moqt=info";
+
+fn init_logging(format: LogFormat, command: &Command) {
+    use std::io::IsTerminal;
+    // The demo's and the lab's relays are embedded: their connection lines
+    // would bury the commands' own output.
+    let default = match command {
+        Command::Demo(_) | Command::Lab(_) => format!("{DEFAULT_LOG_FILTER},quichub_relay=warn"),
+        _ => DEFAULT_LOG_FILTER.to_string(),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(ansi).init(),
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
+}
+
+/// Whether a subcommand gets the default SIGPIPE action: killed quietly when
+/// the reader of its stdout goes away (`quichub sub ... | head`), as `cat`
+/// is. The relay (a server: TCP listeners, files) and the commands that run
+/// child processes keep Rust's default (SIGPIPE ignored, EPIPE an error).
+/// The demo's embedded relay speaks QUIC only (UDP: no SIGPIPE).
+fn quiet_on_closed_stdout(c: &Command) -> bool {
+    !matches!(c, Command::Relay(_) | Command::Netem(_) | Command::Lab(_))
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("warn,web_transport_quinn=error")
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    if quiet_on_closed_stdout(&cli.command) {
+        // SAFETY: no other thread runs yet; SIG_DFL is a valid disposition.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+    init_logging(cli.log_format, &cli.command);
     // The emulator and the lab run their own threads and runtimes (network
     // namespaces are per thread), outside ours.
     let command = match cli.command {
@@ -116,6 +165,16 @@ fn exit(r: anyhow::Result<i32>) -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::from(1)
         }
+    }
+}
+
+/// Where a command's human-readable report goes: stdout, or stderr when
+/// stdout carries its JSON (`--json`), which must then be alone there.
+pub(crate) fn human_out(json_on_stdout: bool) -> Box<dyn std::io::Write> {
+    if json_on_stdout {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
     }
 }
 

@@ -25,6 +25,7 @@
 //! PUBACK every message.
 
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,7 +90,8 @@ pub struct BenchMqttArgs {
     /// Label for the output (e.g. the broker's name).
     #[arg(long, default_value = "")]
     pub label: String,
-    /// Print the result as one JSON line too.
+    /// Print the result as one JSON line on stdout; the human-readable lines
+    /// then go to stderr, so stdout is JSON only.
     #[arg(long)]
     pub json: bool,
 }
@@ -218,7 +220,9 @@ pub struct Report {
 
 pub async fn run(a: BenchMqttArgs) -> anyhow::Result<()> {
     let r = bench(a.clone()).await?;
-    println!(
+    let mut out = crate::human_out(a.json);
+    writeln!(
+        out,
         "{}qos {} mqtt {} pubs {} subs {} fanout {} payload {} B rate {}: published {} ({:.0}/s), delivered {} ({:.0}/s in window), expected {}, lost {}, dup {}",
         if r.label.is_empty() { String::new() } else { format!("[{}] ", r.label) },
         r.qos,
@@ -235,8 +239,9 @@ pub async fn run(a: BenchMqttArgs) -> anyhow::Result<()> {
         r.expected_deliveries,
         r.lost,
         r.duplicates,
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "latency publish->deliver p50 {:.0} us p90 {:.0} us p99 {:.0} us max {:.0} us{}, generator cpu {:.0}%{}",
         r.latency_us_p50,
         r.latency_us_p90,
@@ -252,7 +257,8 @@ pub async fn run(a: BenchMqttArgs) -> anyhow::Result<()> {
         } else {
             String::new()
         },
-    );
+    )?;
+    out.flush()?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     }

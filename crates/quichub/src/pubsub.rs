@@ -1,6 +1,6 @@
 //! `quichub pub` and `quichub sub`.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -10,6 +10,8 @@ use quichub_client::synth::{self, Profile};
 use quichub_client::{
     ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent, TrackMode,
 };
+
+use crate::framing::{self, InFraming, OutFraming};
 
 /// Publisher options.
 #[derive(clap::Args, Debug)]
@@ -22,9 +24,22 @@ pub struct PubArgs {
     /// Track name (default: the profile's name).
     #[arg(long)]
     pub track: Option<String>,
-    /// Source: audio (datagrams), video (streams, keyframe groups), imu, or stdin (one object per line).
+    /// Source: audio (datagrams), video (streams, keyframe groups), imu, or
+    /// stdin (objects cut from standard input by `--framing`).
     #[arg(long, default_value = "audio")]
     pub profile: String,
+    /// How `--profile stdin` cuts its input into objects: `line` (one object
+    /// per `\n`-terminated line, without the `\n`, any bytes), `length` (each
+    /// object preceded by its length as a 4-byte big-endian unsigned integer)
+    /// or `raw-chunks` (each read of at most `--chunk-size` bytes; binary
+    /// files arrive byte for byte with `sub --framing raw`).
+    /// [default: line]
+    #[arg(long, value_enum)]
+    pub framing: Option<InFraming>,
+    /// Largest object `--framing raw-chunks` makes, in bytes (at most 4 MiB,
+    /// the relay's default `max_object_size`) [default: 16384]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=(4 << 20)))]
+    pub chunk_size: Option<u32>,
     /// `push` sends PUBLISH; `announce` sends PUBLISH_NAMESPACE and serves SUBSCRIBE.
     #[arg(long, default_value = "push")]
     pub mode: String,
@@ -53,6 +68,12 @@ pub struct SubArgs {
     /// Print live stats (objects/s, bitrate, latency, loss) instead of payloads.
     #[arg(long)]
     pub stats: bool,
+    /// How payloads are written to stdout: `raw` (exactly as received,
+    /// nothing added between them), `line` (each followed by `\n`, the
+    /// inverse of `pub --framing line`) or `length` (each preceded by its
+    /// length as a 4-byte big-endian unsigned integer).
+    #[arg(long, value_enum, default_value_t = OutFraming::Raw)]
+    pub framing: OutFraming,
     /// Stop after this many objects.
     #[arg(long)]
     pub count: Option<u64>,
@@ -76,23 +97,40 @@ fn deadline(d: Option<f64>) -> tokio::time::Instant {
             .unwrap_or(Duration::from_secs(86_400 * 365))
 }
 
+/// `--framing` and `--chunk-size` of `pub`, refused where they would be
+/// ignored: (framing, chunk size).
+fn stdin_framing(a: &PubArgs) -> anyhow::Result<(InFraming, usize)> {
+    if a.profile != "stdin" && (a.framing.is_some() || a.chunk_size.is_some()) {
+        bail!("--framing and --chunk-size apply to --profile stdin only");
+    }
+    let framing = a.framing.unwrap_or_default();
+    if a.chunk_size.is_some() && framing != InFraming::RawChunks {
+        bail!("--chunk-size applies to --framing raw-chunks only");
+    }
+    let chunk = a
+        .chunk_size
+        .map_or(framing::DEFAULT_CHUNK_SIZE, |c| c as usize);
+    Ok((framing, chunk))
+}
+
 pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
-    let opts = ConnectOptions {
-        verify: crate::verify_from(a.fingerprint.as_deref())?,
-        ..Default::default()
-    };
-    let session = ClientSession::connect(&a.url, opts).await?;
     let mode = match a.mode.as_str() {
         "push" => TrackMode::Push,
         "announce" => TrackMode::Announce,
         m => bail!("--mode must be push or announce, not {m}"),
     };
-    let ns = TrackNamespace::from_path(&a.namespace);
-    let until = deadline(a.duration);
     let profile = match a.profile.as_str() {
         "stdin" => None,
         p => Some(Profile::by_name(p).with_context(|| format!("unknown profile {p:?}"))?),
     };
+    let (in_framing, chunk_size) = stdin_framing(&a)?;
+    let opts = ConnectOptions {
+        verify: crate::verify_from(a.fingerprint.as_deref())?,
+        ..Default::default()
+    };
+    let session = ClientSession::connect(&a.url, opts).await?;
+    let ns = TrackNamespace::from_path(&a.namespace);
+    let until = deadline(a.duration);
     let default_name = profile.as_ref().map_or("stdin", |p| p.name);
     let name = FullTrackName {
         namespace: ns.clone(),
@@ -116,23 +154,28 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             }
-            let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(64);
             std::thread::spawn(move || {
-                for line in std::io::stdin().lock().lines() {
-                    let Ok(l) = line else { break };
-                    if tx.blocking_send(l).is_err() {
+                let stdin = std::io::stdin();
+                let mut input = stdin.lock();
+                loop {
+                    let next = framing::read_object(&mut input, in_framing, chunk_size);
+                    let end = !matches!(next, Ok(Some(_)));
+                    let Some(item) = next.transpose() else { break };
+                    if tx.blocking_send(item).is_err() || end {
                         break;
                     }
                 }
             });
             let mut w = None;
             let mut id = 0u64;
-            while let Some(line) = rx.recv().await {
+            while let Some(item) = rx.recv().await {
+                let object = item.context("read stdin")?;
                 if w.is_none() {
                     w = track.open_subgroup(0, 0).await?;
                 }
                 if let Some(w) = w.as_mut() {
-                    w.write(id, Bytes::from(line.into_bytes())).await?;
+                    w.write(id, Bytes::from(object)).await?;
                 }
                 id += 1;
                 if a.count.is_some_and(|c| id >= c) {
@@ -188,7 +231,7 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
             Some(SubscriptionEvent::Object(o)) => {
                 n += 1;
                 bytes += o.payload.len() as u64;
-                if a.stats {
+                let written = if a.stats {
                     if let Some((t, seq)) = synth::stamp(&o.payload) {
                         let _ = hist.record(synth::now_micros().saturating_sub(t));
                         if let Some(p) = last_seq {
@@ -200,7 +243,7 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
                     window.2 += o.payload.len() as u64;
                     let el = window.0.elapsed();
                     if el >= Duration::from_secs(1) {
-                        writeln!(
+                        let w = writeln!(
                             out,
                             "{:>8.1} obj/s {:>10.1} kbit/s  latency p50 {:>7.2} ms p99 {:>7.2} ms  lost {}",
                             window.1 as f64 / el.as_secs_f64(),
@@ -208,12 +251,20 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
                             hist.value_at_quantile(0.5) as f64 / 1000.0,
                             hist.value_at_quantile(0.99) as f64 / 1000.0,
                             lost
-                        )?;
+                        );
                         window = (Instant::now(), 0, 0);
+                        w
+                    } else {
+                        Ok(())
                     }
                 } else {
-                    out.write_all(&o.payload)?;
-                    out.write_all(b"\n")?;
+                    framing::write_object(&mut out, a.framing, &o.payload)
+                };
+                match written {
+                    // The reader left (`| head`): not an error.
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break,
+                    Err(e) => return Err(e).context("write stdout"),
+                    Ok(()) => {}
                 }
                 if a.count.is_some_and(|c| n >= c) {
                     break;
@@ -227,9 +278,60 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
             None => break,
         }
     }
-    out.flush()?;
+    match out.flush() {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            return Err(e).context("write stdout")
+        }
+        _ => {}
+    }
     eprintln!("received {n} objects, {bytes} bytes, lost {lost}");
     sub.cancel();
     session.close(0, "done");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct T {
+        #[command(flatten)]
+        a: PubArgs,
+    }
+
+    fn framing_of(args: &[&str]) -> anyhow::Result<(InFraming, usize)> {
+        let mut v = vec!["t", "moqt://127.0.0.1:1/x"];
+        v.extend_from_slice(args);
+        stdin_framing(&<T as clap::Parser>::try_parse_from(v).unwrap().a)
+    }
+
+    #[test]
+    fn framing_flags_apply_to_stdin_only() {
+        assert_eq!(
+            framing_of(&["--profile", "stdin"]).unwrap(),
+            (InFraming::Line, 16384)
+        );
+        assert_eq!(
+            framing_of(&[
+                "--profile",
+                "stdin",
+                "--framing",
+                "raw-chunks",
+                "--chunk-size",
+                "100"
+            ])
+            .unwrap(),
+            (InFraming::RawChunks, 100)
+        );
+        assert_eq!(
+            framing_of(&["--profile", "stdin", "--framing", "length"]).unwrap(),
+            (InFraming::Length, 16384)
+        );
+        let e = framing_of(&["--profile", "audio", "--framing", "line"]).unwrap_err();
+        assert!(e.to_string().contains("--profile stdin"), "{e}");
+        let e = framing_of(&["--profile", "stdin", "--chunk-size", "10"]).unwrap_err();
+        assert!(e.to_string().contains("raw-chunks"), "{e}");
+        assert!(framing_of(&["--profile", "audio"]).is_ok());
+    }
 }

@@ -22,8 +22,10 @@ pub const DEFAULT_ACK_FREQUENCY: &str = "9,100";
 /// Relay options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RelayArgs {
-    /// UDP address for QUIC (raw `moqt-18` and WebTransport `h3`).
-    #[arg(long, default_value = "127.0.0.1:4443")]
+    /// UDP address for QUIC (raw `moqt-18` and WebTransport `h3`): `IP:PORT`
+    /// or `HOST:PORT` (a name binds its first IPv4 address, else its first:
+    /// the one quichub's clients dial).
+    #[arg(long, default_value = "127.0.0.1:4443", value_parser = resolve_addr)]
     pub bind: SocketAddr,
     /// PEM certificate chain (default: a self-signed ECDSA P-256 certificate made at start).
     #[arg(long, requires = "key")]
@@ -81,13 +83,39 @@ fn default_data_dir() -> Option<PathBuf> {
         .map(|d| d.join("quichub"))
 }
 
+/// Parses `IP:PORT`, `[IPv6]:PORT` or `HOST:PORT`; a host name resolves to
+/// its first IPv4 address, else its first (the one `quichub pub`/`sub` dial).
+pub fn resolve_addr(v: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = v.parse() {
+        return Ok(a);
+    }
+    let resolved = v.to_socket_addrs().map_err(|e| {
+        if v.rsplit_once(':')
+            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+        {
+            format!("{v:?} is not HOST:PORT (e.g. 127.0.0.1:4443, [::1]:4443, localhost:4443)")
+        } else {
+            format!("cannot resolve {v:?}: {e}")
+        }
+    })?;
+    let addrs: Vec<SocketAddr> = resolved.collect();
+    // IPv4 first, as quichub's clients (on an IPv4 socket) dial a name.
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{v:?} resolves to no address"))
+}
+
 fn addr_or_off(flag: &str, v: &str) -> anyhow::Result<Option<SocketAddr>> {
     if v == "off" {
         return Ok(None);
     }
-    v.parse()
+    resolve_addr(v)
         .map(Some)
-        .with_context(|| format!("--{flag} must be ADDR:PORT or off"))
+        .map_err(|e| anyhow::anyhow!("--{flag} must be HOST:PORT or off: {e}"))
 }
 
 /// A relay running in this process.
@@ -301,6 +329,35 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_accept_host_names() {
+        assert_eq!(
+            resolve_addr("127.0.0.1:4443").unwrap(),
+            "127.0.0.1:4443".parse().unwrap()
+        );
+        assert_eq!(resolve_addr("[::1]:0").unwrap(), "[::1]:0".parse().unwrap());
+        let a = resolve_addr("localhost:4443").unwrap();
+        assert!(a.ip().is_loopback(), "{a}");
+        assert_eq!(a.port(), 4443);
+        for bad in ["localhost", "4443", "127.0.0.1", "localhost:http-ish", ""] {
+            let e = resolve_addr(bad).unwrap_err();
+            assert!(e.contains("HOST:PORT"), "{bad}: {e}");
+        }
+        assert_eq!(addr_or_off("http", "off").unwrap(), None);
+        let a = addr_or_off("http", "localhost:0").unwrap().unwrap();
+        assert!(a.ip().is_loopback());
+        let e = addr_or_off("metrics", "nowhere").unwrap_err().to_string();
+        assert!(e.contains("--metrics"), "{e}");
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            relay: RelayArgs,
+        }
+        let t = <T as clap::Parser>::try_parse_from(["t", "--bind", "localhost:4443"]).unwrap();
+        assert!(t.relay.bind.ip().is_loopback());
+        assert!(<T as clap::Parser>::try_parse_from(["t", "--bind", "localhost"]).is_err());
+    }
 
     #[test]
     fn default_ack_frequency_is_the_library_default() {

@@ -143,59 +143,138 @@ async fn sigterm_sends_goaway_before_exit() {
     assert!(exit.success(), "relay exit status {exit:?}");
 }
 
-/// `quichub pub --profile stdin` to `quichub sub`: lines in, the same lines out.
+/// `quichub sub` on `url`, track `cli/NAME`, with `extra` flags; stdout piped.
+fn spawn_sub(url: &str, track: &str, extra: &[&str]) -> Child {
+    Command::new(BIN)
+        .args(["sub", url, "--namespace", "cli", "--track", track])
+        .args(["--rendezvous-ms", "10000"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// `quichub pub --profile stdin` on `url`, track `cli/NAME`, with `extra` flags.
+fn pub_stdin(url: &str, track: &str, mode: &str, extra: &[&str], stdin: Stdio) -> Child {
+    Command::new(BIN)
+        .args(["pub", url, "--namespace", "cli", "--track", track])
+        .args(["--profile", "stdin", "--mode", mode])
+        .args(extra)
+        .stdin(stdin)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child` at most `secs` seconds.
+fn wait_within(child: &mut Child, secs: u64) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process still running after {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `quichub pub --profile stdin` to `quichub sub --framing line`: lines in
+/// (any bytes, not only UTF-8), the same lines out.
 #[test]
 fn cli_pub_stdin_to_sub_stdout() {
     use std::io::Write;
     let relay = start_relay();
     let url = format!("moqt://127.0.0.1:{}/cli", relay.port);
-    let sub = Command::new(BIN)
-        .args([
-            "sub",
-            &url,
-            "--namespace",
-            "cli",
-            "--track",
-            "lines",
-            "--count",
-            "3",
-            "--rendezvous-ms",
-            "10000",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let sub = spawn_sub(&url, "lines", &["--count", "3", "--framing", "line"]);
     std::thread::sleep(Duration::from_millis(300));
-    let mut publisher = Command::new(BIN)
-        .args([
-            "pub",
-            &url,
-            "--namespace",
-            "cli",
-            "--track",
-            "lines",
-            "--profile",
-            "stdin",
-            "--mode",
-            "announce",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut publisher = pub_stdin(&url, "lines", "announce", &[], Stdio::piped());
     publisher
         .stdin
         .take()
         .unwrap()
-        .write_all(b"alpha\nbeta\ngamma\n")
+        .write_all(b"alpha\n\xff\xfebeta\ngamma\n")
         .unwrap();
     let out = sub.wait_with_output().unwrap();
-    let _ = publisher.kill();
-    let _ = publisher.wait();
+    let status = wait_within(&mut publisher, 10);
     assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "alpha\nbeta\ngamma\n");
+    assert_eq!(out.stdout, b"alpha\n\xff\xfebeta\ngamma\n");
+    assert!(status.success(), "pub exit {status:?}");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut publisher.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("published 3 objects"), "{err}");
+}
+
+/// A binary file through `pub --framing raw-chunks` and `sub` (raw output by
+/// default) arrives byte for byte.
+#[test]
+fn cli_binary_stdin_round_trips_byte_exact() {
+    let relay = start_relay();
+    let url = format!("moqt://127.0.0.1:{}/cli", relay.port);
+    let dir = std::env::temp_dir().join(format!("quichub-binary-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("in.bin");
+    // 300 kB, every byte value, newlines and invalid UTF-8 included.
+    let mut x = 0x2545_f491_u32;
+    let data: Vec<u8> = (0..300_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 24) as u8
+        })
+        .collect();
+    std::fs::write(&file, &data).unwrap();
+    // From a file every read fills a chunk: ceil(300000 / 16384) = 19 objects.
+    let sub = spawn_sub(&url, "bin", &["--count", "19"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let stdin = Stdio::from(std::fs::File::open(&file).unwrap());
+    let mut publisher = pub_stdin(&url, "bin", "announce", &["--framing", "raw-chunks"], stdin);
+    let out = sub.wait_with_output().unwrap();
+    let status = wait_within(&mut publisher, 10);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(out.status.success());
+    assert_eq!(out.stdout.len(), data.len());
+    assert!(out.stdout == data, "payloads differ from the input");
+    assert!(status.success(), "pub exit {status:?}");
+}
+
+/// A read error or truncated input on stdin is an error exit, not success.
+#[test]
+fn cli_pub_stdin_errors_exit_nonzero() {
+    use std::io::Write;
+    let relay = start_relay();
+    let url = format!("moqt://127.0.0.1:{}/cli", relay.port);
+    // A directory as stdin: read(2) fails with EISDIR.
+    let dir = Stdio::from(std::fs::File::open(std::env::temp_dir()).unwrap());
+    let mut p = pub_stdin(&url, "dir", "push", &["--framing", "raw-chunks"], dir);
+    let status = wait_within(&mut p, 10);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut p.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("read stdin"), "{err}");
+    // A length prefix announcing more bytes than follow.
+    let mut p = pub_stdin(
+        &url,
+        "len",
+        "push",
+        &["--framing", "length"],
+        Stdio::piped(),
+    );
+    let mut stdin = p.stdin.take().unwrap();
+    stdin
+        .write_all(&[0, 0, 0, 2, b'o', b'k', 0, 0, 0, 9, 1])
+        .unwrap();
+    drop(stdin);
+    let status = wait_within(&mut p, 10);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut p.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("1 of the 9 bytes"), "{err}");
 }
 
 /// `--config`: every documented key is accepted, an unknown key is refused
@@ -313,4 +392,348 @@ fn relay_asks_peers_for_fewer_acks_unless_told_not_to() {
     assert!(!status.status.success(), "a zero delay is refused");
     let err = String::from_utf8_lossy(&status.stderr);
     assert!(err.contains("--ack-frequency"), "{err}");
+}
+
+/// A relay whose stderr (its log) comes back line by line.
+fn start_relay_logged(
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (RelayProcess, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(BIN)
+        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off"])
+        .args(["--mqtt", "off", "--http", "off"])
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn relay");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("relay printed nothing").unwrap();
+    let port = first
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .parse()
+        .unwrap();
+    std::thread::spawn(move || for _ in lines {});
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stderr).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    (RelayProcess { child, port }, rx)
+}
+
+/// Connects to the relay and leaves with reason `bye`.
+fn visit(relay: &RelayProcess) {
+    let url = format!("moqt://127.0.0.1:{}/log", relay.port);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let s = ClientSession::connect(&url, ConnectOptions::default())
+            .await
+            .unwrap();
+        s.close(0, "bye");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    })
+}
+
+/// The first log line containing `needle`, within 5 s.
+fn log_line(rx: &std::sync::mpsc::Receiver<String>, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.contains(needle) => return l,
+            Ok(_) => {}
+            Err(_) => panic!("no log line with {needle:?}"),
+        }
+    }
+}
+
+/// By default the relay logs connections at info (peer, ALPN, reason), with
+/// no colour codes when stderr is not a terminal.
+#[test]
+fn relay_logs_connections_by_default_without_colour() {
+    let (relay, rx) = start_relay_logged(&[], &[]);
+    visit(&relay);
+    let peer = "remote=127.0.0.1:";
+    let accepted = log_line(&rx, "connection accepted");
+    assert!(accepted.contains("INFO"), "{accepted}");
+    assert!(accepted.contains(peer), "{accepted}");
+    assert!(accepted.contains("moqt-18"), "{accepted}");
+    let closed = log_line(&rx, "connection closed");
+    assert!(closed.contains(peer), "{closed}");
+    assert!(closed.contains("bye"), "the peer's reason: {closed}");
+    for l in [&accepted, &closed] {
+        assert!(!l.contains('\u{1b}'), "ANSI escape in {l:?}");
+    }
+}
+
+/// `--log-format json`: one JSON object per line; `RUST_LOG` still applies.
+#[test]
+fn relay_logs_json_lines() {
+    let (relay, rx) = start_relay_logged(
+        &["--log-format", "json"],
+        &[("RUST_LOG", "quichub_relay=info")],
+    );
+    visit(&relay);
+    let line = log_line(&rx, "connection accepted");
+    let v: serde_json::Value = serde_json::from_str(&line).expect(&line);
+    assert_eq!(v["level"], "INFO", "{line}");
+    assert_eq!(v["fields"]["message"], "connection accepted", "{line}");
+    assert_eq!(v["fields"]["alpn"], "moqt-18", "{line}");
+    assert!(v["fields"]["remote"].as_str().is_some(), "{line}");
+}
+
+/// `quichub ... | head`: a reader that went away ends the command quietly
+/// (SIGPIPE, as `cat` does), never with a panic.
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(BIN)
+        .args(["interop-client", "--list"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the child has started writing.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        out.status
+    );
+}
+
+/// `sub | head`: the subscriber stops quietly once its reader leaves.
+#[test]
+fn sub_into_closed_pipe_exits_quietly() {
+    use std::io::Write;
+    use std::os::unix::process::ExitStatusExt;
+    let relay = start_relay();
+    let url = format!("moqt://127.0.0.1:{}/cli", relay.port);
+    let mut sub = Command::new(BIN)
+        .args(["sub", &url, "--namespace", "cli", "--track", "head"])
+        .args(["--rendezvous-ms", "10000", "--framing", "line"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut stdout = BufReader::new(sub.stdout.take().unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    let mut publisher = pub_stdin(&url, "head", "announce", &[], Stdio::piped());
+    let mut stdin = publisher.stdin.take().unwrap();
+    stdin.write_all(b"one\n").unwrap();
+    stdout.read_line(&mut first).unwrap();
+    assert_eq!(first, "one\n");
+    drop(stdout); // `head -1` leaves
+    stdin.write_all(b"two\nthree\nfour\n").unwrap();
+    let status = wait_within(&mut sub, 10);
+    drop(stdin);
+    let _ = wait_within(&mut publisher, 10);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut sub.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!err.contains("panicked") && !err.contains("error"), "{err}");
+    assert!(
+        status.success() || status.signal() == Some(libc::SIGPIPE),
+        "{status:?}: {err}"
+    );
+}
+
+/// `bench run --json -`: stdout is the JSON report and nothing else;
+/// `--duration` and `--start-delay` shorten the profile without editing it.
+#[test]
+fn bench_run_json_to_stdout_is_json_only() {
+    let relay = start_relay();
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../profiles/scenario1-audio.ini"
+    );
+    let started = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["bench", "run", profile, "-n", "2", "--json", "-"])
+        .args(["--duration", "1.2", "--start-delay", "0.4"])
+        .arg("--relay")
+        .arg(format!("moqt://127.0.0.1:{}/bench", relay.port))
+        .arg("--relay-pid")
+        .arg(relay.child.id().to_string())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(v["subscribers"], 2, "{v}");
+    // 0.8 s of DATA every 20 ms.
+    let sent = v["publish"]["sent"][0][1].as_u64();
+    assert_eq!(sent, Some(40), "{v}");
+    assert!(
+        stderr.contains("relay cpu"),
+        "the table went to stderr: {stderr}"
+    );
+}
+
+/// `bench run --relay-pid` of no process fails before the run, not after it.
+#[test]
+fn bench_run_checks_relay_pid_first() {
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../profiles/scenario1-audio.ini"
+    );
+    let started = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["bench", "run", profile, "-n", "1", "--quiet"])
+        .args([
+            "--relay",
+            "moqt://127.0.0.1:9/none",
+            "--relay-pid",
+            "4294967295",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--relay-pid 4294967295"), "{err}");
+}
+
+/// Whether `stdout` is exactly one JSON value (and nothing else).
+fn json_only(stdout: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(stdout)))
+}
+
+/// `bench-fanout --json`: JSON alone on stdout, the summary on stderr.
+#[test]
+fn bench_fanout_json_is_json_only() {
+    let relay = start_relay();
+    let out = Command::new(BIN)
+        .args([
+            "bench-fanout",
+            "--subscribers",
+            "2",
+            "--duration",
+            "0.5",
+            "--json",
+        ])
+        .arg("--relay")
+        .arg(format!("moqt://127.0.0.1:{}/bench", relay.port))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v = json_only(&out.stdout);
+    assert_eq!(v["subscribers"], 2, "{v}");
+    assert!(stderr.contains("latency one-way"), "{stderr}");
+}
+
+/// `bench-mqtt --json`: JSON alone on stdout, the summary on stderr.
+#[test]
+fn bench_mqtt_json_is_json_only() {
+    let mut child = Command::new(BIN)
+        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off"])
+        .args([
+            "--mqtt",
+            "127.0.0.1:0",
+            "--mqtt-tls",
+            "off",
+            "--data-dir",
+            "off",
+        ])
+        .args(["--http", "off"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let broker = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find_map(|l| {
+            l.strip_prefix("mqtt tcp ")
+                .map(|r| r.split(' ').next().unwrap().to_string())
+        })
+        .expect("no MQTT address");
+    std::thread::spawn(move || for _ in lines {});
+    let _relay = RelayProcess { child, port: 0 };
+    let out = Command::new(BIN)
+        .args(["bench-mqtt", "--broker", &broker, "--publishers", "1"])
+        .args(["--subscribers", "1", "--topics", "1", "--rate", "20"])
+        .args(["--duration", "0.3", "--drain", "0.3", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v = json_only(&out.stdout);
+    assert_eq!(v["publishers"], 1, "{v}");
+    assert!(stderr.contains("latency publish->deliver"), "{stderr}");
+}
+
+/// `relay --bind localhost:0` and a client dialling `moqt://localhost:PORT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_names_for_bind_and_url() {
+    let mut child = Command::new(BIN)
+        .args(["relay", "--bind", "localhost:0", "--metrics", "off"])
+        .args(["--mqtt", "off", "--http", "off"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("relay printed nothing").unwrap();
+    let port: u16 = first
+        .split_whitespace()
+        .find_map(|w| w.parse::<std::net::SocketAddr>().ok())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .port();
+    std::thread::spawn(move || for _ in lines {});
+    let _relay = RelayProcess { child, port };
+    let url = format!("moqt://localhost:{port}/names");
+    let session = within(5, ClientSession::connect(&url, ConnectOptions::default()))
+        .await
+        .expect("connect by name");
+    session.close(0, "bye");
+}
+
+/// The demo's embedded relay does not log each connection by default (its
+/// lines would bury the demo's), and `demo | head` ends quietly.
+#[test]
+fn demo_is_not_buried_in_relay_logs() {
+    use std::os::unix::process::ExitStatusExt;
+    let out = Command::new(BIN)
+        .args(["demo", "--duration", "1"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("connection accepted"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("quichub demo"));
+    let mut child = Command::new(BIN)
+        .args(["demo", "--duration", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
 }

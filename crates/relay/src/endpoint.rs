@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,14 +63,26 @@ pub async fn serve_endpoint(
         tokio::spawn(async move {
             match establish_any(incoming).await {
                 Ok(Established::Moqt(mut accepted)) => {
+                    let (remote, quic) = (accepted.remote, (*accepted.session).clone());
+                    let alpn = match accepted.transport {
+                        quichub_net::Transport::Quic => moqt::ALPN,
+                        quichub_net::Transport::WebTransport => "h3 (WebTransport)",
+                    };
+                    log_accepted(remote, alpn);
                     // Plain HTTP/3 requests beside a WebTransport session.
                     if let (Some(http), Some(h)) = (accepted.http.take(), http3.as_ref()) {
                         tokio::spawn(h(http));
                     }
-                    session::serve(relay, *accepted).await
+                    session::serve(relay, *accepted).await;
+                    log_closed(remote, alpn, quic.close_reason().map(|e| e.to_string()));
                 }
                 Ok(Established::Http3 { conn, remote }) => match http3 {
-                    Some(h) => h(conn).await,
+                    Some(h) => {
+                        let quic = conn.conn().clone();
+                        log_accepted(remote, "h3");
+                        h(conn).await;
+                        log_closed(remote, "h3", quic.close_reason().map(|e| e.to_string()));
+                    }
                     None => {
                         tracing::debug!(%remote, "plain HTTP/3 request, no HTTP API");
                         conn.conn().close(
@@ -79,7 +92,12 @@ pub async fn serve_endpoint(
                     }
                 },
                 Ok(Established::Other { alpn, conn, remote }) => match handlers.get(&alpn) {
-                    Some(h) => h(conn).await,
+                    Some(h) => {
+                        let (name, quic) = (String::from_utf8_lossy(&alpn), conn.clone());
+                        log_accepted(remote, &name);
+                        h(conn).await;
+                        log_closed(remote, &name, quic.close_reason().map(|e| e.to_string()));
+                    }
                     None => {
                         tracing::debug!(
                             %remote,
@@ -93,6 +111,18 @@ pub async fn serve_endpoint(
             }
         });
     }
+}
+
+/// Logs a connection the endpoint accepted (info): peer and ALPN.
+fn log_accepted(remote: SocketAddr, alpn: &str) {
+    tracing::info!(%remote, alpn, "connection accepted");
+}
+
+/// Logs the end of a connection (info): peer, ALPN and why it closed
+/// (`None`: its handler returned while the connection was still open).
+fn log_closed(remote: SocketAddr, alpn: &str, reason: Option<String>) {
+    let reason = reason.as_deref().unwrap_or("session ended");
+    tracing::info!(%remote, alpn, reason, "connection closed");
 }
 
 /// Graceful shutdown: GOAWAY to every session, wait for them to leave (at most
