@@ -80,8 +80,10 @@ pub struct SubArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Wait up to this many ms for a publisher (RENDEZVOUS_TIMEOUT).
-    #[arg(long, default_value_t = 0)]
+    /// Wait up to this many ms for a publisher that is not there yet
+    /// (RENDEZVOUS_TIMEOUT; the relay caps it at its `max_rendezvous_ms`);
+    /// 0 fails at once.
+    #[arg(long, default_value_t = 10_000)]
     pub rendezvous_ms: u64,
     /// Start at the next group instead of the next object.
     #[arg(long)]
@@ -129,6 +131,23 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let session = ClientSession::connect(&a.url, opts).await?;
+    // Whatever happens, the relay is told we leave (so it ends our tracks at
+    // once, not at its idle timeout).
+    let result = publish(&a, &session, profile, mode, in_framing, chunk_size).await;
+    session
+        .shutdown(u32::from(result.is_err()), if result.is_ok() { "done" } else { "error" })
+        .await;
+    result
+}
+
+async fn publish(
+    a: &PubArgs,
+    session: &ClientSession,
+    profile: Option<Profile>,
+    mode: TrackMode,
+    in_framing: InFraming,
+    chunk_size: usize,
+) -> anyhow::Result<()> {
     let ns = TrackNamespace::from_path(&a.namespace);
     let until = deadline(a.duration);
     let default_name = profile.as_ref().map_or("stdin", |p| p.name);
@@ -195,7 +214,6 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
         }
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    session.close(0, "done");
     Ok(())
 }
 
@@ -205,6 +223,14 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let session = ClientSession::connect(&a.url, opts).await?;
+    let result = subscribe(&a, &session).await;
+    session
+        .shutdown(u32::from(result.is_err()), if result.is_ok() { "done" } else { "error" })
+        .await;
+    result
+}
+
+async fn subscribe(a: &SubArgs, session: &ClientSession) -> anyhow::Result<()> {
     let name = FullTrackName::new(&a.namespace, &a.track);
     let mut sub = session
         .subscribe(
@@ -215,7 +241,11 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
                 ..Default::default()
             },
         )
-        .await?;
+        .await
+        .with_context(|| match a.rendezvous_ms {
+            0 => "no waiting for a publisher (--rendezvous-ms 0)".to_string(),
+            ms => format!("waited up to {ms} ms for a publisher (--rendezvous-ms)"),
+        })?;
     let until = deadline(a.duration);
     let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
     let (mut n, mut bytes, mut last_seq) = (0u64, 0u64, None::<u64>);
@@ -286,7 +316,6 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
     }
     eprintln!("received {n} objects, {bytes} bytes, lost {lost}");
     sub.cancel();
-    session.close(0, "done");
     Ok(())
 }
 
