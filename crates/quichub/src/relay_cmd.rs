@@ -75,9 +75,19 @@ pub struct RelayArgs {
 }
 
 fn default_data_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_STATE_HOME")
+    data_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+}
+
+/// An empty or relative `XDG_STATE_HOME` is ignored, as the XDG spec says:
+/// it would put broker state in whatever directory the relay started in.
+fn data_dir_from(
+    xdg_state_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Option<PathBuf> {
+    xdg_state_home
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .filter(|d| d.is_absolute())
+        .or_else(|| home.map(|h| PathBuf::from(h).join(".local/state")))
         .map(|d| d.join("quichub"))
 }
 
@@ -301,6 +311,20 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn empty_or_relative_xdg_state_home_is_ignored() {
+        let home = Some("/home/u".into());
+        let want = Some(PathBuf::from("/home/u/.local/state/quichub"));
+        assert_eq!(data_dir_from(Some("".into()), home.clone()), want);
+        assert_eq!(data_dir_from(Some("state".into()), home.clone()), want);
+        assert_eq!(data_dir_from(None, home.clone()), want);
+        assert_eq!(
+            data_dir_from(Some("/var/state".into()), home),
+            Some(PathBuf::from("/var/state/quichub"))
+        );
+        assert_eq!(data_dir_from(Some("".into()), None), None);
+    }
 
     #[test]
     fn default_ack_frequency_is_the_library_default() {
