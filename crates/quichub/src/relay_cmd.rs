@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use quichub_gateway::bridge::Bridge;
-use quichub_gateway::store::{Fsync, Store};
+use quichub_gateway::store::{Fsync, Recovery, Store};
 use quichub_gateway::{Broker, BrokerConfig, ConnConfig};
 use quichub_net::server::Server;
 use quichub_net::tls::Identity;
@@ -56,6 +56,12 @@ pub struct RelayArgs {
     /// or `never` (written to the OS: survives a crash of the process).
     #[arg(long, default_value = "always", value_parser = ["always", "never"])]
     pub fsync: String,
+    /// What to do when the broker's log is corrupt (an incomplete last
+    /// record, the trace of a crash, is always dropped): `salvage` skips the
+    /// damaged bytes, logging each range, keeps the file aside as
+    /// `broker.log.corrupt-<time>` and starts; `strict` refuses to start.
+    #[arg(long, default_value = "salvage", value_parser = ["strict", "salvage"])]
+    pub store_recovery: String,
     /// TCP address of the HTTP pub/sub API over HTTP/1.1 and cleartext
     /// HTTP/2 (`off` to disable); see docs/http-api.md.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -153,7 +159,8 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
             } else {
                 Fsync::Always
             };
-            let (store, recovered) = Store::open(&dir, fsync)
+            let recovery: Recovery = args.store_recovery.parse().map_err(anyhow::Error::msg)?;
+            let (store, recovered) = Store::open(&dir, fsync, recovery)
                 .with_context(|| format!("open broker state in {}", dir.display()))?;
             tracing::info!(
                 "broker state {}: {} records, {} sessions, {} retained",
