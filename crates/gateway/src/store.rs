@@ -683,7 +683,7 @@ impl Store {
 
     /// Makes the next `n` write attempts (appends or retries) fail.
     #[cfg(test)]
-    fn fail_next_writes(&self, n: u32) {
+    pub(crate) fn fail_next_writes(&self, n: u32) {
         self.faults.store(n, SeqCst);
     }
 
