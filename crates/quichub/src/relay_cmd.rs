@@ -249,10 +249,10 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
             .await
             .with_context(|| format!("bind metrics {a}"))?;
         let bound = listener.local_addr()?;
-        let m = relay.metrics.clone();
+        let (m, b) = (relay.metrics.clone(), broker.clone());
         tokio::spawn(quichub_net::metrics_http::serve(
             listener,
-            Arc::new(move || m.render()),
+            Arc::new(move || m.render() + &b.metrics.render()),
         ));
         Some(bound)
     } else {
