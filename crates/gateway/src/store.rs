@@ -896,7 +896,14 @@ fn keep_aside(path: &Path) -> std::io::Result<PathBuf> {
             _ => format!("{name}.corrupt-{secs}-{i}"),
         });
         match std::fs::hard_link(path, &aside) {
-            Ok(()) => return Ok(aside),
+            Ok(()) => {
+                // Releases before 0600 files made the log 0644, and this copy
+                // is kept indefinitely (the link shares the mode with the
+                // log, which the rewrite replaces anyway).
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o600));
+                return Ok(aside);
+            }
             Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
             Err(_) => {}
         }
@@ -1743,6 +1750,7 @@ mod tests {
         log.retained(2);
         log.retained(3);
         log.write(&dir);
+        set_mode(&dir.join("broker.log"), 0o644);
         {
             let (_s, rec) = Store::open(&dir, Fsync::Never, Recovery::Salvage).unwrap();
             assert_eq!(topics(&rec), ["t/0", "t/1", "t/2", "t/3"]);
@@ -1757,6 +1765,7 @@ mod tests {
             let aside = rec.kept_aside.clone().unwrap();
             assert_eq!(corrupt_files(&dir), std::slice::from_ref(&aside));
             assert_eq!(std::fs::read(&aside).unwrap(), log.bytes);
+            assert_eq!(mode(&aside), 0o600);
             // The log itself was rewritten clean.
             assert!(std::fs::read(dir.join("broker.log"))
                 .unwrap()
@@ -1867,8 +1876,10 @@ mod tests {
         log.retained(0);
         log.retained(1);
         log.write(&dir);
+        set_mode(&dir.join("broker.log"), 0o644);
         {
             let (_s, rec) = Store::open(&dir, Fsync::Never, Recovery::Strict).unwrap();
+            assert_eq!(mode(&dir.join("broker.log")), 0o600);
             assert_eq!(rec.version, 0);
             assert_eq!(topics(&rec), ["t/0", "t/1"]);
             assert!(rec.damage.is_empty());
@@ -1884,13 +1895,21 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    fn set_mode(p: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
     #[tokio::test]
     async fn files_are_private() {
-        use std::os::unix::fs::PermissionsExt;
         let top = tmpdir("perm");
         let dir = top.join("a/b");
         let (_s, _) = Store::open(&dir, Fsync::Never, Recovery::Salvage).unwrap();
-        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&top), 0o700);
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&dir.join("broker.log")), 0o600);
