@@ -1183,21 +1183,41 @@ impl<R: Read> Scanner<R> {
 /// Bytes of a `Msg` body before its PUBLISH: tag, seq, expiry, length.
 const MSG_HEAD: usize = 21;
 
+/// Longest string in a record: client identifiers, topics and filters are
+/// MQTT strings (the HTTP API and the MoQT bridge keep to that too).
+const MAX_STR: usize = u16::MAX as usize;
+
 /// Whether a body of `len` bytes starting with `head` (its first
-/// `min(len, MSG_HEAD)` bytes) can be a record: a known tag, and a first
-/// length field that fits.
+/// `min(len, MSG_HEAD)` bytes) can be a record: a known tag and lengths that
+/// add up. This rules out nearly every false start of a resynchronisation
+/// before its body (up to [`MAX_RECORD`]) is read and checksummed.
 fn prefix_ok(len: usize, head: &[u8]) -> bool {
     let u32_at = |i: usize| {
         head.get(i..i + 4)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
     };
-    match head.first() {
+    let Some(&tag) = head.first() else {
+        return false;
+    };
+    if tag == 5 {
         // Tag, seq, expiry, then the PUBLISH's length: the rest of the body.
-        Some(5) => len >= MSG_HEAD && u32_at(17) == Some(len - MSG_HEAD),
-        // Every other record starts with a string after its tag.
-        Some(1..=4 | 6..=10) => {
-            u32_at(1).is_some_and(|n| len.checked_sub(5).is_some_and(|room| n <= room))
-        }
+        return len >= MSG_HEAD && u32_at(17) == Some(len - MSG_HEAD);
+    }
+    // Every other record starts with a string after its tag.
+    let Some(n) = u32_at(1).filter(|n| *n <= MAX_STR) else {
+        return false;
+    };
+    let s = 5 + n;
+    match tag {
+        1 => len == s + 4,
+        2 | 9 => len == s,
+        7 | 8 => len == s + 8,
+        10 => len == s + 11,
+        // A second string, then options (3) or nothing (4).
+        3 => (s + 10..=s + 10 + MAX_STR).contains(&len),
+        4 => (s + 4..=s + 4 + MAX_STR).contains(&len),
+        // seq, flags, then a list of u32.
+        6 => len >= s + 13 && (len - s - 13) % 4 == 0,
         _ => false,
     }
 }
@@ -1571,6 +1591,7 @@ mod tests {
             let mut b = BytesMut::new();
             encode(&r, &mut b);
             assert_eq!(parse(&b), Some(r.clone()));
+            assert!(prefix_ok(b.len(), &b[..b.len().min(MSG_HEAD)]), "{r:?}");
             // Truncated bodies never parse (nor panic).
             for cut in 0..b.len() {
                 assert_eq!(parse(&b[..cut]), None, "{r:?} cut at {cut}");
@@ -1955,6 +1976,34 @@ mod tests {
             log.bytes.len(),
             r.peak
         );
+    }
+
+    #[test]
+    fn resync_through_random_garbage_reads_ahead_only_a_window() {
+        let mut log = Log::with_header();
+        log.retained(0);
+        // Random bytes: plenty of lengths a record could have.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..(4 << 20) / 8 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            log.bytes.extend_from_slice(&x.to_le_bytes());
+        }
+        log.retained(1);
+        let mut live = Live::default();
+        let r = replay(
+            std::io::Cursor::new(&log.bytes),
+            Path::new("broker.log"),
+            Recovery::Salvage,
+            &mut live,
+        )
+        .unwrap();
+        assert_eq!(r.records, 4);
+        assert_eq!(r.damage.len(), 1);
+        assert_eq!(r.damage[0].len, 4 << 20);
+        // No false start made it read (and checksum) megabytes ahead.
+        assert!(r.peak <= 2 * READ_CHUNK, "{}", r.peak);
     }
 
     #[tokio::test]
