@@ -97,6 +97,11 @@ fn data_dir_from(
         .map(|d| d.join("quichub"))
 }
 
+/// `/metrics`: the relay's counters, then the broker's.
+fn metrics_text(relay: &Relay, broker: &Broker) -> String {
+    relay.metrics.render() + &broker.metrics.render()
+}
+
 fn addr_or_off(flag: &str, v: &str) -> anyhow::Result<Option<SocketAddr>> {
     if v == "off" {
         return Ok(None);
@@ -249,10 +254,10 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
             .await
             .with_context(|| format!("bind metrics {a}"))?;
         let bound = listener.local_addr()?;
-        let (m, b) = (relay.metrics.clone(), broker.clone());
+        let (r, b) = (relay.clone(), broker.clone());
         tokio::spawn(quichub_net::metrics_http::serve(
             listener,
-            Arc::new(move || m.render() + &b.metrics.render()),
+            Arc::new(move || metrics_text(&r, &b)),
         ));
         Some(bound)
     } else {
@@ -331,6 +336,39 @@ mod tests {
             Some(PathBuf::from("/var/state/quichub"))
         );
         assert_eq!(data_dir_from(Some("".into()), None), None);
+    }
+
+    #[test]
+    fn metrics_include_the_brokers() {
+        let text = metrics_text(
+            &Relay::new(Config::default()),
+            &Broker::new(BrokerConfig::default()),
+        );
+        assert!(text.contains("quichub_sessions "), "{text}");
+        assert!(
+            text.contains("quichub_mqtt_messages_dropped_total{reason=\"queue_full\"} 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn store_recovery_flag() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            relay: RelayArgs,
+        }
+        let recovery = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("quichub").chain(args.iter().copied()))
+                .map(|c| c.relay.store_recovery.parse::<Recovery>())
+        };
+        assert_eq!(recovery(&[]).unwrap(), Ok(Recovery::Salvage));
+        assert_eq!(
+            recovery(&["--store-recovery", "strict"]).unwrap(),
+            Ok(Recovery::Strict)
+        );
+        assert!(recovery(&["--store-recovery", "lenient"]).is_err());
     }
 
     #[test]
