@@ -19,8 +19,10 @@ use tokio::sync::{mpsc, watch};
 
 use crate::store::{Record, Recovered, Store};
 
-/// Limits on what clients control.
-#[derive(Debug, Clone)]
+/// Limits on what clients control. Deserialisable (every field optional,
+/// unknown ones refused) for a config file section.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
     /// Most sessions (connected or kept for a reconnect).
     pub max_sessions: usize,
@@ -28,7 +30,8 @@ pub struct BrokerConfig {
     pub max_subscriptions: usize,
     /// Most messages queued per session: delivered but not yet written to a
     /// connected client, or QoS 1/2 messages kept for an offline one. Beyond
-    /// it messages for that session are dropped (and counted).
+    /// it messages for that session are dropped, counted
+    /// ([`DropReason::QueueFull`]) and logged once per burst.
     pub max_queued: usize,
     /// Most retained messages.
     pub max_retained: usize,
@@ -208,6 +211,8 @@ struct Session {
     /// not be one of them (§2.2.1), or the client would take a new message
     /// for one it already has.
     out_ids: OutIds,
+    /// Warnings about dropped messages.
+    drops: DropLog,
 }
 
 /// See [`Session`]'s `out_ids`.
@@ -243,6 +248,38 @@ struct State {
     wills: Vec<PendingWill>,
 }
 
+/// Why a delivery was dropped: the `reason` label of
+/// `quichub_mqtt_messages_dropped_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// The session's queue, or its connection's delivery channel, held
+    /// [`BrokerConfig::max_queued`] messages.
+    QueueFull,
+    /// The Message Expiry Interval ran out before the message was sent.
+    Expired,
+    /// A QoS 0 delivery was pending on a connection that closed (QoS 0 is
+    /// not kept for an offline session).
+    Disconnected,
+}
+
+impl DropReason {
+    /// Every reason, in the order of [`BrokerMetrics::dropped_by`].
+    pub const ALL: [DropReason; 3] = [
+        DropReason::QueueFull,
+        DropReason::Expired,
+        DropReason::Disconnected,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            DropReason::QueueFull => "queue_full",
+            DropReason::Expired => "expired",
+            DropReason::Disconnected => "disconnected",
+        }
+    }
+}
+
 /// Counters, for `/metrics` and the benchmark.
 #[derive(Debug, Default)]
 pub struct BrokerMetrics {
@@ -250,10 +287,82 @@ pub struct BrokerMetrics {
     pub published: AtomicU64,
     /// Deliveries handed to connections.
     pub delivered: AtomicU64,
-    /// Deliveries dropped because a session's queue was full.
+    /// Deliveries dropped, for any reason.
     pub dropped: AtomicU64,
+    /// Deliveries dropped by reason, indexed as [`DropReason::ALL`].
+    pub dropped_by: [AtomicU64; 3],
     /// Deliveries queued for offline sessions.
     pub queued_offline: AtomicU64,
+}
+
+impl BrokerMetrics {
+    fn count_drop(&self, reason: DropReason) {
+        self.dropped.fetch_add(1, Relaxed);
+        self.dropped_by[reason as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Deliveries dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.dropped_by[reason as usize].load(Relaxed)
+    }
+
+    /// The counters in Prometheus text format, to append to the relay's
+    /// `/metrics`.
+    pub fn render(&self) -> String {
+        let mut s = String::from(
+            "# HELP quichub_mqtt_messages_dropped_total MQTT deliveries dropped, by reason.\n\
+             # TYPE quichub_mqtt_messages_dropped_total counter\n",
+        );
+        for r in DropReason::ALL {
+            s.push_str(&format!(
+                "quichub_mqtt_messages_dropped_total{{reason=\"{}\"}} {}\n",
+                r.label(),
+                self.dropped(r)
+            ));
+        }
+        s
+    }
+}
+
+/// How often a session whose queue stays full is warned about again.
+const DROP_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// Rate limit of the warnings about a session's dropped messages: one at
+/// the first drop of a burst, then at most one per [`DROP_LOG_EVERY`] with
+/// the count, and one when the queue drained.
+#[derive(Debug, Default)]
+struct DropLog {
+    /// Drops not reported yet.
+    unreported: u64,
+    /// When the burst was last reported; `None` between bursts.
+    reported: Option<Instant>,
+}
+
+impl DropLog {
+    /// Counts a drop at `now`; the number of drops to report when a warning
+    /// is due.
+    fn dropped(&mut self, now: Instant) -> Option<u64> {
+        self.unreported += 1;
+        match self.reported {
+            Some(t) if now.saturating_duration_since(t) < DROP_LOG_EVERY => None,
+            _ => {
+                self.reported = Some(now);
+                Some(std::mem::take(&mut self.unreported))
+            }
+        }
+    }
+
+    /// The queue drained: the burst is over. The drops not reported yet,
+    /// if any.
+    fn drained(&mut self) -> Option<u64> {
+        self.reported.take()?;
+        let n = std::mem::take(&mut self.unreported);
+        (n > 0).then_some(n)
+    }
+
+    fn in_burst(&self) -> bool {
+        self.reported.is_some()
+    }
 }
 
 /// What [`Broker::connect`] decided.
@@ -345,6 +454,7 @@ impl Broker {
                         resumed: false,
                         awaiting_rel: AwaitingRel::default(),
                         out_ids,
+                        drops: DropLog::default(),
                     },
                 );
                 for (filter, opts) in rec.subscriptions {
@@ -477,6 +587,7 @@ impl Broker {
                 resumed: false,
                 awaiting_rel: AwaitingRel::default(),
                 out_ids: OutIds::default(),
+                drops: DropLog::default(),
             });
         let present = exists && !clean_start;
         session.resumed = present;
@@ -490,6 +601,7 @@ impl Broker {
             // delivery has begun, and the client may wait for a PUBREL
             // (§3.3.2.3.3).
             if d.packet_id.is_none() && d.message.expired(now) {
+                self.metrics.count_drop(DropReason::Expired);
                 if let (Some(store), Some(seq)) = (&self.store, d.seq) {
                     store.append(Record::Done {
                         client: client.clone(),
@@ -499,6 +611,9 @@ impl Broker {
             } else {
                 backlog.push(d);
             }
+        }
+        if let Some(n) = session.drops.drained() {
+            drained_warning(client, n);
         }
         Ok(Connected {
             session_present: present,
@@ -540,7 +655,7 @@ impl Broker {
                         if d.qos != QoS::AtMostOnce && session.queue.len() < max {
                             session.queue.push_back(d);
                         } else {
-                            Self::dropped(&self.store, client, session, &d);
+                            self.dropped(client, session, &d);
                         }
                     }
                     if let Some(o) = &session.outbox {
@@ -589,7 +704,7 @@ impl Broker {
                         if d.qos != QoS::AtMostOnce && session.queue.len() < max {
                             session.queue.push_front(d);
                         } else {
-                            Self::dropped(&self.store, client, session, &d);
+                            self.dropped(client, session, &d);
                         }
                     }
                 }
@@ -652,10 +767,16 @@ impl Broker {
         }
     }
 
-    /// A delivery of `session` given up: the store forgets it and its
-    /// Packet Identifier is free again.
-    fn dropped(store: &Option<Arc<Store>>, client: &Arc<str>, session: &Session, d: &Delivery) {
-        if let (Some(store), Some(seq)) = (store, d.seq) {
+    /// A delivery of `session` given up on a disconnection (QoS 0, or no
+    /// room in the queue): counted, the store forgets it and its Packet
+    /// Identifier is free again.
+    fn dropped(&self, client: &Arc<str>, session: &mut Session, d: &Delivery) {
+        if d.qos == QoS::AtMostOnce {
+            self.metrics.count_drop(DropReason::Disconnected);
+        } else {
+            self.queue_full(client, session, Instant::now());
+        }
+        if let (Some(store), Some(seq)) = (&self.store, d.seq) {
             store.append(Record::Done {
                 client: client.clone(),
                 seq,
@@ -667,6 +788,18 @@ impl Broker {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&id);
+        }
+    }
+
+    /// Counts a drop for a full queue, and warns once per burst.
+    fn queue_full(&self, client: &Arc<str>, session: &mut Session, now: Instant) {
+        self.metrics.count_drop(DropReason::QueueFull);
+        if let Some(n) = session.drops.dropped(now) {
+            tracing::warn!(
+                "mqtt session {client}: queue full ({} messages): {n} messages dropped (next warning when it drains or in {}s)",
+                self.config.max_queued,
+                DROP_LOG_EVERY.as_secs()
+            );
         }
     }
 
@@ -946,14 +1079,21 @@ impl Broker {
         p: &mut Persist<'_>,
     ) {
         let persist = p.store.is_some() && d.qos != QoS::AtMostOnce && s.persistent();
-        match &s.outbox {
+        if let Some(o) = &s.outbox {
+            // An empty channel ends a burst of drops.
+            if s.drops.in_burst() && o.tx.capacity() == o.tx.max_capacity() {
+                if let Some(n) = s.drops.drained() {
+                    drained_warning(client, n);
+                }
+            }
+        }
+        let reason = match &s.outbox {
             Some(o) if !persist => match o.tx.try_send(d) {
                 Ok(()) => {
                     self.metrics.delivered.fetch_add(1, Relaxed);
+                    None
                 }
-                Err(_) => {
-                    self.metrics.dropped.fetch_add(1, Relaxed);
-                }
+                Err(e) => Some(send_error_reason(&e)),
             },
             Some(o) => match o.tx.clone().try_reserve_owned() {
                 // Logged, then handed over once the publish's records are
@@ -971,17 +1111,22 @@ impl Broker {
                     d.seq = Some(seq);
                     p.sends.push((permit, d));
                     self.metrics.delivered.fetch_add(1, Relaxed);
+                    None
                 }
-                Err(_) => {
-                    self.metrics.dropped.fetch_add(1, Relaxed);
-                }
+                Err(e) => Some(send_error_reason(&e)),
             },
             None => {
-                if d.qos == QoS::AtMostOnce || d.message.expired(now) {
+                // QoS 0 is not kept for an offline session: by design, not
+                // a drop.
+                if d.qos == QoS::AtMostOnce {
+                    return;
+                }
+                if d.message.expired(now) {
+                    self.metrics.count_drop(DropReason::Expired);
                     return;
                 }
                 if s.queue.len() >= self.config.max_queued {
-                    self.metrics.dropped.fetch_add(1, Relaxed);
+                    self.queue_full(client, s, now);
                     return;
                 }
                 if persist {
@@ -997,7 +1142,13 @@ impl Broker {
                 }
                 self.metrics.queued_offline.fetch_add(1, Relaxed);
                 s.queue.push_back(d);
+                None
             }
+        };
+        match reason {
+            Some(DropReason::QueueFull) => self.queue_full(client, s, now),
+            Some(r) => self.metrics.count_drop(r),
+            None => {}
         }
     }
 
@@ -1048,6 +1199,20 @@ impl Persist<'_> {
     }
 }
 
+/// Why a delivery could not go into a connection's channel.
+fn send_error_reason<T>(e: &mpsc::error::TrySendError<T>) -> DropReason {
+    match e {
+        mpsc::error::TrySendError::Full(_) => DropReason::QueueFull,
+        // The connection is closing; its session will be offline.
+        mpsc::error::TrySendError::Closed(_) => DropReason::Disconnected,
+    }
+}
+
+/// The end of a burst of drops for `client`'s session.
+fn drained_warning(client: &str, n: u64) {
+    tracing::warn!("mqtt session {client}: queue drained; {n} more messages had been dropped");
+}
+
 /// Round robin over a shared group, preferring connected members; a group of
 /// only offline members queues on the next one (their sessions persist).
 fn pick_member(
@@ -1063,4 +1228,117 @@ fn pick_member(
         .map(|k| &g.members[(start + k) % n])
         .find(|(c, _)| sessions.get(c).is_some_and(|s| s.outbox.is_some()));
     online.or_else(|| g.members.get(start % n)).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbox(conn: u64, cap: usize) -> (Outbox, mpsc::Receiver<Delivery>) {
+        let (tx, rx) = mpsc::channel(cap);
+        let (kick, _) = mpsc::channel(1);
+        (Outbox { tx, conn, kick }, rx)
+    }
+
+    fn qos1(topic: &str) -> Message {
+        Message::new(
+            topic,
+            Bytes::from_static(b"x"),
+            QoS::AtLeastOnce,
+            false,
+            Source::Http,
+        )
+    }
+
+    #[test]
+    fn dropped_deliveries_are_counted_by_reason() {
+        let broker = Broker::new(BrokerConfig {
+            max_queued: 2,
+            ..BrokerConfig::default()
+        });
+        let c: Arc<str> = "c".into();
+        let (o, _rx) = outbox(1, 2);
+        let hour = Some(Duration::from_secs(3600));
+        broker.connect(&c, true, hour, o).unwrap();
+        let options = SubscriptionOptions {
+            qos: QoS::AtLeastOnce,
+            ..SubscriptionOptions::default()
+        };
+        broker
+            .subscribe(&c, "a", SubOptions { options, id: None })
+            .unwrap();
+        broker.disconnect(&c, 1, Vec::new(), None, None);
+        // Offline: two fit in the queue, three are dropped.
+        for _ in 0..5 {
+            broker.publish(qos1("a"));
+        }
+        assert_eq!(broker.metrics.dropped(DropReason::QueueFull), 3);
+        assert!(broker.lock().sessions[&c].drops.in_burst());
+        let mut m = qos1("a");
+        m.expires = Some(Instant::now());
+        broker.publish(m);
+        assert_eq!(broker.metrics.dropped(DropReason::Expired), 1);
+        // Back online: the queue drained (the burst ends); the channel
+        // holds two, the third is dropped.
+        let (o, mut rx) = outbox(2, 2);
+        let backlog = broker.connect(&c, false, hour, o).unwrap().backlog;
+        assert_eq!(backlog.len(), 2);
+        assert!(!broker.lock().sessions[&c].drops.in_burst());
+        for _ in 0..3 {
+            broker.publish(qos1("a"));
+        }
+        assert_eq!(broker.metrics.dropped(DropReason::QueueFull), 4);
+        assert!(broker.lock().sessions[&c].drops.in_burst());
+        // The connection took them: an empty channel ends the burst.
+        while rx.try_recv().is_ok() {}
+        broker.publish(qos1("a"));
+        assert!(!broker.lock().sessions[&c].drops.in_burst());
+        // QoS 0 pending on a connection that closes.
+        let mut d = rx.try_recv().unwrap();
+        d.qos = QoS::AtMostOnce;
+        broker.disconnect(&c, 2, vec![d], None, None);
+        assert_eq!(broker.metrics.dropped(DropReason::Disconnected), 1);
+        assert_eq!(broker.metrics.dropped.load(Relaxed), 6);
+        let text = broker.metrics.render();
+        for line in [
+            "# TYPE quichub_mqtt_messages_dropped_total counter",
+            "quichub_mqtt_messages_dropped_total{reason=\"queue_full\"} 4",
+            "quichub_mqtt_messages_dropped_total{reason=\"expired\"} 1",
+            "quichub_mqtt_messages_dropped_total{reason=\"disconnected\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn drop_warnings_come_once_per_burst() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut l = DropLog::default();
+        assert_eq!(l.drained(), None);
+        // The first drop warns, the next ones are counted...
+        assert_eq!(l.dropped(t0), Some(1));
+        for i in 1..100 {
+            assert_eq!(l.dropped(t0 + ms(i)), None);
+        }
+        // ... until the interval passed: a warning with the count.
+        assert_eq!(l.dropped(t0 + DROP_LOG_EVERY), Some(100));
+        assert_eq!(l.dropped(t0 + DROP_LOG_EVERY + ms(1)), None);
+        // The queue drained: what was not reported yet, and the burst ends.
+        assert_eq!(l.drained(), Some(1));
+        assert_eq!(l.drained(), None);
+        assert!(!l.in_burst());
+        // A new burst warns at once.
+        assert_eq!(l.dropped(t0 + DROP_LOG_EVERY + ms(2)), Some(1));
+        assert!(l.in_burst());
+        assert_eq!(l.drained(), None);
+    }
+
+    #[test]
+    fn config_deserialises_with_defaults_and_refuses_unknown_keys() {
+        let c: BrokerConfig = serde_json::from_str(r#"{"max_queued": 5}"#).unwrap();
+        assert_eq!(c.max_queued, 5);
+        assert_eq!(c.max_sessions, BrokerConfig::default().max_sessions);
+        assert!(serde_json::from_str::<BrokerConfig>(r#"{"max_queue": 5}"#).is_err());
+    }
 }

@@ -25,6 +25,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::broker::{Broker, Delivery, Message, Outbox, Source, SubOptions};
+use crate::store::Durability;
 
 /// Unsent bytes past which the connection stops reading and taking deliveries.
 pub const MAX_WRITE_BUFFER: usize = 256 * 1024;
@@ -731,22 +732,29 @@ impl Conn {
 
     /// Sends the acknowledgements whose records are durable.
     fn flush_acks(&mut self) -> Result<(), ConnError> {
-        let synced = match &mut self.durable {
-            Some((rx, store)) => {
-                // Marks the value seen, so the loop's `changed()` waits for
-                // the next write instead of returning at once; read before
-                // `failed` (the writer sets `failed` before it advances).
-                let synced = *rx.borrow_and_update();
-                if store.failed() && !self.acks.is_empty() {
-                    return Err(ConnError::Refused(reason::IMPLEMENTATION_SPECIFIC_ERROR));
-                }
-                synced
-            }
-            None => u64::MAX,
-        };
-        while self.acks.front().is_some_and(|(t, _)| *t <= synced) {
-            if let Some((_, p)) = self.acks.pop_front() {
+        let Some((rx, store)) = &mut self.durable else {
+            while let Some((_, p)) = self.acks.pop_front() {
                 self.send(&p);
+            }
+            return Ok(());
+        };
+        // Marks the value seen, so the loop's `changed()` waits for the next
+        // write instead of returning at once; read before `durability`.
+        let synced = *rx.borrow_and_update();
+        let store = store.clone();
+        while let Some((t, _)) = self.acks.front() {
+            match store.durability(*t, synced) {
+                Durability::Durable => {
+                    if let Some((_, p)) = self.acks.pop_front() {
+                        self.send(&p);
+                    }
+                }
+                Durability::Pending => break,
+                // Only a publish that needed a durable record is refused
+                // while the store fails; the store retries and recovers.
+                Durability::Failed => {
+                    return Err(ConnError::Refused(reason::IMPLEMENTATION_SPECIFIC_ERROR))
+                }
             }
         }
         Ok(())
@@ -875,5 +883,56 @@ impl Conn {
                 self.inflight.insert(id, Flight::Sent(d));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Fsync, Recovery, Store};
+    use crate::BrokerConfig;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// MQTT 3.1.1 CONNECT, Clean Session, client `c`.
+    const CONNECT: &[u8] = &[
+        0x10, 13, 0, 4, b'M', b'Q', b'T', b'T', 4, 2, 0, 60, 0, 1, b'c',
+    ];
+    /// QoS 1 PUBLISH on `a`, packet id 1.
+    const PUB1: &[u8] = &[0x32, 6, 0, 1, b'a', 0, 1, b'1'];
+
+    #[tokio::test]
+    async fn a_failing_store_refuses_only_publishes_it_must_persist() {
+        let dir = std::env::temp_dir().join(format!("quichub-conn-failing-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (store, rec) = Store::open(&dir, Fsync::Never, Recovery::Salvage).unwrap();
+        let broker = Broker::with_store(BrokerConfig::default(), store.clone(), rec);
+        store.fail_next_writes(u32::MAX);
+        store.append(crate::store::Record::Unretain { topic: "x".into() });
+        let mut synced = store.synced();
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !store.failed() {
+                synced.changed().await.unwrap();
+            }
+        })
+        .await
+        .unwrap();
+        let (mut client, server) = tokio::io::duplex(4096);
+        let (rd, wr) = tokio::io::split(server);
+        tokio::spawn(serve(broker, Arc::new(ConnConfig::default()), rd, wr));
+        client.write_all(CONNECT).await.unwrap();
+        let mut connack = [0; 4];
+        client.read_exact(&mut connack).await.unwrap();
+        assert_eq!(connack, [0x20, 2, 0, 0]);
+        // Nobody persistent subscribes to `a`: nothing to write, so the
+        // failing store does not matter.
+        client.write_all(PUB1).await.unwrap();
+        let mut puback = [0; 4];
+        tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut puback))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(puback, [0x40, 2, 0, 1]);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

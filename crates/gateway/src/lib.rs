@@ -28,5 +28,5 @@ pub mod mapping;
 pub mod quic;
 pub mod store;
 
-pub use broker::{Broker, BrokerConfig};
+pub use broker::{Broker, BrokerConfig, DropReason};
 pub use connection::ConnConfig;

@@ -49,6 +49,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         http3: "off".into(),
         data_dir: None,
         fsync: "always".into(),
+        store_recovery: "salvage".into(),
         ack_frequency: relay_cmd::DEFAULT_ACK_FREQUENCY.into(),
     })
     .await?;

@@ -14,6 +14,8 @@ pub struct FileConfig {
     pub relay: Config,
     /// `[quic]`: the QUIC transport's limits and connection admission.
     pub quic: quichub_net::QuicConfig,
+    /// `[mqtt]`: the broker's limits.
+    pub mqtt: quichub_gateway::BrokerConfig,
 }
 
 impl FileConfig {
@@ -21,13 +23,14 @@ impl FileConfig {
     pub fn parse(text: &str) -> anyhow::Result<Self> {
         let mut table: toml::Table = text.parse()?;
         let quic = section(&mut table, "quic")?;
+        let mqtt = section(&mut table, "mqtt")?;
         // Each section is taken out by name (`section(&mut table, "name")?`)
         // before the rest is read as the relay's flat keys (serde's `flatten`
         // cannot refuse unknown keys).
         let relay = toml::Value::Table(table)
             .try_into()
             .context("top-level keys")?;
-        Ok(FileConfig { relay, quic })
+        Ok(FileConfig { relay, quic, mqtt })
     }
 
     /// Reads and parses `path`.
@@ -65,6 +68,9 @@ mod tests {
         assert_eq!(c.relay.max_sessions, 7);
         assert_eq!(c.quic.max_handshakes, 3);
         assert!(FileConfig::parse("[quic]\nbogus = 1\n").is_err());
+        let c = FileConfig::parse("[mqtt]\nmax_queued = 5\n").unwrap();
+        assert_eq!(c.mqtt.max_queued, 5);
+        assert!(FileConfig::parse("[mqtt]\nbogus = 1\n").is_err());
     }
 
     #[test]

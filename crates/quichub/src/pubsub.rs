@@ -135,7 +135,10 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
     // once, not at its idle timeout).
     let result = publish(&a, &session, profile, mode, in_framing, chunk_size).await;
     session
-        .shutdown(u32::from(result.is_err()), if result.is_ok() { "done" } else { "error" })
+        .shutdown(
+            u32::from(result.is_err()),
+            if result.is_ok() { "done" } else { "error" },
+        )
         .await;
     result
 }
@@ -225,7 +228,10 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
     let session = ClientSession::connect(&a.url, opts).await?;
     let result = subscribe(&a, &session).await;
     session
-        .shutdown(u32::from(result.is_err()), if result.is_ok() { "done" } else { "error" })
+        .shutdown(
+            u32::from(result.is_err()),
+            if result.is_ok() { "done" } else { "error" },
+        )
         .await;
     result
 }

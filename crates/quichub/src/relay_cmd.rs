@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use quichub_gateway::bridge::Bridge;
-use quichub_gateway::store::{Fsync, Store};
-use quichub_gateway::{Broker, BrokerConfig, ConnConfig};
-use quichub_net::server::Server;
+use quichub_gateway::store::{Fsync, Recovery, Store};
+use quichub_gateway::{Broker, ConnConfig};
+use quichub_net::server::{AdmissionStats, Server};
 use quichub_net::tls::Identity;
 use quichub_net::AckFrequency;
 use quichub_relay::{Config, Relay};
@@ -58,6 +58,12 @@ pub struct RelayArgs {
     /// or `never` (written to the OS: survives a crash of the process).
     #[arg(long, default_value = "always", value_parser = ["always", "never"])]
     pub fsync: String,
+    /// What to do when the broker's log is corrupt (an incomplete last
+    /// record, the trace of a crash, is always dropped): `salvage` skips the
+    /// damaged bytes, logging each range, keeps the file aside as
+    /// `broker.log.corrupt-<time>` and starts; `strict` refuses to start.
+    #[arg(long, default_value = "salvage", value_parser = ["strict", "salvage"])]
+    pub store_recovery: String,
     /// TCP address of the HTTP pub/sub API over HTTP/1.1 and cleartext
     /// HTTP/2 (`off` to disable); see docs/http-api.md.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -77,9 +83,19 @@ pub struct RelayArgs {
 }
 
 fn default_data_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_STATE_HOME")
+    data_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+}
+
+/// An empty or relative `XDG_STATE_HOME` is ignored, as the XDG spec says:
+/// it would put broker state in whatever directory the relay started in.
+fn data_dir_from(
+    xdg_state_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Option<PathBuf> {
+    xdg_state_home
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .filter(|d| d.is_absolute())
+        .or_else(|| home.map(|h| PathBuf::from(h).join(".local/state")))
         .map(|d| d.join("quichub"))
 }
 
@@ -107,6 +123,11 @@ pub fn resolve_addr(v: &str) -> Result<SocketAddr, String> {
         .or(addrs.first())
         .copied()
         .ok_or_else(|| format!("{v:?} resolves to no address"))
+}
+
+/// `/metrics`: the relay's counters, then the broker's.
+fn metrics_text(relay: &Relay, broker: &Broker, quic: &AdmissionStats) -> String {
+    relay.metrics.render() + &quic.render() + &broker.metrics.render()
 }
 
 fn addr_or_off(flag: &str, v: &str) -> anyhow::Result<Option<SocketAddr>> {
@@ -171,7 +192,8 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
             } else {
                 Fsync::Always
             };
-            let (store, recovered) = Store::open(&dir, fsync)
+            let recovery: Recovery = args.store_recovery.parse().map_err(anyhow::Error::msg)?;
+            let (store, recovered) = Store::open(&dir, fsync, recovery)
                 .with_context(|| format!("open broker state in {}", dir.display()))?;
             tracing::info!(
                 "broker state {}: {} records, {} sessions, {} retained",
@@ -180,9 +202,9 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
                 recovered.sessions.len(),
                 recovered.retained.len()
             );
-            Broker::with_store(BrokerConfig::default(), store, recovered)
+            Broker::with_store(file.mqtt.clone(), store, recovered)
         }
-        _ => Broker::new(BrokerConfig::default()),
+        _ => Broker::new(file.mqtt.clone()),
     };
     let bridge = Bridge::start(relay.clone(), &broker);
     let http_api = quichub_gateway::http::Api::new(
@@ -260,10 +282,10 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
             .await
             .with_context(|| format!("bind metrics {a}"))?;
         let bound = listener.local_addr()?;
-        let (m, q) = (relay.metrics.clone(), server.stats());
+        let (r, b, q) = (relay.clone(), broker.clone(), server.stats());
         tokio::spawn(quichub_net::metrics_http::serve(
             listener,
-            Arc::new(move || m.render() + &q.render()),
+            Arc::new(move || metrics_text(&r, &b, &q)),
         ));
         Some(bound)
     } else {
@@ -329,6 +351,7 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use quichub_gateway::BrokerConfig;
 
     #[test]
     fn addresses_accept_host_names() {
@@ -357,6 +380,55 @@ mod tests {
         let t = <T as clap::Parser>::try_parse_from(["t", "--bind", "localhost:4443"]).unwrap();
         assert!(t.relay.bind.ip().is_loopback());
         assert!(<T as clap::Parser>::try_parse_from(["t", "--bind", "localhost"]).is_err());
+    }
+
+    #[test]
+    fn empty_or_relative_xdg_state_home_is_ignored() {
+        let home = Some("/home/u".into());
+        let want = Some(PathBuf::from("/home/u/.local/state/quichub"));
+        assert_eq!(data_dir_from(Some("".into()), home.clone()), want);
+        assert_eq!(data_dir_from(Some("state".into()), home.clone()), want);
+        assert_eq!(data_dir_from(None, home.clone()), want);
+        assert_eq!(
+            data_dir_from(Some("/var/state".into()), home),
+            Some(PathBuf::from("/var/state/quichub"))
+        );
+        assert_eq!(data_dir_from(Some("".into()), None), None);
+    }
+
+    #[test]
+    fn metrics_include_the_brokers() {
+        let text = metrics_text(
+            &Relay::new(Config::default()),
+            &Broker::new(BrokerConfig::default()),
+            &AdmissionStats::default(),
+        );
+        assert!(text.contains("quichub_quic_handshakes 0"), "{text}");
+        assert!(text.contains("quichub_sessions "), "{text}");
+        assert!(
+            text.contains("quichub_mqtt_messages_dropped_total{reason=\"queue_full\"} 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn store_recovery_flag() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            relay: RelayArgs,
+        }
+        let recovery = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("quichub").chain(args.iter().copied()))
+                .map(|c| c.relay.store_recovery.parse::<Recovery>())
+        };
+        assert_eq!(recovery(&[]).unwrap(), Ok(Recovery::Salvage));
+        assert_eq!(
+            recovery(&["--store-recovery", "strict"]).unwrap(),
+            Ok(Recovery::Strict)
+        );
+        assert!(recovery(&["--store-recovery", "lenient"]).is_err());
     }
 
     #[test]

@@ -17,6 +17,7 @@ use super::route::{route, Route, TIME_METHODS, TOPIC_METHODS};
 use super::sse;
 use crate::bridge::Bridge;
 use crate::broker::{Broker, Delivery, Message, Outbox, Source, SubOptions};
+use crate::store::Durability;
 
 /// `X-History-Length`: replay the last N messages before the live ones.
 pub const HISTORY_LENGTH: HeaderName = HeaderName::from_static("x-history-length");
@@ -262,12 +263,14 @@ impl Api {
         self.metrics.published.fetch_add(1, Relaxed);
         if ticket > 0 {
             if let Some((mut synced, store)) = self.broker.durable() {
+                // Woken by a failure too: refused at once, not at the timeout.
                 let waited = tokio::time::timeout(
                     self.config.durable_timeout,
-                    synced.wait_for(|v| *v >= ticket),
+                    synced.wait_for(|v| store.durability(ticket, *v) != Durability::Pending),
                 )
                 .await;
-                if !matches!(waited, Ok(Ok(_))) || store.failed() {
+                let durable = matches!(&waited, Ok(Ok(v)) if **v >= ticket);
+                if !durable {
                     return error(
                         StatusCode::SERVICE_UNAVAILABLE,
                         "the broker's store did not persist the message",
@@ -744,6 +747,63 @@ mod tests {
         assert!(tokio::time::timeout(Duration::from_millis(100), rx.recv())
             .await
             .is_err());
+    }
+
+    #[tokio::test]
+    async fn durable_publish_is_refused_at_once_while_the_store_fails_then_works() {
+        use crate::store::{Fsync, Recovery, Store};
+        let dir = std::env::temp_dir().join(format!("quichub-api-failing-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (store, rec) = Store::open(&dir, Fsync::Never, Recovery::Salvage).unwrap();
+        let broker = Broker::with_store(BrokerConfig::default(), store.clone(), rec);
+        // A persistent session subscribed with QoS 1: a publish to `p` needs
+        // a durable record.
+        let c: Arc<str> = "dev".into();
+        let (tx, _rx) = mpsc::channel(16);
+        let (kick, _kick) = mpsc::channel(1);
+        broker
+            .connect(&c, true, None, Outbox { tx, conn: 1, kick })
+            .unwrap();
+        let options = quichub_mqtt::SubscriptionOptions {
+            qos: QoS::AtLeastOnce,
+            ..Default::default()
+        };
+        broker
+            .subscribe(&c, "p", SubOptions { options, id: None })
+            .unwrap();
+        let config = ApiConfig {
+            durable_timeout: Duration::from_secs(60),
+            ..ApiConfig::default()
+        };
+        let api = Api::new(broker, None, config);
+        call(&api, Method::PUT, "/v1/t/p").await;
+        store.fail_next_writes(u32::MAX);
+        let r = tokio::time::timeout(
+            Duration::from_secs(5),
+            api.handle(req(Method::POST, "/v1/t/p", b"1")),
+        )
+        .await
+        .expect("refused at once, not at the timeout");
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // Space is back: the store's retry succeeds and publishes work.
+        store.fail_next_writes(0);
+        let mut synced = store.synced();
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while store.failed() {
+                synced.changed().await.unwrap();
+            }
+        })
+        .await
+        .unwrap();
+        let r = tokio::time::timeout(
+            Duration::from_secs(20),
+            api.handle(req(Method::POST, "/v1/t/p", b"2")),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+        assert!(!store.failed());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
