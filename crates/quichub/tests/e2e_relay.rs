@@ -508,6 +508,20 @@ async fn session_limit() {
     })
     .await;
     let first = relay.client("moqt").await;
+    // The relay counts a session once its CLIENT_SETUP is in, which may be
+    // just after the client has the relay's SETUP.
+    common::within(5, async {
+        while relay
+            .relay
+            .metrics
+            .sessions
+            .load(std::sync::atomic::Ordering::Relaxed)
+            < 1
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
     let opts = quichub_client::ConnectOptions {
         timeout: Duration::from_secs(1),
         ..relay.opts()
