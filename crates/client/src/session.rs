@@ -94,7 +94,18 @@ impl ClientSession {
         };
         let connected = tokio::time::timeout(opts.timeout, endpoint.connect(&url))
             .await
-            .context("connect timed out")??;
+            .with_context(|| {
+                let port = match url.port() {
+                    Some(p) => p.to_string(),
+                    None => "443: the URL names no port; `quichub relay` listens on 4443 \
+                             unless told otherwise"
+                        .to_string(),
+                };
+                format!(
+                    "no answer from {url} within {} s (is a relay running there? port {port})",
+                    opts.timeout.as_secs_f64()
+                )
+            })??;
         let session = connected.session.clone();
         let mut control = session.open_uni().await.context("open control stream")?;
         let setup = if connected.transport == Transport::Quic {

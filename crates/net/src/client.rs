@@ -157,6 +157,13 @@ impl Client {
     pub async fn connect(&self, url: &Url) -> anyhow::Result<Connected> {
         let host = url.host_str().context("URL has no host")?.to_string();
         let port = url.port().unwrap_or(443);
+        let to = |remote: SocketAddr| match url.port() {
+            Some(_) => format!("QUIC connect to {remote} ({url})"),
+            None => format!(
+                "QUIC connect to {remote} ({url} names no port, so 443; \
+                 `quichub relay` listens on 4443 unless told otherwise)"
+            ),
+        };
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
             .await
             .with_context(|| format!("resolve {host}"))?
@@ -184,7 +191,7 @@ impl Client {
                     .endpoint
                     .connect_with(self.config(moqt::ALPN.as_bytes())?, remote, &server_name)?
                     .await
-                    .with_context(|| format!("QUIC connect to {remote}"))?;
+                    .with_context(|| to(remote))?;
                 Ok(Connected {
                     session: Session::raw(conn),
                     transport: Transport::Quic,
@@ -197,7 +204,7 @@ impl Client {
                     .endpoint
                     .connect_with(self.config(b"h3")?, remote, &server_name)?
                     .await
-                    .with_context(|| format!("QUIC connect to {remote}"))?;
+                    .with_context(|| to(remote))?;
                 let request = ConnectRequest::new(url.clone()).with_protocol(moqt::ALPN);
                 let session = Session::connect(conn, request)
                     .await

@@ -169,11 +169,11 @@ impl Server {
         quic: &QuicConfig,
     ) -> anyhow::Result<Self> {
         quic.validate()?;
-        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])?
-            .with_no_client_auth()
-            .with_single_cert(identity.chain.clone(), identity.key.clone_key())
-            .context("certificate and key do not match")?;
+        let mut tls = crate::tls::with_identity(
+            rustls::ServerConfig::builder_with_provider(provider())
+                .with_protocol_versions(&[&rustls::version::TLS13])?,
+            identity,
+        )?;
         tls.alpn_protocols = vec![
             moqt::ALPN.as_bytes().to_vec(),
             ALPN_H3.to_vec(),

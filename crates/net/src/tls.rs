@@ -13,6 +13,10 @@ pub struct Identity {
     pub chain: Vec<CertificateDer<'static>>,
     /// Private key.
     pub key: PrivateKeyDer<'static>,
+    /// When set, servers built from this identity present whatever this
+    /// holds at each handshake, so the certificate can be replaced while they
+    /// run (see [`SelfSigned::renew_if_due`]).
+    pub rotation: Option<Arc<RotatingCert>>,
 }
 
 impl Clone for Identity {
@@ -20,8 +24,214 @@ impl Clone for Identity {
         Self {
             chain: self.chain.clone(),
             key: self.key.clone_key(),
+            rotation: self.rotation.clone(),
         }
     }
+}
+
+/// The certificate a server presents, replaceable while it runs.
+#[derive(Debug)]
+pub struct RotatingCert(std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>);
+
+impl RotatingCert {
+    fn new(identity: &Identity) -> anyhow::Result<Self> {
+        Ok(Self(std::sync::RwLock::new(certified_key(identity)?)))
+    }
+
+    /// Presents `identity` from the next handshake on.
+    pub fn set(&self, identity: &Identity) -> anyhow::Result<()> {
+        let k = certified_key(identity)?;
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = k;
+        Ok(())
+    }
+}
+
+impl rustls::server::ResolvesServerCert for RotatingCert {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.read().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+}
+
+fn certified_key(identity: &Identity) -> anyhow::Result<Arc<rustls::sign::CertifiedKey>> {
+    let key = provider()
+        .key_provider
+        .load_private_key(identity.key.clone_key())
+        .context("unusable private key")?;
+    Ok(Arc::new(rustls::sign::CertifiedKey::new(
+        identity.chain.clone(),
+        key,
+    )))
+}
+
+/// Builds a server config presenting `identity` (through its rotation, if any).
+pub(crate) fn with_identity(
+    builder: rustls::ConfigBuilder<rustls::ServerConfig, rustls::WantsVerifier>,
+    identity: &Identity,
+) -> anyhow::Result<rustls::ServerConfig> {
+    let builder = builder.with_no_client_auth();
+    Ok(match &identity.rotation {
+        Some(r) => builder.with_cert_resolver(r.clone()),
+        None => builder
+            .with_single_cert(identity.chain.clone(), identity.key.clone_key())
+            .context("certificate and key do not match")?,
+    })
+}
+
+/// Lifetime of the self-signed certificates quichub makes: under the 14 days
+/// WebTransport's `serverCertificateHashes` accepts.
+const SELF_SIGNED_DAYS: i64 = 13;
+
+/// A self-signed certificate kept in a directory, so its hash (pinned by
+/// browsers and `--fingerprint`) and its PEM file (`mosquitto_pub --cafile`)
+/// stay the same across restarts until it is renewed, a few days before it
+/// expires.
+pub struct SelfSigned {
+    /// The identity to serve (with a rotation handle).
+    pub identity: Identity,
+    /// The PEM certificate in the directory.
+    pub cert_path: std::path::PathBuf,
+    /// Whether the certificate on disk was reused (false: made now).
+    pub reused: bool,
+    dir: std::path::PathBuf,
+    names: Vec<String>,
+    expires: time::OffsetDateTime,
+}
+
+impl SelfSigned {
+    /// How long before expiry a certificate is replaced.
+    pub const RENEW_BEFORE: time::Duration = time::Duration::days(3);
+
+    /// Loads the certificate kept in `dir`, or makes (and keeps) a new one
+    /// when there is none, it is unreadable, or it expires within
+    /// [`SelfSigned::RENEW_BEFORE`]. Files: `cert.pem`, `key.pem` (0600),
+    /// `cert.sha256`, `cert.expires` (Unix seconds).
+    pub fn load_or_make(dir: &Path, names: &[&str]) -> anyhow::Result<Self> {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        create_private_dir(dir)?;
+        let cert_path = dir.join("cert.pem");
+        let now = time::OffsetDateTime::now_utc();
+        if let Ok((identity, expires)) = Self::load(dir) {
+            if expires - now > Self::RENEW_BEFORE {
+                let rotation = Some(Arc::new(RotatingCert::new(&identity)?));
+                return Ok(Self {
+                    identity: Identity {
+                        rotation,
+                        ..identity
+                    },
+                    cert_path,
+                    reused: true,
+                    dir: dir.to_path_buf(),
+                    names,
+                    expires,
+                });
+            }
+        }
+        let (identity, expires) = Identity::self_signed_until(&names)?;
+        Self::store(dir, &identity, expires)?;
+        let rotation = Some(Arc::new(RotatingCert::new(&identity)?));
+        Ok(Self {
+            identity: Identity {
+                rotation,
+                ..identity
+            },
+            cert_path,
+            reused: false,
+            dir: dir.to_path_buf(),
+            names,
+            expires,
+        })
+    }
+
+    /// When the certificate expires.
+    pub fn expires(&self) -> time::OffsetDateTime {
+        self.expires
+    }
+
+    /// When renewal is due, makes a new certificate, keeps it in the
+    /// directory and presents it from the next handshake on; returns its
+    /// SHA-256 (hex) then.
+    pub fn renew_if_due(&mut self, now: time::OffsetDateTime) -> anyhow::Result<Option<String>> {
+        if self.expires - now > Self::RENEW_BEFORE {
+            return Ok(None);
+        }
+        let (identity, expires) = Identity::self_signed_until(&self.names)?;
+        Self::store(&self.dir, &identity, expires)?;
+        if let Some(r) = &self.identity.rotation {
+            r.set(&identity)?;
+        }
+        self.identity.chain = identity.chain;
+        self.identity.key = identity.key;
+        self.expires = expires;
+        Ok(Some(self.identity.fingerprint_hex()))
+    }
+
+    fn load(dir: &Path) -> anyhow::Result<(Identity, time::OffsetDateTime)> {
+        let identity = Identity::from_pem_files(&dir.join("cert.pem"), &dir.join("key.pem"))?;
+        // Two relays sharing a data directory may have written at once:
+        // never serve a certificate with someone else's key.
+        certified_key(&identity)?
+            .keys_match()
+            .context("cert.pem and key.pem do not match")?;
+        let secs: i64 = std::fs::read_to_string(dir.join("cert.expires"))?
+            .trim()
+            .parse()?;
+        Ok((identity, time::OffsetDateTime::from_unix_timestamp(secs)?))
+    }
+
+    fn store(dir: &Path, identity: &Identity, expires: time::OffsetDateTime) -> anyhow::Result<()> {
+        let pem = |tag: &str, der: &[u8]| pem::encode(&pem::Pem::new(tag, der.to_vec()));
+        let chain: String = identity
+            .chain
+            .iter()
+            .map(|c| pem("CERTIFICATE", c))
+            .collect();
+        // Key first and private: a reader never finds a certificate whose
+        // key is not there yet.
+        write_private(
+            &dir.join("key.pem"),
+            pem("PRIVATE KEY", identity.key.secret_der()).as_bytes(),
+        )?;
+        write_private(&dir.join("cert.pem"), chain.as_bytes())?;
+        write_private(
+            &dir.join("cert.sha256"),
+            format!("{}\n", identity.fingerprint_hex()).as_bytes(),
+        )?;
+        write_private(
+            &dir.join("cert.expires"),
+            format!("{}\n", expires.unix_timestamp()).as_bytes(),
+        )?;
+        Ok(())
+    }
+}
+
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("create {}", dir.display()))
+}
+
+/// Writes `data` to `path` atomically (a temporary file renamed), mode 0600.
+fn write_private(path: &Path, data: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("write {}", tmp.display()))?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))?;
+    Ok(())
 }
 
 impl Identity {
@@ -38,26 +248,39 @@ impl Identity {
         ))
         .context("parse key PEM")?
         .with_context(|| format!("no private key in {}", key.display()))?;
-        Ok(Self { chain, key })
+        Ok(Self {
+            chain,
+            key,
+            rotation: None,
+        })
     }
 
     /// Makes a self-signed ECDSA P-256 certificate for `names`, valid from one
     /// hour ago for 13 days (WebTransport's certificate-hash rule caps it at 14).
     pub fn self_signed(names: &[&str]) -> anyhow::Result<Self> {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        Ok(Self::self_signed_until(&names)?.0)
+    }
+
+    /// [`Identity::self_signed`], with its expiry.
+    fn self_signed_until(names: &[String]) -> anyhow::Result<(Self, time::OffsetDateTime)> {
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-        let mut params =
-            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
+        let mut params = rcgen::CertificateParams::new(names.to_vec())?;
         let now = time::OffsetDateTime::now_utc();
         params.not_before = now - time::Duration::hours(1);
-        params.not_after = now + time::Duration::days(13);
+        params.not_after = now + time::Duration::days(SELF_SIGNED_DAYS);
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, "quichub self-signed");
         let cert = params.self_signed(&key)?;
-        Ok(Self {
-            chain: vec![cert.der().clone()],
-            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-        })
+        Ok((
+            Self {
+                chain: vec![cert.der().clone()],
+                key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+                rotation: None,
+            },
+            params.not_after,
+        ))
     }
 
     /// Writes the chain and key as PEM files (for peers that load a trust root
@@ -110,10 +333,11 @@ pub fn tcp_server_config(
     identity: &Identity,
     alpn: &[&[u8]],
 ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(identity.chain.clone(), identity.key.clone_key())?;
+    let mut tls = with_identity(
+        rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?,
+        identity,
+    )?;
     tls.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
     Ok(Arc::new(tls))
 }
@@ -229,5 +453,56 @@ mod tests {
         assert_eq!(back.chain, id.chain);
         assert_eq!(back.key.secret_der(), id.key.secret_der());
         std::fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod self_signed_tests {
+    use super::*;
+
+    #[test]
+    fn kept_across_restarts_and_renewed_before_expiry() {
+        let dir = std::env::temp_dir().join(format!("quichub-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = SelfSigned::load_or_make(&dir, &["localhost"]).unwrap();
+        assert!(!a.reused);
+        let b = SelfSigned::load_or_make(&dir, &["localhost"]).unwrap();
+        assert!(b.reused);
+        assert_eq!(a.identity.fingerprint(), b.identity.fingerprint());
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cert.sha256"))
+                .unwrap()
+                .trim(),
+            b.identity.fingerprint_hex()
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir.join("key.pem")), 0o600);
+        assert_eq!(mode(&dir), 0o700);
+
+        // Not yet due: nothing changes.
+        let mut c = b;
+        let now = time::OffsetDateTime::now_utc();
+        assert!(c.renew_if_due(now).unwrap().is_none());
+        // Due: a new certificate, on disk and presented from now on.
+        let later = c.expires() - SelfSigned::RENEW_BEFORE + time::Duration::minutes(1);
+        let hash = c.renew_if_due(later).unwrap().expect("renewed");
+        assert_ne!(hash, a.identity.fingerprint_hex());
+        let d = SelfSigned::load_or_make(&dir, &["localhost"]).unwrap();
+        assert!(d.reused);
+        assert_eq!(d.identity.fingerprint_hex(), hash);
+        let presented = c.identity.rotation.as_ref().unwrap();
+        let k = presented.0.read().unwrap().clone();
+        assert_eq!(hex(&sha256(&k.cert[0])), hash);
+
+        // A key that does not match its certificate is replaced, not served.
+        std::fs::copy(dir.join("cert.pem"), dir.join("cert.keep")).unwrap();
+        let other = Identity::self_signed(&["localhost"]).unwrap();
+        other
+            .write_pem(&dir.join("other.pem"), &dir.join("key.pem"))
+            .unwrap();
+        let e = SelfSigned::load_or_make(&dir, &["localhost"]).unwrap();
+        assert!(!e.reused);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -10,7 +10,7 @@ use quichub_gateway::bridge::Bridge;
 use quichub_gateway::store::{Fsync, Recovery, Store};
 use quichub_gateway::{Broker, ConnConfig};
 use quichub_net::server::{AdmissionStats, Server};
-use quichub_net::tls::Identity;
+use quichub_net::tls::{Identity, SelfSigned};
 use quichub_net::AckFrequency;
 use quichub_relay::{Config, Relay};
 
@@ -48,7 +48,10 @@ pub struct RelayArgs {
     #[arg(long, default_value = "127.0.0.1:8883")]
     pub mqtt_tls: String,
     /// Directory of the broker's durable state (retained messages, persistent
-    /// sessions and their queued messages); `off` keeps it in memory only.
+    /// sessions and their queued messages) and, without `--cert/--key`, of the
+    /// self-signed certificate (`tls/cert.pem`, `tls/cert.sha256`: kept across
+    /// restarts, renewed 3 days before it expires); `off` keeps both in memory
+    /// only.
     /// Default: `$XDG_STATE_HOME/quichub`, else `~/.local/state/quichub`.
     /// Not opened with `--mqtt off`.
     #[arg(long)]
@@ -145,6 +148,9 @@ pub struct Running {
     pub addr: SocketAddr,
     /// SHA-256 of the certificate.
     pub fingerprint: String,
+    /// The self-signed certificate kept in the data directory: its file,
+    /// whether it was reused from an earlier run, and when it will be renewed.
+    pub cert_file: Option<(PathBuf, bool, time::OffsetDateTime)>,
     /// The relay core.
     pub relay: Arc<Relay>,
     /// The endpoint.
@@ -168,10 +174,52 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         None => FileConfig::default(),
     };
     let config: Config = file.relay.clone();
-    let identity = match (&args.cert, &args.key) {
-        (Some(c), Some(k)) => Identity::from_pem_files(c, k)?,
-        _ => Identity::self_signed(&["localhost", "127.0.0.1", "::1"])?,
+    let data_dir = match args.data_dir.as_deref() {
+        Some("off") => None,
+        Some(d) => Some(PathBuf::from(d)),
+        None => default_data_dir(),
     };
+    const NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
+    // Without --cert/--key: a self-signed certificate, kept in the data
+    // directory (so pinned hashes and --cafile copies survive restarts) and
+    // renewed while running before it expires.
+    let mut self_signed = None;
+    let identity = match (&args.cert, &args.key, &data_dir) {
+        (Some(c), Some(k), _) => Identity::from_pem_files(c, k)?,
+        (_, _, Some(dir)) => {
+            let tls_dir = dir.join("tls");
+            let s = SelfSigned::load_or_make(&tls_dir, NAMES)
+                .with_context(|| format!("self-signed certificate in {}", tls_dir.display()))?;
+            let id = s.identity.clone();
+            self_signed = Some(s);
+            id
+        }
+        _ => Identity::self_signed(NAMES)?,
+    };
+    let cert_file = self_signed.as_ref().map(|s| {
+        (
+            s.cert_path.clone(),
+            s.reused,
+            s.expires() - SelfSigned::RENEW_BEFORE,
+        )
+    });
+    if let Some(mut s) = self_signed {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
+            loop {
+                tick.tick().await;
+                match s.renew_if_due(time::OffsetDateTime::now_utc()) {
+                    Ok(Some(hash)) => tracing::warn!(
+                        sha256 = %hash,
+                        file = %s.cert_path.display(),
+                        "self-signed certificate renewed; clients pinning the old hash need the new one"
+                    ),
+                    Ok(None) => {}
+                    Err(e) => tracing::error!("renewing the self-signed certificate: {e:#}"),
+                }
+            }
+        });
+    }
     let ack = match args.ack_frequency.as_str() {
         "off" => None,
         v => Some(v.parse::<AckFrequency>().context("--ack-frequency")?),
@@ -180,11 +228,6 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
     let addr = server.local_addr()?;
     let relay = Relay::new(config);
     let mqtt_addr = addr_or_off("mqtt", &args.mqtt)?;
-    let data_dir = match args.data_dir.as_deref() {
-        Some("off") => None,
-        Some(d) => Some(PathBuf::from(d)),
-        None => default_data_dir(),
-    };
     let broker = match (&mqtt_addr, data_dir) {
         (Some(_), Some(dir)) => {
             let fsync = if args.fsync == "never" {
@@ -294,6 +337,7 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
     Ok(Running {
         addr,
         fingerprint: identity.fingerprint_hex(),
+        cert_file,
         relay,
         server,
         metrics,
@@ -315,6 +359,19 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
             r.addr
         )?;
         writeln!(out, "certificate sha256 {}", r.fingerprint)?;
+        if let Some((path, reused, renew)) = &r.cert_file {
+            writeln!(
+                out,
+                "certificate {} (self-signed, {}; renewed after {})",
+                path.display(),
+                if *reused {
+                    "kept from an earlier run"
+                } else {
+                    "made now"
+                },
+                renew.date()
+            )?;
+        }
         if let Some(m) = r.mqtt {
             writeln!(out, "mqtt tcp {m} (MQTT 3.1.1 and 5.0)")?;
         }
