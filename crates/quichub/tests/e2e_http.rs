@@ -288,6 +288,18 @@ async fn errors_404_405_400_413() {
             let r = curl(v, &["-X", "PUT", &h.url(bad)], None).await;
             assert_eq!(r.status, 400, "{bad}: {}", r.text());
         }
+        // Malformed percent-escapes are refused, not taken as literal topics.
+        let topics = h.api.topics();
+        for bad in ["/v1/t/%ZZ", "/v1/t/%", "/v1/t/a%2", "/v1/t/x/%G0/y"] {
+            let r = curl(v, &["-X", "PUT", &h.url(bad)], None).await;
+            assert_eq!(r.status, 400, "{bad}: {}", r.text());
+            assert!(r.text().contains("percent-encoding"), "{bad}: {}", r.text());
+        }
+        assert_eq!(
+            h.api.topics(),
+            topics,
+            "no topic was created from a bad path"
+        );
         assert!(matches!(put(v, &h, "/v1/t/limits").await, 200 | 201));
         let r = post(v, &h, "/v1/t/limits", &[7u8; 1025], &[]).await;
         assert_eq!(r.status, 413, "{}", r.text());
