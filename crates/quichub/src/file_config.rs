@@ -4,6 +4,7 @@
 //! refused in every part.
 
 use anyhow::Context;
+use quichub_net::tcp_limits::TcpLimits;
 use quichub_relay::Config;
 use serde::de::DeserializeOwned;
 
@@ -12,20 +13,22 @@ use serde::de::DeserializeOwned;
 pub struct FileConfig {
     /// Top-level keys: the relay core's limits.
     pub relay: Config,
+    /// `[tcp]`: the TCP listeners' connection caps and HTTP timeouts.
+    pub tcp: TcpLimits,
 }
 
 impl FileConfig {
     /// Parses a config file's text.
     pub fn parse(text: &str) -> anyhow::Result<Self> {
-        #[allow(unused_mut)]
         let mut table: toml::Table = text.parse()?;
         // Each section is taken out by name (`section(&mut table, "name")?`)
         // before the rest is read as the relay's flat keys (serde's `flatten`
         // cannot refuse unknown keys).
+        let tcp = section(&mut table, "tcp")?;
         let relay = toml::Value::Table(table)
             .try_into()
             .context("top-level keys")?;
-        Ok(FileConfig { relay })
+        Ok(FileConfig { relay, tcp })
     }
 
     /// Reads and parses `path`.
@@ -37,8 +40,10 @@ impl FileConfig {
 }
 
 /// Removes section `name` from `table` and deserialises it (its defaults when absent).
-#[allow(dead_code)]
-fn section<T: DeserializeOwned + Default>(table: &mut toml::Table, name: &str) -> anyhow::Result<T> {
+fn section<T: DeserializeOwned + Default>(
+    table: &mut toml::Table,
+    name: &str,
+) -> anyhow::Result<T> {
     match table.remove(name) {
         Some(v) => v.try_into().with_context(|| format!("[{name}]")),
         None => Ok(T::default()),
@@ -59,5 +64,22 @@ mod tests {
     fn unknown_keys_are_refused() {
         assert!(FileConfig::parse("no_such_key = 1\n").is_err());
         assert!(FileConfig::parse("[no_such_section]\nx = 1\n").is_err());
+        assert!(FileConfig::parse("[tcp]\nmax_conections = 1\n").is_err());
+    }
+
+    #[test]
+    fn tcp_section() {
+        let c = FileConfig::parse(
+            "max_sessions = 7\n[tcp]\nmax_connections_per_ip = 3\nhttp_header_timeout_ms = 300\n",
+        )
+        .unwrap();
+        assert_eq!(c.relay.max_sessions, 7);
+        assert_eq!(c.tcp.max_connections_per_ip, 3);
+        assert_eq!(c.tcp.http_header_timeout_ms, 300);
+        assert_eq!(
+            c.tcp.http_idle_timeout_ms,
+            TcpLimits::default().http_idle_timeout_ms
+        );
+        assert_eq!(FileConfig::parse("").unwrap().tcp, TcpLimits::default());
     }
 }
