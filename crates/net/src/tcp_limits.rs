@@ -40,6 +40,9 @@ pub struct TcpLimits {
     /// HTTP API: time a keep-alive connection may sit with no request in
     /// flight between requests (HTTP/1.1 and HTTP/2) before it is closed.
     pub http_idle_timeout_ms: u64,
+    /// HTTP API: time from a request head to the end of its body (at most
+    /// the API's body limit); a slower body is answered 408.
+    pub http_body_timeout_ms: u64,
 }
 
 impl Default for TcpLimits {
@@ -50,6 +53,7 @@ impl Default for TcpLimits {
             reserved_fds: 1024,
             http_header_timeout_ms: 10_000,
             http_idle_timeout_ms: 60_000,
+            http_body_timeout_ms: 60_000,
         }
     }
 }
@@ -94,6 +98,11 @@ impl TcpLimits {
         Duration::from_millis(self.http_header_timeout_ms)
     }
 
+    /// [`http_body_timeout_ms`](Self::http_body_timeout_ms).
+    pub fn http_body_timeout(&self) -> Duration {
+        Duration::from_millis(self.http_body_timeout_ms)
+    }
+
     /// [`http_idle_timeout_ms`](Self::http_idle_timeout_ms).
     pub fn http_idle_timeout(&self) -> Duration {
         Duration::from_millis(self.http_idle_timeout_ms)
@@ -110,7 +119,7 @@ pub fn nofile_limit() -> u64 {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
         return 1024;
     }
-    r.rlim_cur as u64
+    r.rlim_cur
 }
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit (or as near as the

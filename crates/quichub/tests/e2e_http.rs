@@ -766,6 +766,45 @@ async fn keep_alive_lasts_per_request_and_ends_at_the_idle_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_request_body_is_408_at_the_body_timeout() {
+    let (_gw, h) = limited(TcpLimits {
+        http_body_timeout_ms: 300,
+        ..TcpLimits::default()
+    })
+    .await;
+    let mut c = TcpStream::connect(h.addr).await.unwrap();
+    c.write_all(b"PUT /v1/t/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(response(&mut c).await.0, 201);
+    let s = TcpStream::connect(h.addr).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    wr.write_all(b"POST /v1/t/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+        .await
+        .unwrap();
+    // One byte every 50 ms: never stalls long, never finishes in time.
+    let dribble = tokio::spawn(async move {
+        while wr.write_all(b"x").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut got = Vec::new();
+    within(10, async {
+        let mut b = [0u8; 1024];
+        while let Ok(n) = rd.read(&mut b).await {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&b[..n]);
+        }
+    })
+    .await;
+    dribble.abort();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_get_outlives_the_timeouts() {
     let (_gw, h) = limited(TcpLimits {
         http_header_timeout_ms: 200,

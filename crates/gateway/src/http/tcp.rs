@@ -91,9 +91,13 @@ const DRAIN_MAX: u64 = 8 * 1024 * 1024;
 /// Longest time spent discarding such a body.
 const DRAIN_TIME: Duration = Duration::from_secs(5);
 
-/// Reads the request body (at most [`Api::max_body`] bytes) and hands the
-/// request to the core.
-pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<HttpBody> {
+/// Reads the request body (at most [`Api::max_body`] bytes, all of it
+/// within `body_timeout`, else 408) and hands the request to the core.
+pub async fn handle(
+    api: Arc<Api>,
+    req: Request<Incoming>,
+    body_timeout: Duration,
+) -> Response<HttpBody> {
     let (parts, mut body) = req.into_parts();
     let max = api.max_body();
     let declared = parts
@@ -103,8 +107,16 @@ pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<HttpBody>
         .and_then(|v| v.parse::<u64>().ok());
     let mut buf = BytesMut::new();
     let mut over = declared.is_some_and(|n| n > max as u64);
+    let deadline = tokio::time::Instant::now() + body_timeout;
     while !over {
-        match body.frame().await {
+        let Ok(frame) = tokio::time::timeout_at(deadline, body.frame()).await else {
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!("request body not complete within {body_timeout:?}"),
+            )
+            .map(HttpBody::from);
+        };
+        match frame {
             None => break,
             Some(Ok(f)) => {
                 if let Ok(d) = f.into_data() {
@@ -149,6 +161,7 @@ pub async fn serve_tcp(acceptor: Acceptor, api: Arc<Api>, limits: TcpLimits) {
     let timeouts = Timeouts {
         header: limits.http_header_timeout(),
         idle: limits.http_idle_timeout(),
+        body: limits.http_body_timeout(),
     };
     loop {
         let (stream, peer, guard) = acceptor.accept().await;
@@ -166,6 +179,7 @@ pub async fn serve_tcp(acceptor: Acceptor, api: Arc<Api>, limits: TcpLimits) {
 struct Timeouts {
     header: Duration,
     idle: Duration,
+    body: Duration,
 }
 
 /// After a timeout, how long a connection may take to close gracefully
@@ -315,7 +329,8 @@ impl AsyncWrite for Tracked {
 /// slowly, or never completes the HTTP/2 handshake is closed `header`
 /// after the connection's start (or after the first byte of a later
 /// request); a keep-alive connection with no request in flight is closed
-/// `idle` after its last response. HTTP/2 also pings a peer every `idle`
+/// `idle` after its last response; a request body must arrive within
+/// `body` (else 408). HTTP/2 also pings a peer every `idle`
 /// while streams are open and closes the connection when a ping is not
 /// answered within `header`.
 async fn serve_conn(stream: TcpStream, peer: SocketAddr, api: Arc<Api>, t: Timeouts) {
@@ -329,7 +344,7 @@ async fn serve_conn(stream: TcpStream, peer: SocketAddr, api: Arc<Api>, t: Timeo
         let (api, a) = (api.clone(), a.clone());
         async move {
             let in_flight = a.begin();
-            let resp = handle(api, req).await;
+            let resp = handle(api, req, t.body).await;
             Ok::<_, Infallible>(resp.map(|mut b| {
                 b.in_flight = Some(in_flight);
                 b
