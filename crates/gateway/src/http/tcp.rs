@@ -183,7 +183,7 @@ struct Timeouts {
 }
 
 /// After a timeout, how long a connection may take to close gracefully
-/// (HTTP/2 GOAWAY) before it is dropped.
+/// (HTTP/2 GOAWAY) before it is dropped, unless a request is in flight.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// What a connection is doing, for its timeouts: requests in flight (from
@@ -376,7 +376,11 @@ async fn serve_conn(stream: TcpStream, peer: SocketAddr, api: Arc<Api>, t: Timeo
                 {
                     tracing::debug!(%peer, "http: closed after a header or idle timeout");
                     conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(CLOSE_GRACE, conn.as_mut()).await;
+                    let ended = tokio::time::timeout(CLOSE_GRACE, conn.as_mut()).await;
+                    // A request that began at the deadline is served to its end.
+                    if ended.is_err() && activity.in_flight.load(Ordering::Acquire) > 0 {
+                        let _ = conn.as_mut().await;
+                    }
                     return;
                 }
             }
