@@ -35,7 +35,7 @@ pub struct TcpLimits {
     /// HTTP (API and metrics): time from a connection's start, or from the
     /// first byte of a later request, to a complete request head. Bounds
     /// clients that send nothing, send headers slowly, or (HTTP/2) never
-    /// finish the handshake.
+    /// finish the handshake. This and the other timeouts: `0` turns it off.
     pub http_header_timeout_ms: u64,
     /// HTTP API: time a keep-alive connection may sit with no request in
     /// flight between requests (HTTP/1.1 and HTTP/2) before it is closed.
@@ -95,17 +95,25 @@ impl TcpLimits {
 
     /// [`http_header_timeout_ms`](Self::http_header_timeout_ms).
     pub fn http_header_timeout(&self) -> Duration {
-        Duration::from_millis(self.http_header_timeout_ms)
+        timeout(self.http_header_timeout_ms)
     }
 
     /// [`http_body_timeout_ms`](Self::http_body_timeout_ms).
     pub fn http_body_timeout(&self) -> Duration {
-        Duration::from_millis(self.http_body_timeout_ms)
+        timeout(self.http_body_timeout_ms)
     }
 
     /// [`http_idle_timeout_ms`](Self::http_idle_timeout_ms).
     pub fn http_idle_timeout(&self) -> Duration {
-        Duration::from_millis(self.http_idle_timeout_ms)
+        timeout(self.http_idle_timeout_ms)
+    }
+}
+
+/// A timeout in milliseconds; `0` turns it off (a year).
+fn timeout(ms: u64) -> Duration {
+    match ms {
+        0 => Duration::from_secs(365 * 24 * 3600),
+        ms => Duration::from_millis(ms),
     }
 }
 
@@ -152,7 +160,8 @@ pub fn raise_nofile_limit() -> u64 {
 }
 
 /// At most one log line a second for a repeated event, with how many there
-/// were.
+/// were since the last line (the count of a burst's tail waits for the next
+/// event).
 #[derive(Debug, Default)]
 pub struct Throttle {
     state: Mutex<(Option<Instant>, u64)>,
@@ -346,7 +355,7 @@ impl Acceptor {
                                 ),
                             };
                             tracing::warn!(
-                                "{}: closed {n} connection(s) over {cap} in the last second",
+                                "{}: closed {n} connection(s) over {cap} since the last such warning",
                                 self.limiter.name
                             );
                         }
@@ -355,7 +364,7 @@ impl Acceptor {
                 Err(e) => {
                     if let Some(n) = self.errors.hit() {
                         tracing::warn!(
-                            "{} accept: {e} ({n} failed accept(s) in the last second)",
+                            "{} accept: {e} ({n} failed accept(s) since the last such warning)",
                             self.limiter.name
                         );
                     }
@@ -477,6 +486,11 @@ mod tests {
         assert_eq!(c.http_header_timeout(), Duration::from_millis(300));
         assert_eq!(c.http_idle_timeout_ms, 60_000);
         assert!(serde_json::from_str::<TcpLimits>(r#"{"max_conns": 1}"#).is_err());
+        let off: TcpLimits = serde_json::from_str(r#"{"http_idle_timeout_ms": 0}"#).unwrap();
+        assert!(
+            off.http_idle_timeout() > Duration::from_secs(1 << 24),
+            "0 is off"
+        );
     }
 
     #[tokio::test]

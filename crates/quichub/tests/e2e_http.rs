@@ -967,3 +967,101 @@ async fn relay_binary_keeps_its_other_listeners_when_http_is_flooded() {
     assert_eq!(response(&mut s).await.0, 200);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `quichub relay` on 64 descriptors with no reserve, flooded on both MQTT
+/// and HTTP until accept fails with EMFILE: failed accepts back off and are
+/// logged a few times, not once per attempt, and the relay serves again
+/// once the flood goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_binary_out_of_descriptors_backs_off_and_logs_little() {
+    let dir = std::env::temp_dir().join(format!("quichub-tcp-emfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("relay.toml");
+    std::fs::write(
+        &cfg,
+        "[tcp]\nmax_connections_per_ip = 0\nreserved_fds = 0\nhttp_header_timeout_ms = 60000\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 64 && exec '{}' relay --bind 127.0.0.1:0 --metrics off \
+             --mqtt 127.0.0.1:0 --mqtt-tls off --data-dir off --http 127.0.0.1:0 --config '{}'",
+            env!("CARGO_BIN_EXE_quichub"),
+            cfg.display()
+        ))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _child = Kill(child);
+    // Listener lines come on stdout, logs on stderr.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let (log_tx, logs) = std::sync::mpsc::channel::<String>();
+    for (out, tx) in [
+        (Box::new(stdout) as Box<dyn std::io::Read + Send>, tx),
+        (Box::new(stderr), log_tx),
+    ] {
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let (mut mqtt, mut http) = (None, None);
+    while mqtt.is_none() || http.is_none() {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("relay output");
+        let first = |rest: &str| rest.split_whitespace().next().unwrap().to_string();
+        if let Some(rest) = line.strip_prefix("mqtt tcp ") {
+            mqtt = Some(first(rest));
+        } else if let Some(rest) = line.strip_prefix("http tcp ") {
+            http = Some(first(rest));
+        }
+    }
+    let (mqtt, http) = (mqtt.unwrap(), http.unwrap());
+    // 32 per listener on 64 descriptors: together past the limit.
+    let mut flood = Vec::new();
+    for _ in 0..40 {
+        flood.push(TcpStream::connect(&mqtt).await.unwrap());
+        flood.push(TcpStream::connect(&http).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let all: Vec<String> = logs.try_iter().collect();
+    let logged: Vec<&String> = all.iter().filter(|l| l.contains("accept")).collect();
+    assert!(
+        logged.iter().any(|l| l.contains("Too many open files")),
+        "the relay ran out: {all:?}"
+    );
+    assert!(logged.len() <= 10, "{} lines: {logged:?}", logged.len());
+    drop(flood);
+    let mut s = within(10, async {
+        loop {
+            let mut s = TcpStream::connect(&http).await.unwrap();
+            if s.write_all(GET_TIME).await.is_ok() {
+                let mut b = [0u8; 12];
+                if s.read_exact(&mut b).await.is_ok() && &b == b"HTTP/1.1 200" {
+                    return s;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let _ = s.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
