@@ -765,6 +765,53 @@ async fn keep_alive_lasts_per_request_and_ends_at_the_idle_timeout() {
     assert!(took < Duration::from_millis(5000), "{took:?}");
 }
 
+/// HTTP/2 (h2c, prior knowledge) by hand: a request is answered, then the
+/// connection, with no stream open, is closed at the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_connection_ends_at_the_idle_timeout() {
+    let (_gw, h) = limited(TcpLimits {
+        http_header_timeout_ms: 300,
+        http_idle_timeout_ms: 800,
+        ..TcpLimits::default()
+    })
+    .await;
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS
+                                                         // HEADERS, END_STREAM | END_HEADERS, stream 1: GET http /v1/time (HPACK
+                                                         // static :method GET, :scheme http, :path literal).
+    let block = [&[0x82, 0x86, 0x04, 0x08][..], b"/v1/time"].concat();
+    out.extend_from_slice(&[0, 0, block.len() as u8, 1, 5, 0, 0, 0, 1]);
+    out.extend_from_slice(&block);
+    s.write_all(&out).await.unwrap();
+    // Frames until a DATA frame of stream 1 with END_STREAM.
+    let mut buf = Vec::new();
+    let mut b = [0u8; 4096];
+    within(10, async {
+        loop {
+            let mut at = 0;
+            while buf.len() >= at + 9 {
+                let len = u32::from_be_bytes([0, buf[at], buf[at + 1], buf[at + 2]]) as usize;
+                let (typ, flags) = (buf[at + 3], buf[at + 4]);
+                if typ == 0 && flags & 1 == 1 {
+                    return;
+                }
+                at += 9 + len;
+            }
+            let n = s.read(&mut b).await.unwrap();
+            assert!(n > 0, "closed before the response");
+            buf.extend_from_slice(&b[..n]);
+        }
+    })
+    .await;
+    let took = closed_within(&mut s, 10).await;
+    assert!(
+        took >= Duration::from_millis(500),
+        "idle timeout, not header: {took:?}"
+    );
+    until("released", || h.limiter.open() == 0).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_request_body_is_408_at_the_body_timeout() {
     let (_gw, h) = limited(TcpLimits {
