@@ -221,8 +221,8 @@ fn ip_key(ip: IpAddr) -> IpAddr {
 }
 
 impl ConnLimiter {
-    /// A limiter named `name` (for logs): `max` connections at once
-    /// (`0`: none), `per_ip` from one address (`0`: no such cap).
+    /// A limiter named `name` (for logs): at most `max` connections at
+    /// once, and `per_ip` from one address (`0`: no cap per address).
     pub fn new(name: &'static str, max: usize, per_ip: usize) -> Arc<Self> {
         Arc::new(Self {
             name,
