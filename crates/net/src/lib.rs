@@ -5,8 +5,9 @@
 //! `moqt-18`) on the same UDP port, plus bare QUIC connections of other
 //! ALPNs (`mqtt`, see [`server::establish_any`]) for their own handlers; TLS
 //! from PEM files or a short-lived self-signed certificate; client connections
-//! by URL; framed control-message IO over streams; and a tiny HTTP server for
-//! Prometheus metrics.
+//! by URL; framed control-message IO over streams; a tiny HTTP server for
+//! Prometheus metrics; and the limits every TCP listener of the process
+//! shares ([`tcp_limits`]).
 //!
 //! Both ways in yield a [`web_transport_quinn::Session`], which gives raw QUIC
 //! and WebTransport one API (streams and datagrams), so nothing above this
@@ -20,6 +21,7 @@ pub mod io;
 pub mod metrics_http;
 pub mod quic_config;
 pub mod server;
+pub mod tcp_limits;
 pub mod tls;
 
 pub use quic_config::QuicConfig;

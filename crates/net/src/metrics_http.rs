@@ -4,35 +4,54 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-/// Serves `render()` at `/metrics` until the task is dropped.
+use crate::tcp_limits::{Acceptor, TcpLimits};
+
+/// Serves `render()` at `/metrics` until the task is dropped, within the
+/// default [`TcpLimits`].
 pub async fn serve(
     listener: TcpListener,
     render: Arc<dyn Fn() -> String + Send + Sync>,
 ) -> std::io::Result<()> {
+    let limits = TcpLimits::default();
+    let acceptor = Acceptor::new(listener, limits.metrics_limiter());
+    serve_with(acceptor, render, limits.http_header_timeout()).await
+}
+
+/// Serves `render()` at `/metrics` on `acceptor` until the task is dropped;
+/// a client has `header_timeout` to send its request head.
+pub async fn serve_with(
+    acceptor: Acceptor,
+    render: Arc<dyn Fn() -> String + Send + Sync>,
+    header_timeout: Duration,
+) -> std::io::Result<()> {
     loop {
-        let (mut sock, _) = listener.accept().await?;
+        let (mut sock, _, guard) = acceptor.accept().await;
         let render = render.clone();
         tokio::spawn(async move {
+            let _guard = guard;
             let mut buf = [0u8; 2048];
             let mut n = 0;
-            // Read until the end of the request head (bounded).
-            while n < buf.len() {
-                match tokio::time::timeout(
-                    std::time::Duration::from_secs(5),
-                    sock.read(&mut buf[n..]),
-                )
-                .await
-                {
-                    Ok(Ok(0)) | Err(_) | Ok(Err(_)) => return,
-                    Ok(Ok(k)) => n += k,
+            // Read until the end of the request head (bounded in size and
+            // in time as a whole, so a slow sender cannot hold it).
+            let head = async {
+                while n < buf.len() {
+                    match sock.read(&mut buf[n..]).await {
+                        Ok(0) | Err(_) => return false,
+                        Ok(k) => n += k,
+                    }
+                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
                 }
-                if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
+                true
+            };
+            if !matches!(tokio::time::timeout(header_timeout, head).await, Ok(true)) {
+                return;
             }
             let head = String::from_utf8_lossy(&buf[..n]);
             let path = head.split_whitespace().nth(1).unwrap_or("");
@@ -45,7 +64,7 @@ pub async fn serve(
                 "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             );
-            let _ = sock.write_all(resp.as_bytes()).await;
+            let _ = tokio::time::timeout(header_timeout, sock.write_all(resp.as_bytes())).await;
         });
     }
 }

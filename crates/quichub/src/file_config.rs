@@ -4,6 +4,7 @@
 //! refused in every part.
 
 use anyhow::Context;
+use quichub_net::tcp_limits::TcpLimits;
 use quichub_relay::Config;
 use serde::de::DeserializeOwned;
 
@@ -16,6 +17,8 @@ pub struct FileConfig {
     pub quic: quichub_net::QuicConfig,
     /// `[mqtt]`: the broker's limits.
     pub mqtt: quichub_gateway::BrokerConfig,
+    /// `[tcp]`: the TCP listeners' connection caps and HTTP timeouts.
+    pub tcp: TcpLimits,
 }
 
 impl FileConfig {
@@ -27,10 +30,16 @@ impl FileConfig {
         // Each section is taken out by name (`section(&mut table, "name")?`)
         // before the rest is read as the relay's flat keys (serde's `flatten`
         // cannot refuse unknown keys).
+        let tcp = section(&mut table, "tcp")?;
         let relay = toml::Value::Table(table)
             .try_into()
             .context("top-level keys")?;
-        Ok(FileConfig { relay, quic, mqtt })
+        Ok(FileConfig {
+            relay,
+            quic,
+            mqtt,
+            tcp,
+        })
     }
 
     /// Reads and parses `path`.
@@ -77,5 +86,22 @@ mod tests {
     fn unknown_keys_are_refused() {
         assert!(FileConfig::parse("no_such_key = 1\n").is_err());
         assert!(FileConfig::parse("[no_such_section]\nx = 1\n").is_err());
+        assert!(FileConfig::parse("[tcp]\nmax_conections = 1\n").is_err());
+    }
+
+    #[test]
+    fn tcp_section() {
+        let c = FileConfig::parse(
+            "max_sessions = 7\n[tcp]\nmax_connections_per_ip = 3\nhttp_header_timeout_ms = 300\n",
+        )
+        .unwrap();
+        assert_eq!(c.relay.max_sessions, 7);
+        assert_eq!(c.tcp.max_connections_per_ip, 3);
+        assert_eq!(c.tcp.http_header_timeout_ms, 300);
+        assert_eq!(
+            c.tcp.http_idle_timeout_ms,
+            TcpLimits::default().http_idle_timeout_ms
+        );
+        assert_eq!(FileConfig::parse("").unwrap().tcp, TcpLimits::default());
     }
 }

@@ -265,23 +265,54 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         }
     });
     let conn_config = Arc::new(ConnConfig::default());
+    // TCP listeners share the descriptors: raise the soft limit, then give
+    // each client listener an equal share ([tcp] in the config file).
+    let tcp = file.tcp.clone();
+    let mqtt_tls_addr = addr_or_off("mqtt-tls", &args.mqtt_tls)?.filter(|_| mqtt_addr.is_some());
+    let http_addr = addr_or_off("http", &args.http)?;
+    let nofile = quichub_net::tcp_limits::raise_nofile_limit();
+    let listeners = [
+        mqtt_addr.is_some(),
+        mqtt_tls_addr.is_some(),
+        http_addr.is_some(),
+    ]
+    .iter()
+    .filter(|on| **on)
+    .count();
+    tracing::info!(
+        "tcp: {nofile} descriptors, {} connections per listener, {} per address",
+        tcp.listener_cap(nofile, listeners),
+        tcp.max_connections_per_ip
+    );
     let mqtt = match mqtt_addr {
         Some(a) => Some(
-            quichub_gateway::listener::spawn_tcp(a, broker.clone(), conn_config.clone())
-                .await
-                .with_context(|| format!("bind MQTT {a} (use --mqtt off or another address)"))?,
+            quichub_gateway::listener::spawn_tcp_with(
+                a,
+                broker.clone(),
+                conn_config.clone(),
+                tcp.limiter("mqtt", listeners),
+            )
+            .await
+            .with_context(|| format!("bind MQTT {a} (use --mqtt off or another address)"))?,
         ),
         None => None,
     };
-    let mqtt_tls = match (mqtt.is_some(), addr_or_off("mqtt-tls", &args.mqtt_tls)?) {
+    let mqtt_tls = match (mqtt.is_some(), mqtt_tls_addr) {
         (true, Some(a)) => {
             let tls = quichub_net::tls::tcp_server_config(&identity, &[b"mqtt"])?;
+            let limiter = tcp.limiter("mqtt-tls", listeners);
             Some(
-                quichub_gateway::listener::spawn_tls(a, broker.clone(), conn_config.clone(), tls)
-                    .await
-                    .with_context(|| {
-                        format!("bind MQTT over TLS {a} (use --mqtt-tls off or another address)")
-                    })?,
+                quichub_gateway::listener::spawn_tls_with(
+                    a,
+                    broker.clone(),
+                    conn_config.clone(),
+                    tls,
+                    limiter,
+                )
+                .await
+                .with_context(|| {
+                    format!("bind MQTT over TLS {a} (use --mqtt-tls off or another address)")
+                })?,
             )
         }
         _ => None,
@@ -312,11 +343,16 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         alpn_handlers,
         http3,
     ));
-    let http = match addr_or_off("http", &args.http)? {
+    let http = match http_addr {
         Some(a) => Some(
-            quichub_gateway::http::tcp::spawn_tcp(a, http_api.clone())
-                .await
-                .with_context(|| format!("bind HTTP {a} (use --http off or another address)"))?,
+            quichub_gateway::http::tcp::spawn_tcp_with(
+                a,
+                http_api.clone(),
+                tcp.clone(),
+                tcp.limiter("http", listeners),
+            )
+            .await
+            .with_context(|| format!("bind HTTP {a} (use --http off or another address)"))?,
         ),
         None => None,
     };
@@ -326,9 +362,10 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
             .with_context(|| format!("bind metrics {a}"))?;
         let bound = listener.local_addr()?;
         let (r, b, q) = (relay.clone(), broker.clone(), server.stats());
-        tokio::spawn(quichub_net::metrics_http::serve(
-            listener,
+        tokio::spawn(quichub_net::metrics_http::serve_with(
+            quichub_net::tcp_limits::Acceptor::new(listener, tcp.metrics_limiter()),
             Arc::new(move || metrics_text(&r, &b, &q)),
+            tcp.http_header_timeout(),
         ));
         Some(bound)
     } else {

@@ -288,6 +288,18 @@ async fn errors_404_405_400_413() {
             let r = curl(v, &["-X", "PUT", &h.url(bad)], None).await;
             assert_eq!(r.status, 400, "{bad}: {}", r.text());
         }
+        // Malformed percent-escapes are refused, not taken as literal topics.
+        let topics = h.api.topics();
+        for bad in ["/v1/t/%ZZ", "/v1/t/%", "/v1/t/a%2", "/v1/t/x/%G0/y"] {
+            let r = curl(v, &["-X", "PUT", &h.url(bad)], None).await;
+            assert_eq!(r.status, 400, "{bad}: {}", r.text());
+            assert!(r.text().contains("percent-encoding"), "{bad}: {}", r.text());
+        }
+        assert_eq!(
+            h.api.topics(),
+            topics,
+            "no topic was created from a bad path"
+        );
         assert!(matches!(put(v, &h, "/v1/t/limits").await, 200 | 201));
         let r = post(v, &h, "/v1/t/limits", &[7u8; 1025], &[]).await;
         assert_eq!(r.status, 413, "{}", r.text());
@@ -605,4 +617,498 @@ async fn relay_binary_serves_http() {
     let _ = child.wait();
     assert_eq!(r.status, 200);
     assert!(r.text().starts_with("{\"unix_ms\":"));
+}
+
+// --- TCP limits: timeouts and connection caps, driven by hand as an
+// attacker would (raw sockets, no HTTP client).
+
+use quichub_net::tcp_limits::TcpLimits;
+use tokio::net::TcpStream;
+
+async fn limited(limits: TcpLimits) -> (TestGateway, TestHttp) {
+    let gw = TestGateway::start().await;
+    let h = gw.http_with(ApiConfig::default(), limits).await;
+    (gw, h)
+}
+
+/// Reads until the server closes `s` (EOF or reset); how long that took.
+async fn closed_within(s: &mut TcpStream, secs: u64) -> Duration {
+    let t = std::time::Instant::now();
+    let mut b = [0u8; 4096];
+    within(secs, async {
+        while let Ok(n) = s.read(&mut b).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    t.elapsed()
+}
+
+/// One HTTP/1.1 response from `s`: status and body (by Content-Length).
+async fn response(s: &mut TcpStream) -> (u16, Vec<u8>) {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 4096];
+    within(10, async {
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                if buf.len() >= end + 4 + len {
+                    let status = head[9..12].parse().unwrap();
+                    return (status, buf[end + 4..end + 4 + len].to_vec());
+                }
+            }
+            let n = s.read(&mut b).await.unwrap();
+            assert!(n > 0, "closed before a whole response");
+            buf.extend_from_slice(&b[..n]);
+        }
+    })
+    .await
+}
+
+/// Reads from `s` into `got` until it holds `want`.
+async fn read_until(s: &mut TcpStream, got: &mut Vec<u8>, want: &[u8]) {
+    let mut b = [0u8; 4096];
+    within(10, async {
+        while !got.windows(want.len()).any(|w| w == want) {
+            let n = s.read(&mut b).await.unwrap();
+            assert!(n > 0, "stream closed");
+            got.extend_from_slice(&b[..n]);
+        }
+    })
+    .await
+}
+
+const GET_TIME: &[u8] = b"GET /v1/time HTTP/1.1\r\nHost: x\r\n\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_slow_and_half_handshaken_connections_are_closed_at_the_header_timeout() {
+    let (_gw, h) = limited(TcpLimits {
+        http_header_timeout_ms: 300,
+        ..TcpLimits::default()
+    })
+    .await;
+    // Sends nothing at all (hyper-util's auto builder would wait forever for
+    // the bytes that tell HTTP/1.1 from HTTP/2).
+    let mut idle = TcpStream::connect(h.addr).await.unwrap();
+    let took = closed_within(&mut idle, 10).await;
+    assert!(
+        took >= Duration::from_millis(250),
+        "closed by the timeout: {took:?}"
+    );
+    // A request head one header line every 50 ms: never done, never idle
+    // for long.
+    let mut slow = TcpStream::connect(h.addr).await.unwrap();
+    slow.write_all(b"GET /v1/time HTTP/1.1\r\n").await.unwrap();
+    let (mut rd, mut wr) = slow.into_split();
+    let dribble = tokio::spawn(async move {
+        while wr.write_all(b"X-Slow: 1\r\n").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    within(10, async {
+        let mut b = [0u8; 64];
+        while matches!(rd.read(&mut b).await, Ok(n) if n > 0) {}
+    })
+    .await;
+    dribble.abort();
+    // HTTP/2: part of the preface; the whole preface and no SETTINGS; a
+    // finished handshake and no request.
+    let settings: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
+    for opening in [
+        &b"PRI * HTTP/2.0\r\n"[..],
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        &[&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..], settings].concat(),
+    ] {
+        let mut s = TcpStream::connect(h.addr).await.unwrap();
+        s.write_all(opening).await.unwrap();
+        closed_within(&mut s, 10).await;
+    }
+    until("every descriptor released", || h.limiter.open() == 0).await;
+    // The listener still serves.
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(GET_TIME).await.unwrap();
+    assert_eq!(response(&mut s).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_lasts_per_request_and_ends_at_the_idle_timeout() {
+    let (_gw, h) = limited(TcpLimits {
+        http_header_timeout_ms: 300,
+        http_idle_timeout_ms: 800,
+        ..TcpLimits::default()
+    })
+    .await;
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    // Well past the header timeout in all, each request on time.
+    for _ in 0..6 {
+        s.write_all(GET_TIME).await.unwrap();
+        assert_eq!(response(&mut s).await.0, 200);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let took = closed_within(&mut s, 10).await;
+    assert!(
+        took >= Duration::from_millis(500),
+        "idle timeout, not header: {took:?}"
+    );
+    // After a request, a slow next head is cut at the header timeout.
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(GET_TIME).await.unwrap();
+    assert_eq!(response(&mut s).await.0, 200);
+    s.write_all(b"GET /v1/time HTTP/1.1\r\n").await.unwrap();
+    let took = closed_within(&mut s, 10).await;
+    assert!(took < Duration::from_millis(5000), "{took:?}");
+}
+
+/// HTTP/2 (h2c, prior knowledge) by hand: a request is answered, then the
+/// connection, with no stream open, is closed at the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_connection_ends_at_the_idle_timeout() {
+    let (_gw, h) = limited(TcpLimits {
+        http_header_timeout_ms: 300,
+        http_idle_timeout_ms: 800,
+        ..TcpLimits::default()
+    })
+    .await;
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS
+                                                         // HEADERS, END_STREAM | END_HEADERS, stream 1: GET http /v1/time (HPACK
+                                                         // static :method GET, :scheme http, :path literal).
+    let block = [&[0x82, 0x86, 0x04, 0x08][..], b"/v1/time"].concat();
+    out.extend_from_slice(&[0, 0, block.len() as u8, 1, 5, 0, 0, 0, 1]);
+    out.extend_from_slice(&block);
+    s.write_all(&out).await.unwrap();
+    // Frames until a DATA frame of stream 1 with END_STREAM.
+    let mut buf = Vec::new();
+    let mut b = [0u8; 4096];
+    within(10, async {
+        loop {
+            let mut at = 0;
+            while buf.len() >= at + 9 {
+                let len = u32::from_be_bytes([0, buf[at], buf[at + 1], buf[at + 2]]) as usize;
+                let (typ, flags) = (buf[at + 3], buf[at + 4]);
+                if typ == 0 && flags & 1 == 1 {
+                    return;
+                }
+                at += 9 + len;
+            }
+            let n = s.read(&mut b).await.unwrap();
+            assert!(n > 0, "closed before the response");
+            buf.extend_from_slice(&b[..n]);
+        }
+    })
+    .await;
+    let took = closed_within(&mut s, 10).await;
+    assert!(
+        took >= Duration::from_millis(500),
+        "idle timeout, not header: {took:?}"
+    );
+    until("released", || h.limiter.open() == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_request_body_is_408_at_the_body_timeout() {
+    let (_gw, h) = limited(TcpLimits {
+        http_body_timeout_ms: 300,
+        ..TcpLimits::default()
+    })
+    .await;
+    let mut c = TcpStream::connect(h.addr).await.unwrap();
+    c.write_all(b"PUT /v1/t/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(response(&mut c).await.0, 201);
+    let s = TcpStream::connect(h.addr).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    wr.write_all(b"POST /v1/t/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+        .await
+        .unwrap();
+    // One byte every 50 ms: never stalls long, never finishes in time.
+    let dribble = tokio::spawn(async move {
+        while wr.write_all(b"x").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut got = Vec::new();
+    within(10, async {
+        let mut b = [0u8; 1024];
+        while let Ok(n) = rd.read(&mut b).await {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&b[..n]);
+        }
+    })
+    .await;
+    dribble.abort();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_get_outlives_the_timeouts() {
+    let (_gw, h) = limited(TcpLimits {
+        http_header_timeout_ms: 200,
+        http_idle_timeout_ms: 200,
+        ..TcpLimits::default()
+    })
+    .await;
+    let mut c = TcpStream::connect(h.addr).await.unwrap();
+    c.write_all(b"PUT /v1/t/live HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(response(&mut c).await.0, 201);
+    let mut stream = TcpStream::connect(h.addr).await.unwrap();
+    stream
+        .write_all(b"GET /v1/t/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    read_until(&mut stream, &mut got, b": subscribed").await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let mut p = TcpStream::connect(h.addr).await.unwrap();
+    p.write_all(b"POST /v1/t/live HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+        .await
+        .unwrap();
+    assert_eq!(response(&mut p).await.0, 204);
+    read_until(&mut stream, &mut got, b"hello").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_address_cap_closes_the_extra_connection_at_once() {
+    let (_gw, h) = limited(TcpLimits {
+        max_connections_per_ip: 3,
+        http_header_timeout_ms: 30_000,
+        ..TcpLimits::default()
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(TcpStream::connect(h.addr).await.unwrap());
+    }
+    until("three admitted", || h.limiter.open() == 3).await;
+    let mut extra = TcpStream::connect(h.addr).await.unwrap();
+    // Closed long before the 30 s header timeout.
+    closed_within(&mut extra, 5).await;
+    assert_eq!(h.limiter.open(), 3);
+    drop(held.pop());
+    until("one freed", || h.limiter.open() == 2).await;
+    let mut fresh = TcpStream::connect(h.addr).await.unwrap();
+    fresh.write_all(GET_TIME).await.unwrap();
+    assert_eq!(response(&mut fresh).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_accepts_while_http_is_at_its_cap() {
+    let (gw, h) = limited(TcpLimits {
+        max_connections: 2,
+        max_connections_per_ip: 0,
+        http_header_timeout_ms: 30_000,
+        ..TcpLimits::default()
+    })
+    .await;
+    let _held = [
+        TcpStream::connect(h.addr).await.unwrap(),
+        TcpStream::connect(h.addr).await.unwrap(),
+    ];
+    until("two admitted", || h.limiter.open() == 2).await;
+    let mut extra = TcpStream::connect(h.addr).await.unwrap();
+    closed_within(&mut extra, 5).await;
+    let _mqtt =
+        common::raw_mqtt::Raw::connect(&gw, quichub_mqtt::Version::V311, "while-http-full").await;
+}
+
+/// MQTT 3.1.1 CONNECT, client id `x`, and the CONNACK it gets.
+const MQTT_CONNECT: &[u8] = b"\x10\x0d\x00\x04MQTT\x04\x02\x00\x3c\x00\x01x";
+
+/// `quichub relay` on 256 descriptors, flooded with 300 idle HTTP
+/// connections: the HTTP listener holds only its share, MQTT and metrics
+/// still accept, and HTTP serves again once the idle ones time out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_binary_keeps_its_other_listeners_when_http_is_flooded() {
+    let dir = std::env::temp_dir().join(format!("quichub-tcp-flood-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("relay.toml");
+    std::fs::write(
+        &cfg,
+        "[tcp]\nmax_connections_per_ip = 0\nhttp_header_timeout_ms = 1500\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 256 && exec '{}' relay --bind 127.0.0.1:0 --metrics 127.0.0.1:0 \
+             --mqtt 127.0.0.1:0 --mqtt-tls off --data-dir off --http 127.0.0.1:0 --config '{}'",
+            env!("CARGO_BIN_EXE_quichub"),
+            cfg.display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let child = Kill(child);
+    let (mut mqtt, mut http, mut metrics) = (None, None, None);
+    while metrics.is_none() {
+        let line = lines.next().expect("relay output").unwrap();
+        let first = |rest: &str| rest.split_whitespace().next().unwrap().to_string();
+        if let Some(rest) = line.strip_prefix("mqtt tcp ") {
+            mqtt = Some(first(rest));
+        } else if let Some(rest) = line.strip_prefix("http tcp ") {
+            http = Some(first(rest));
+        } else if let Some(rest) = line.strip_prefix("metrics http://") {
+            metrics = Some(rest.trim_end_matches("/metrics").to_string());
+        }
+    }
+    let (mqtt, http, metrics) = (mqtt.unwrap(), http.unwrap(), metrics.unwrap());
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", child.0.id()))
+            .unwrap()
+            .count()
+    };
+    let mut flood = Vec::new();
+    for _ in 0..300 {
+        flood.push(TcpStream::connect(&http).await.unwrap());
+    }
+    // Each connection was accepted and then held or closed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let held = fds();
+    assert!(held < 200, "{held} descriptors held");
+    let mut m = TcpStream::connect(&mqtt).await.unwrap();
+    m.write_all(MQTT_CONNECT).await.unwrap();
+    let mut ack = [0u8; 4];
+    within(10, m.read_exact(&mut ack)).await.unwrap();
+    assert_eq!(
+        ack,
+        [0x20, 0x02, 0x00, 0x00],
+        "CONNACK while HTTP is flooded"
+    );
+    let mut s = TcpStream::connect(&metrics).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        response(&mut s).await.0,
+        200,
+        "metrics while HTTP is flooded"
+    );
+    // The held ones end at the header timeout; HTTP serves again.
+    for s in &mut flood {
+        closed_within(s, 10).await;
+    }
+    drop(flood);
+    let mut s = TcpStream::connect(&http).await.unwrap();
+    s.write_all(GET_TIME).await.unwrap();
+    assert_eq!(response(&mut s).await.0, 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `quichub relay` on 64 descriptors with no reserve, flooded on both MQTT
+/// and HTTP until accept fails with EMFILE: failed accepts back off and are
+/// logged a few times, not once per attempt, and the relay serves again
+/// once the flood goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_binary_out_of_descriptors_backs_off_and_logs_little() {
+    let dir = std::env::temp_dir().join(format!("quichub-tcp-emfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("relay.toml");
+    std::fs::write(
+        &cfg,
+        "[tcp]\nmax_connections_per_ip = 0\nreserved_fds = 0\nhttp_header_timeout_ms = 60000\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 64 && exec '{}' relay --bind 127.0.0.1:0 --metrics off \
+             --mqtt 127.0.0.1:0 --mqtt-tls off --data-dir off --http 127.0.0.1:0 --config '{}'",
+            env!("CARGO_BIN_EXE_quichub"),
+            cfg.display()
+        ))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _child = Kill(child);
+    // Listener lines come on stdout, logs on stderr.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let (log_tx, logs) = std::sync::mpsc::channel::<String>();
+    for (out, tx) in [
+        (Box::new(stdout) as Box<dyn std::io::Read + Send>, tx),
+        (Box::new(stderr), log_tx),
+    ] {
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let (mut mqtt, mut http) = (None, None);
+    while mqtt.is_none() || http.is_none() {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("relay output");
+        let first = |rest: &str| rest.split_whitespace().next().unwrap().to_string();
+        if let Some(rest) = line.strip_prefix("mqtt tcp ") {
+            mqtt = Some(first(rest));
+        } else if let Some(rest) = line.strip_prefix("http tcp ") {
+            http = Some(first(rest));
+        }
+    }
+    let (mqtt, http) = (mqtt.unwrap(), http.unwrap());
+    // 32 per listener on 64 descriptors: together past the limit.
+    let mut flood = Vec::new();
+    for _ in 0..40 {
+        flood.push(TcpStream::connect(&mqtt).await.unwrap());
+        flood.push(TcpStream::connect(&http).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let all: Vec<String> = logs.try_iter().collect();
+    let logged: Vec<&String> = all.iter().filter(|l| l.contains("accept")).collect();
+    assert!(
+        logged.iter().any(|l| l.contains("Too many open files")),
+        "the relay ran out: {all:?}"
+    );
+    assert!(logged.len() <= 10, "{} lines: {logged:?}", logged.len());
+    drop(flood);
+    let mut s = within(10, async {
+        loop {
+            let mut s = TcpStream::connect(&http).await.unwrap();
+            if s.write_all(GET_TIME).await.is_ok() {
+                let mut b = [0u8; 12];
+                if s.read_exact(&mut b).await.is_ok() && &b == b"HTTP/1.1 200" {
+                    return s;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let _ = s.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -585,6 +585,30 @@ async fn malformed_requests_reset_only_their_stream() {
     assert!(conn.close_reason().is_none());
 }
 
+/// Malformed percent-escapes in a topic are 400 over HTTP/3 too (the
+/// route code is shared with HTTP/1.1 and HTTP/2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_percent_escapes_are_400_over_http3() {
+    let (gw, api) = TestGateway::with_http3(ApiConfig::default()).await;
+    let c = quic_client();
+    let conn = h3_conn(&c, gw.relay.addr).await;
+    let h3 = quichub_net::h3::client::Client::new(conn.clone())
+        .await
+        .unwrap();
+    for path in ["/v1/t/%ZZ", "/v1/t/%", "/v1/t/a%2"] {
+        let r = bare(&h3, http::Method::PUT, path).await.unwrap();
+        assert_eq!(r.status, 400, "{path}");
+    }
+    assert_eq!(
+        bare(&h3, http::Method::PUT, "/v1/t/a%25")
+            .await
+            .unwrap()
+            .status,
+        201
+    );
+    assert_eq!(api.topics(), 1);
+}
+
 /// `quichub relay` serves HTTP/3 on its UDP port by default and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_binary_serves_http3() {

@@ -30,9 +30,10 @@ pub enum Route {
 ///
 /// The topic is everything after `/v1/t/`, percent-decoded: literal slashes
 /// are topic level separators, and so is `%2F` (`/v1/t/a%2Fb` and
-/// `/v1/t/a/b` are the same topic `a/b`). It must decode to UTF-8 and be a
-/// valid MQTT topic name: non-empty, at most 65535 bytes, no `+`, `#` or
-/// U+0000.
+/// `/v1/t/a/b` are the same topic `a/b`). Every `%` must start an escape of
+/// two hex digits (`%ZZ`, a lone `%` or `a%2` are refused, not taken
+/// literally). It must decode to UTF-8 and be a valid MQTT topic name:
+/// non-empty, at most 65535 bytes, no `+`, `#` or U+0000.
 pub fn route(path: &str) -> Route {
     if path == TIME_PATH {
         return Route::Time;
@@ -40,6 +41,11 @@ pub fn route(path: &str) -> Route {
     let Some(raw) = path.strip_prefix(TOPIC_PREFIX) else {
         return Route::NotFound;
     };
+    if !well_formed_escapes(raw) {
+        return Route::BadTopic(
+            "malformed percent-encoding in the topic (% must be followed by two hex digits)",
+        );
+    }
     let Ok(topic) = percent_decode_str(raw).decode_utf8() else {
         return Route::BadTopic("topic is not UTF-8");
     };
@@ -52,6 +58,24 @@ pub fn route(path: &str) -> Route {
         );
     }
     Route::Topic(topic.into_owned())
+}
+
+/// Whether every `%` in `s` starts a `%XX` escape (RFC 3986 §2.1).
+fn well_formed_escapes(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = |j: usize| b.get(j).is_some_and(u8::is_ascii_hexdigit);
+            if !(hex(i + 1) && hex(i + 2)) {
+                return false;
+            }
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    true
 }
 
 #[cfg(test)]
@@ -68,8 +92,8 @@ mod tests {
         assert_eq!(route("/v1/t/a%20b"), Route::Topic("a b".into()));
         assert_eq!(route("/v1/t//x/"), Route::Topic("/x/".into()));
         assert_eq!(route("/v1/t/$SYS/x"), Route::Topic("$SYS/x".into()));
-        // A malformed escape is kept literally (as browsers do).
-        assert_eq!(route("/v1/t/100%"), Route::Topic("100%".into()));
+        assert_eq!(route("/v1/t/100%25"), Route::Topic("100%".into()));
+        assert_eq!(route("/v1/t/%41%62"), Route::Topic("Ab".into()));
     }
 
     #[test]
@@ -89,6 +113,26 @@ mod tests {
         assert!(matches!(route(&long), Route::BadTopic(_)));
         let max = format!("/v1/t/{}", "x".repeat(65_535));
         assert!(matches!(route(&max), Route::Topic(_)));
+    }
+
+    #[test]
+    fn malformed_escapes_are_bad_requests() {
+        for p in [
+            "/v1/t/%ZZ",
+            "/v1/t/%",
+            "/v1/t/a%2",
+            "/v1/t/100%",
+            "/v1/t/a%G1",
+            "/v1/t/a%%41",
+            "/v1/t/%2",
+            "/v1/t/a/%/b",
+            "/v1/t/ok%20then%",
+        ] {
+            match route(p) {
+                Route::BadTopic(why) => assert!(why.contains("percent-encoding"), "{p}: {why}"),
+                r => panic!("{p}: {r:?}"),
+            }
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -16,10 +17,12 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use quichub_net::tcp_limits::{Acceptor, ConnLimiter, TcpLimits};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Notify};
 
 use super::api::{error, Api, ApiBody};
 
@@ -28,6 +31,8 @@ use super::api::{error, Api, ApiBody};
 pub struct HttpBody {
     full: Option<Bytes>,
     stream: Option<mpsc::Receiver<Bytes>>,
+    /// The request counts as in flight until its response body is done.
+    in_flight: Option<InFlight>,
 }
 
 impl From<ApiBody> for HttpBody {
@@ -36,10 +41,12 @@ impl From<ApiBody> for HttpBody {
             ApiBody::Full(b) => HttpBody {
                 full: Some(b),
                 stream: None,
+                in_flight: None,
             },
             ApiBody::Stream(rx) => HttpBody {
                 full: None,
                 stream: Some(rx),
+                in_flight: None,
             },
         }
     }
@@ -84,9 +91,13 @@ const DRAIN_MAX: u64 = 8 * 1024 * 1024;
 /// Longest time spent discarding such a body.
 const DRAIN_TIME: Duration = Duration::from_secs(5);
 
-/// Reads the request body (at most [`Api::max_body`] bytes) and hands the
-/// request to the core.
-pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<HttpBody> {
+/// Reads the request body (at most [`Api::max_body`] bytes, all of it
+/// within `body_timeout`, else 408) and hands the request to the core.
+pub async fn handle(
+    api: Arc<Api>,
+    req: Request<Incoming>,
+    body_timeout: Duration,
+) -> Response<HttpBody> {
     let (parts, mut body) = req.into_parts();
     let max = api.max_body();
     let declared = parts
@@ -96,8 +107,16 @@ pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<HttpBody>
         .and_then(|v| v.parse::<u64>().ok());
     let mut buf = BytesMut::new();
     let mut over = declared.is_some_and(|n| n > max as u64);
+    let deadline = tokio::time::Instant::now() + body_timeout;
     while !over {
-        match body.frame().await {
+        let Ok(frame) = tokio::time::timeout_at(deadline, body.frame()).await else {
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!("request body not complete within {body_timeout:?}"),
+            )
+            .map(HttpBody::from);
+        };
+        match frame {
             None => break,
             Some(Ok(f)) => {
                 if let Ok(d) = f.into_data() {
@@ -135,41 +154,266 @@ pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<HttpBody>
         .map(HttpBody::from)
 }
 
-/// Serves the API on `listener` until the task is dropped: one task per
-/// connection, HTTP/1.1 or HTTP/2 by preface.
-pub async fn serve_tcp(listener: TcpListener, api: Arc<Api>) {
+/// Serves the API on `acceptor` until the task is dropped: one task per
+/// connection, HTTP/1.1 or HTTP/2 by preface, each bounded by `limits`'
+/// HTTP timeouts (see [`serve_conn`]).
+pub async fn serve_tcp(acceptor: Acceptor, api: Arc<Api>, limits: TcpLimits) {
+    let timeouts = Timeouts {
+        header: limits.http_header_timeout(),
+        idle: limits.http_idle_timeout(),
+        body: limits.http_body_timeout(),
+    };
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!("http accept: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+        let (stream, peer, guard) = acceptor.accept().await;
         let _ = stream.set_nodelay(true);
         let api = api.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let api = api.clone();
-                async move { Ok::<_, Infallible>(handle(api, req).await) }
-            });
-            let builder = auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%peer, "http: {e}");
-            }
+            let _guard = guard;
+            serve_conn(stream, peer, api, timeouts).await;
         });
     }
 }
 
-/// Binds `addr` and serves the API on it in a background task; returns the
-/// bound address.
+/// The HTTP timeouts of one connection.
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    header: Duration,
+    idle: Duration,
+    body: Duration,
+}
+
+/// After a timeout, how long a connection may take to close gracefully
+/// (HTTP/2 GOAWAY) before it is dropped, unless a request is in flight.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// What a connection is doing, for its timeouts: requests in flight (from
+/// a complete request head until the response body is sent or dropped),
+/// when it last went idle, and when bytes first came in since.
+#[derive(Debug)]
+struct Activity {
+    start: tokio::time::Instant,
+    in_flight: AtomicUsize,
+    /// Whether a request head ever completed.
+    served: AtomicBool,
+    /// Milliseconds from `start` to when the last request ended.
+    idle_since: AtomicU64,
+    /// Milliseconds from `start` (plus one; 0: none) to the first byte read
+    /// while no request was in flight.
+    pending_since: AtomicU64,
+    /// Wakes the watcher when the deadline may have moved.
+    changed: Notify,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            start: tokio::time::Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
+            idle_since: AtomicU64::new(0),
+            pending_since: AtomicU64::new(0),
+            changed: Notify::new(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn bytes_in(&self) {
+        if self.in_flight.load(Ordering::Acquire) == 0
+            && self.pending_since.load(Ordering::Acquire) == 0
+        {
+            self.pending_since
+                .store(self.now_ms() + 1, Ordering::Release);
+            self.changed.notify_one();
+        }
+    }
+
+    fn begin(self: &Arc<Self>) -> InFlight {
+        self.served.store(true, Ordering::Release);
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(self.clone())
+    }
+
+    /// When the connection is to be closed if nothing changes (`None`
+    /// while a request is in flight): `header` after its start until a
+    /// first request head, then `idle` after the last response, or
+    /// `header` after the first byte of the next request.
+    fn deadline(&self, t: Timeouts) -> Option<tokio::time::Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let at = |ms: u64, d: Duration| self.start + Duration::from_millis(ms) + d;
+        if !self.served.load(Ordering::Acquire) {
+            return Some(at(0, t.header));
+        }
+        Some(match self.pending_since.load(Ordering::Acquire) {
+            0 => at(self.idle_since.load(Ordering::Acquire), t.idle),
+            p => at(p - 1, t.header),
+        })
+    }
+}
+
+/// One request in flight; travels with its response body.
+#[derive(Debug)]
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let a = &self.0;
+        if a.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            a.idle_since.store(a.now_ms(), Ordering::Release);
+            a.pending_since.store(0, Ordering::Release);
+            a.changed.notify_one();
+        }
+    }
+}
+
+/// The socket, telling [`Activity`] when bytes come in.
+struct Tracked {
+    stream: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.activity.bytes_in();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+/// Serves one connection. hyper-util's auto builder reads up to 24 bytes
+/// to tell HTTP/2 from HTTP/1.1 with no time limit, and HTTP/2 has no
+/// header timeout of its own, so the bounds are kept here, the same for
+/// both versions: a client that sends nothing, sends its request head
+/// slowly, or never completes the HTTP/2 handshake is closed `header`
+/// after the connection's start (or after the first byte of a later
+/// request); a keep-alive connection with no request in flight is closed
+/// `idle` after its last response; a request body must arrive within
+/// `body` (else 408). HTTP/2 also pings a peer every `idle`
+/// while streams are open and closes the connection when a ping is not
+/// answered within `header`.
+async fn serve_conn(stream: TcpStream, peer: SocketAddr, api: Arc<Api>, t: Timeouts) {
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Tracked {
+        stream,
+        activity: activity.clone(),
+    });
+    let a = activity.clone();
+    let service = service_fn(move |req| {
+        let (api, a) = (api.clone(), a.clone());
+        async move {
+            let in_flight = a.begin();
+            let resp = handle(api, req, t.body).await;
+            Ok::<_, Infallible>(resp.map(|mut b| {
+                b.in_flight = Some(in_flight);
+                b
+            }))
+        }
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(t.idle)
+        .keep_alive_timeout(t.header);
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    loop {
+        let deadline = activity.deadline(t);
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%peer, "http: {e}");
+                }
+                return;
+            }
+            _ = activity.changed.notified() => {}
+            _ = sleep_until_some(deadline) => {
+                if activity
+                    .deadline(t)
+                    .is_some_and(|d| d <= tokio::time::Instant::now())
+                {
+                    tracing::debug!(%peer, "http: closed after a header or idle timeout");
+                    conn.as_mut().graceful_shutdown();
+                    let ended = tokio::time::timeout(CLOSE_GRACE, conn.as_mut()).await;
+                    // A request that began at the deadline is served to its end.
+                    if ended.is_err() && activity.in_flight.load(Ordering::Acquire) > 0 {
+                        let _ = conn.as_mut().await;
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Binds `addr` and serves the API on it in a background task, within the
+/// default [`TcpLimits`]; returns the bound address.
 pub async fn spawn_tcp(addr: SocketAddr, api: Arc<Api>) -> std::io::Result<SocketAddr> {
+    let limits = TcpLimits::default();
+    let limiter = limits.limiter("http", 1);
+    spawn_tcp_with(addr, api, limits, limiter).await
+}
+
+/// Binds `addr` and serves the API on it in a background task, within
+/// `limits` (its HTTP timeouts) and `limiter` (its connection caps);
+/// returns the bound address.
+pub async fn spawn_tcp_with(
+    addr: SocketAddr,
+    api: Arc<Api>,
+    limits: TcpLimits,
+    limiter: Arc<ConnLimiter>,
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    tokio::spawn(serve_tcp(listener, api));
+    tokio::spawn(serve_tcp(Acceptor::new(listener, limiter), api, limits));
     Ok(local)
 }

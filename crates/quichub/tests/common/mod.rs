@@ -273,6 +273,7 @@ pub fn close_code(e: &web_transport_quinn::SessionError) -> Option<u64> {
 pub struct TestHttp {
     pub api: Arc<quichub_gateway::http::Api>,
     pub addr: SocketAddr,
+    pub limiter: Arc<quichub_net::tcp_limits::ConnLimiter>,
 }
 
 impl TestHttp {
@@ -285,13 +286,28 @@ impl TestHttp {
 impl TestGateway {
     /// Starts the HTTP API on this gateway's broker and bridge.
     pub async fn http(&self, config: quichub_gateway::http::ApiConfig) -> TestHttp {
+        self.http_with(config, quichub_net::tcp_limits::TcpLimits::default())
+            .await
+    }
+
+    /// Starts the HTTP API within `limits` (one listener's share).
+    pub async fn http_with(
+        &self,
+        config: quichub_gateway::http::ApiConfig,
+        limits: quichub_net::tcp_limits::TcpLimits,
+    ) -> TestHttp {
         let api =
             quichub_gateway::http::Api::new(self.broker.clone(), Some(self.bridge.clone()), config);
-        let addr =
-            quichub_gateway::http::tcp::spawn_tcp("127.0.0.1:0".parse().unwrap(), api.clone())
-                .await
-                .unwrap();
-        TestHttp { api, addr }
+        let limiter = limits.limiter("http", 1);
+        let addr = quichub_gateway::http::tcp::spawn_tcp_with(
+            "127.0.0.1:0".parse().unwrap(),
+            api.clone(),
+            limits,
+            limiter.clone(),
+        )
+        .await
+        .unwrap();
+        TestHttp { api, addr, limiter }
     }
 }
 
