@@ -9,6 +9,8 @@ mod file_config;
 mod framing;
 mod interop;
 mod mqtt_bench;
+#[cfg(test)]
+mod packaging;
 mod pubsub;
 mod relay_cmd;
 
