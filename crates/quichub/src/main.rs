@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "quichub",
     version,
+    propagate_version = true,
     about = "MoQT relay and toolkit for media and IoT over QUIC"
 )]
 struct Cli {
@@ -188,4 +189,42 @@ pub(crate) fn verify_from(fingerprint: Option<&str>) -> anyhow::Result<quichub_c
             .ok_or_else(|| anyhow::anyhow!("--fingerprint must be 64 hex digits"))?]),
         None => quichub_client::Verify::Insecure,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// `--version` works on every subcommand, not only on `quichub`.
+    #[test]
+    fn every_subcommand_has_version() {
+        let mut cli = Cli::command();
+        cli.build();
+        let names: Vec<String> = cli
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .filter(|name| name != "help")
+            .collect();
+        assert!(names.len() >= 11, "{names:?}");
+        for name in names {
+            let err = Cli::try_parse_from(["quichub", &name, "--version"])
+                .err()
+                .unwrap_or_else(|| panic!("`quichub {name} --version` parsed as a command"));
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::DisplayVersion,
+                "quichub {name} --version: {err}"
+            );
+            assert!(
+                err.to_string().contains(env!("CARGO_PKG_VERSION")),
+                "quichub {name} --version: {err}"
+            );
+        }
+    }
 }
