@@ -755,3 +755,26 @@ fn version_on_subcommands() {
         );
     }
 }
+
+/// `quichub completions SHELL` prints a completion script.
+#[test]
+fn completions_script() {
+    let out = Command::new(BIN)
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("_quichub()"), "{stdout}");
+    assert!(stdout.contains("relay"), "{stdout}");
+    assert!(stdout.contains("complete -F _quichub"), "{stdout}");
+    let out = Command::new(BIN)
+        .args(["completions", "nosuchshell"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
