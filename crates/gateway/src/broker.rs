@@ -21,7 +21,7 @@ use crate::store::{Record, Recovered, Store};
 
 /// Limits on what clients control. Deserialisable (every field optional,
 /// unknown ones refused) for a config file section.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
     /// Most sessions (connected or kept for a reconnect).

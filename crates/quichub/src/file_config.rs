@@ -8,10 +8,12 @@ use quichub_net::tcp_limits::TcpLimits;
 use quichub_relay::Config;
 use serde::de::DeserializeOwned;
 
-/// Everything `--config` can set.
-#[derive(Debug, Clone, Default)]
+/// Everything `--config` can set. Serialises to the file's layout (the
+/// sample `contrib/relay.toml` is checked against it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct FileConfig {
     /// Top-level keys: the relay core's limits.
+    #[serde(flatten)]
     pub relay: Config,
     /// `[quic]`: the QUIC transport's limits and connection admission.
     pub quic: quichub_net::QuicConfig,
@@ -80,6 +82,51 @@ mod tests {
         let c = FileConfig::parse("[mqtt]\nmax_queued = 5\n").unwrap();
         assert_eq!(c.mqtt.max_queued, 5);
         assert!(FileConfig::parse("[mqtt]\nbogus = 1\n").is_err());
+    }
+
+    /// The sample shipped for packagers and admins.
+    const SAMPLE: &str = include_str!("../../../contrib/relay.toml");
+
+    #[test]
+    fn sample_config_is_the_defaults() {
+        let sample = FileConfig::parse(SAMPLE).expect("contrib/relay.toml parses");
+        assert_eq!(
+            sample,
+            FileConfig::default(),
+            "contrib/relay.toml must show every key at its default"
+        );
+    }
+
+    /// Every key `--config` accepts (the defaults serialised, sections
+    /// included) is in the sample, and nothing else.
+    #[test]
+    fn sample_config_names_every_key() {
+        fn keys(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
+            for (k, v) in t {
+                match v {
+                    toml::Value::Table(section) => keys(&format!("{prefix}{k}."), section, out),
+                    _ => out.push(format!("{prefix}{k}")),
+                }
+            }
+        }
+        let (mut want, mut have) = (Vec::new(), Vec::new());
+        keys(
+            "",
+            &toml::Table::try_from(FileConfig::default()).unwrap(),
+            &mut want,
+        );
+        keys("", &SAMPLE.parse().unwrap(), &mut have);
+        let missing: Vec<_> = want.iter().filter(|k| !have.contains(k)).collect();
+        let extra: Vec<_> = have.iter().filter(|k| !want.contains(k)).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "contrib/relay.toml: missing {missing:?}, unknown {extra:?}"
+        );
+        assert!(want.len() > 30, "{want:?}");
+        assert!(
+            want.contains(&"quic.max_handshakes".to_string()),
+            "{want:?}"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `quichub`: the one binary. Subcommands: `relay`, `pub`, `sub`, `demo`,
-//! `interop-client`. Logic lives in the crates; this file parses arguments.
+//! `interop-client`, the benchmarks, `netem`, `lab`, `completions`. Logic
+//! lives in the crates; this file parses arguments.
 
 mod bench_cmd;
 mod conn_bench;
@@ -9,15 +10,18 @@ mod file_config;
 mod framing;
 mod interop;
 mod mqtt_bench;
+#[cfg(test)]
+mod packaging;
 mod pubsub;
 mod relay_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
     name = "quichub",
     version,
+    propagate_version = true,
     about = "MoQT relay and toolkit for media and IoT over QUIC"
 )]
 struct Cli {
@@ -59,6 +63,23 @@ enum Command {
     /// What connections cost a running relay: memory per idle connection, and
     /// under a flood of handshakes that never complete.
     BenchConn(conn_bench::BenchConnArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    ///
+    /// E.g. `quichub completions bash > /usr/share/bash-completion/completions/quichub`.
+    Completions(CompletionsArgs),
+}
+
+/// `quichub completions`.
+#[derive(clap::Args)]
+struct CompletionsArgs {
+    /// The shell the script is for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+/// Writes the completion script for `shell` to `out`.
+fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    clap_complete::generate(shell, &mut Cli::command(), "quichub", out);
 }
 
 /// Format of the log lines on stderr.
@@ -119,6 +140,10 @@ fn main() -> std::process::ExitCode {
     let command = match cli.command {
         Command::Netem(a) => return exit(quichub_netem::main(a)),
         Command::Lab(a) => return exit(quichub_lab::main(a)),
+        Command::Completions(a) => {
+            completions(a.shell, &mut std::io::stdout());
+            return std::process::ExitCode::SUCCESS;
+        }
         other => other,
     };
     let rt = match cli.threads {
@@ -145,7 +170,9 @@ fn main() -> std::process::ExitCode {
             Command::BenchFanout(a) => fanout_bench::run(a).await.map(|_| 0),
             Command::BenchMqtt(a) => mqtt_bench::run(a).await.map(|_| 0),
             Command::BenchConn(a) => conn_bench::run(a).await.map(|_| 0),
-            Command::Netem(_) | Command::Lab(_) => unreachable!("handled above"),
+            Command::Netem(_) | Command::Lab(_) | Command::Completions(_) => {
+                unreachable!("handled above")
+            }
         }
     });
     match result {
@@ -326,5 +353,63 @@ mod doc_commands {
         }
         assert!(seen > 30, "found only {seen} commands");
         assert!(bad.is_empty(), "{}", bad.join("\n\n"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// `--version` works on every subcommand, not only on `quichub`.
+    #[test]
+    fn every_subcommand_has_version() {
+        let mut cli = Cli::command();
+        cli.build();
+        let names: Vec<String> = cli
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .filter(|name| name != "help")
+            .collect();
+        assert!(names.len() >= 11, "{names:?}");
+        for name in names {
+            let err = Cli::try_parse_from(["quichub", &name, "--version"])
+                .err()
+                .unwrap_or_else(|| panic!("`quichub {name} --version` parsed as a command"));
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::DisplayVersion,
+                "quichub {name} --version: {err}"
+            );
+            assert!(
+                err.to_string().contains(env!("CARGO_PKG_VERSION")),
+                "quichub {name} --version: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn completions_for_every_shell() {
+        use clap::ValueEnum;
+        for shell in clap_complete::Shell::value_variants() {
+            let mut script = Vec::new();
+            completions(*shell, &mut script);
+            let script = String::from_utf8(script).unwrap();
+            for word in ["quichub", "relay", "bench-conn", "ack-frequency"] {
+                assert!(script.contains(word), "{shell}: no {word:?} in\n{script}");
+            }
+        }
+        let args = Cli::try_parse_from(["quichub", "completions", "zsh"]).unwrap();
+        assert!(matches!(
+            args.command,
+            Command::Completions(CompletionsArgs {
+                shell: clap_complete::Shell::Zsh
+            })
+        ));
+        assert!(Cli::try_parse_from(["quichub", "completions", "tcsh"]).is_err());
     }
 }

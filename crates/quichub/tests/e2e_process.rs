@@ -737,3 +737,44 @@ fn demo_is_not_buried_in_relay_logs() {
         out.status
     );
 }
+
+/// `--version` answers on subcommands too (and starts nothing).
+#[test]
+fn version_on_subcommands() {
+    for sub in ["relay", "bench"] {
+        let out = Command::new(BIN).args([sub, "--version"]).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{sub}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            stdout.trim(),
+            format!("quichub-{sub} {}", env!("CARGO_PKG_VERSION"))
+        );
+    }
+}
+
+/// `quichub completions SHELL` prints a completion script.
+#[test]
+fn completions_script() {
+    let out = Command::new(BIN)
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("_quichub()"), "{stdout}");
+    assert!(stdout.contains("relay"), "{stdout}");
+    assert!(stdout.contains("complete -F _quichub"), "{stdout}");
+    let out = Command::new(BIN)
+        .args(["completions", "nosuchshell"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
