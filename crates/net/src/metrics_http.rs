@@ -1,6 +1,9 @@
-//! A minimal HTTP/1.1 server for `GET /metrics` (Prometheus text format).
-//! Hand-written because it answers exactly one route; a web framework would be
-//! most of the binary's dependency tree for ten lines of protocol.
+//! A minimal HTTP/1.1 server for `GET /metrics` (Prometheus text format) and
+//! the probes of orchestrators: `/healthz` (the process serves: 200) and
+//! `/readyz` (200 while it takes new sessions, 503 with the reason while it
+//! drains). Hand-written because it answers three fixed routes; a web
+//! framework would be most of the binary's dependency tree for ten lines of
+//! protocol.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,27 +14,39 @@ use tokio::net::TcpListener;
 
 use crate::tcp_limits::{Acceptor, TcpLimits};
 
+/// Whether the server takes new work: `None` when ready, else why not.
+pub type Readiness = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// Serves `render()` at `/metrics` until the task is dropped, within the
-/// default [`TcpLimits`].
+/// default [`TcpLimits`], always ready.
 pub async fn serve(
     listener: TcpListener,
     render: Arc<dyn Fn() -> String + Send + Sync>,
 ) -> std::io::Result<()> {
     let limits = TcpLimits::default();
     let acceptor = Acceptor::new(listener, limits.metrics_limiter());
-    serve_with(acceptor, render, limits.http_header_timeout()).await
+    serve_with(
+        acceptor,
+        render,
+        Arc::new(|| None),
+        limits.http_header_timeout(),
+    )
+    .await
 }
 
-/// Serves `render()` at `/metrics` on `acceptor` until the task is dropped;
-/// a client has `header_timeout` to send its request head.
+/// Serves `render()` at `/metrics` and `ready()` at `/readyz` on `acceptor`
+/// until the task is dropped; a client has `header_timeout` to send its
+/// request head.
 pub async fn serve_with(
     acceptor: Acceptor,
     render: Arc<dyn Fn() -> String + Send + Sync>,
+    ready: Readiness,
     header_timeout: Duration,
 ) -> std::io::Result<()> {
     loop {
         let (mut sock, _, guard) = acceptor.accept().await;
         let render = render.clone();
+        let ready = ready.clone();
         tokio::spawn(async move {
             let _guard = guard;
             let mut buf = [0u8; 2048];
@@ -55,10 +70,14 @@ pub async fn serve_with(
             }
             let head = String::from_utf8_lossy(&buf[..n]);
             let path = head.split_whitespace().nth(1).unwrap_or("");
-            let (status, body) = if path == "/metrics" {
-                ("200 OK", render())
-            } else {
-                ("404 Not Found", "not found\n".to_string())
+            let (status, body) = match path {
+                "/metrics" => ("200 OK", render()),
+                "/healthz" => ("200 OK", "ok\n".to_string()),
+                "/readyz" => match ready() {
+                    None => ("200 OK", "ready\n".to_string()),
+                    Some(why) => ("503 Service Unavailable", format!("{why}\n")),
+                },
+                _ => ("404 Not Found", "not found\n".to_string()),
             };
             let resp = format!(
                 "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

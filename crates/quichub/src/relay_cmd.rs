@@ -133,6 +133,13 @@ fn metrics_text(relay: &Relay, broker: &Broker, quic: &AdmissionStats) -> String
     relay.metrics.render() + &quic.render() + &broker.metrics.render()
 }
 
+/// `/readyz`: ready until the relay starts draining (SIGTERM), so a load
+/// balancer stops sending new clients before the sessions are told to go.
+fn readiness(relay: &Arc<Relay>) -> quichub_net::metrics_http::Readiness {
+    let shutdown = relay.shutdown_signal();
+    Arc::new(move || (*shutdown.borrow()).then(|| "draining: shutting down".to_string()))
+}
+
 fn addr_or_off(flag: &str, v: &str) -> anyhow::Result<Option<SocketAddr>> {
     if v == "off" {
         return Ok(None);
@@ -365,6 +372,7 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         tokio::spawn(quichub_net::metrics_http::serve_with(
             quichub_net::tcp_limits::Acceptor::new(listener, tcp.metrics_limiter()),
             Arc::new(move || metrics_text(&r, &b, &q)),
+            readiness(&relay),
             tcp.http_header_timeout(),
         ));
         Some(bound)
@@ -488,6 +496,39 @@ mod tests {
             Some(PathBuf::from("/var/state/quichub"))
         );
         assert_eq!(data_dir_from(Some("".into()), None), None);
+    }
+
+    #[tokio::test]
+    async fn healthz_and_readyz() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let relay = Relay::new(Config::default());
+        let listener = quichub_net::metrics_http::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = quichub_net::tcp_limits::TcpLimits::default();
+        tokio::spawn(quichub_net::metrics_http::serve_with(
+            quichub_net::tcp_limits::Acceptor::new(listener, limits.metrics_limiter()),
+            Arc::new(String::new),
+            readiness(&relay),
+            limits.http_header_timeout(),
+        ));
+        let get = |path: &'static str| async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut r = String::new();
+            s.read_to_string(&mut r).await.unwrap();
+            r
+        };
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
+        relay.begin_shutdown();
+        let r = get("/readyz").await;
+        assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+        assert!(r.contains("draining"), "{r}");
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
     }
 
     #[test]
