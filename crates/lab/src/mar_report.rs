@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::mar::{image_size, interarrival_jitter, size_exponent, Protocol, RawRun, RunConfig};
 use crate::report::one_line;
 use crate::stats::{show, spread_of, Spread};
+use crate::studies::CAO_MAR;
 use crate::svg::{line_chart, Series, COLORS};
 use crate::LabArgs;
 
@@ -214,8 +215,8 @@ pub struct MainRow {
 pub struct Output {
     /// Experiment name.
     pub experiment: &'static str,
-    /// Seed reproduced.
-    pub seed: &'static str,
+    /// The study reproduced (citation).
+    pub study: String,
     /// Quick (CI) mode.
     pub quick: bool,
     /// Repetitions requested.
@@ -333,7 +334,7 @@ impl Output {
         }
         Output {
             experiment: "mar",
-            seed: "003",
+            study: CAO_MAR.cite(),
             quick: args.quick,
             reps: args.reps,
             config,
@@ -609,9 +610,11 @@ impl Output {
 
     fn markdown(&self) -> String {
         let mut o = String::new();
+        let _ = writeln!(o, "# lab mar — MAR offloading over six transports\n");
         let _ = writeln!(
             o,
-            "# lab mar — MAR offloading over six transports (seed 003)\n"
+            "Reproduces the measurements of {}: RTT, jitter and throughput of an image request at 30 Hz.\n",
+            self.study
         );
         let _ = writeln!(
             o,
@@ -628,7 +631,7 @@ impl Output {
         let _ = writeln!(o, "## Request sizes\n");
         let _ = writeln!(
             o,
-            "Seed 003 gives two sizes: 151.2 kB at 1152×648 and 4.5 kB at 128×72 (§4, compressed grayscale; \
+            "The paper gives two sizes: 151.2 kB at 1152×648 and 4.5 kB at 128×72 (§4, compressed grayscale; \
              raw 8-bit grayscale would be 746.5 kB and 9.2 kB). Scaling 151.2 kB by pixel count would give \
              1.87 kB at 128×72, not 4.5 kB, so the other sizes are a log-log (power-law) interpolation \
              through the two given points: size = 151.2 kB × (pixels / (1152·648))^b with \
@@ -664,12 +667,12 @@ impl Output {
         let _ = writeln!(
             o,
             "- **RTT**: reply arrival at the client − the request's scheduled send time (the 30 Hz capture instant), \
-             as seed 003 (\"the time between client sending a request and receiving a reply\"); it includes \
+             as the paper (\"the time between client sending a request and receiving a reply\"); it includes \
              queueing in the sender. Per run: the median over answered requests.\n\
              - **lost %**: requests without a reply by the deadline ({} s after the last request): a lost \
              fragment, request or reply, or a reply too late. `sent = answered + lost` in every run.\n\
              - **jitter**: RFC 3550 §6.4.1 interarrival jitter of the requests at the server (client → server, as \
-             seed 003: \"variation in packet delay from client to server\"), J += (|D| − J)/16 over whole requests \
+             the paper: \"variation in packet delay from client to server\"), J += (|D| − J)/16 over whole requests \
              in arrival order, D from scheduled send and arrival times (one clock: both namespaces are on one host); \
              the value at the end of the run.\n\
              - **throughput**: request bytes delivered whole to the server (client → server), Mbit/s, divided by \
@@ -685,7 +688,7 @@ impl Output {
         let _ = writeln!(
             o,
             "Per (link, protocol), over all resolutions of a repetition, then median [min–max] over repetitions. \
-             `RTT ms` is the median of the per-resolution median RTTs (seed 003 reports the median over its \
+             `RTT ms` is the median of the per-resolution median RTTs (the paper reports the median over its \
              resolutions); the next columns are the extremes.\n"
         );
         let _ = writeln!(o, "{}", self.main_table());
@@ -733,32 +736,26 @@ impl Output {
             }
             let _ = writeln!(o, "\n");
         }
-        let _ = writeln!(o, "## Beside the seed\n");
+        let _ = writeln!(o, "## Beside the paper\n");
         let _ = writeln!(
             o,
-            "Seed 003 measured a real 5G testbed (3.5 GHz, 60 MHz), an LTE picocell and an 802.11ac hotspot, \
+            "The paper measured a real 5G testbed (3.5 GHz, 60 MHz), an LTE picocell and an 802.11ac hotspot, \
              Python clients (sockets, pyrtp, ffmpeg-python, aioquic), 10 minutes per protocol and resolution, \
              with a passive probe (Qosium). Our links are emulated from its own RTT and jitter figures (see \
              the link sources), so equal RTTs on the smallest requests mostly confirm the emulation; the \
-             seed's RTT hardly grows with size (≈3 % from largest to smallest on 5G), which at 151.2 kB means \
+             paper's RTT hardly grows with size (≈3 % from largest to smallest on 5G), which at 151.2 kB means \
              its RTT is not a whole-request time or its link was far faster than the emulated one (151.2 kB \
              take {:.1} ms at the 5g profile's 50 Mbit/s uplink).\n",
             151_200.0 * 8.0 / 50e6 * 1e3
         );
-        let seed: [(&str, &str, &str, &str); 5] = [
-            ("5g", "all protocols", "15.56 ± 0.51", "3.11–4.81"),
-            ("5g", "tcp", "15.09 ± 0.26", ""),
-            ("5g", "quic-stream", "16.16 ± 0.24", ""),
-            ("lte", "quic-stream", "28.49 ± 0.32", "0.58–2.48"),
-            ("wifi", "quic-stream", "1.88 ± 0.44", "0.33–0.82"),
-        ];
         let _ = writeln!(
             o,
-            "| link | protocol | seed median RTT ms | ours: RTT ms (median over resolutions) | ours: RTT ms {} | seed jitter range ms | ours: jitter range over protocols ms |",
+            "| link | protocol | paper median RTT ms | ours: RTT ms (median over resolutions) | ours: RTT ms {} | paper jitter range ms | ours: jitter range over protocols ms |",
             self.smallest()
         );
         let _ = writeln!(o, "|---|---|---|---|---|---|---|");
-        for (link, proto, rtt, jit) in seed.iter() {
+        for (link, proto, rtt, pm, jit) in PAPER_RTT.iter() {
+            let rtt = format!("{rtt:.2} ± {pm:.2}");
             let Some(l) = self.links.iter().find(|l| l.name == *link) else {
                 continue;
             };
@@ -802,14 +799,9 @@ impl Output {
         }
         let _ = writeln!(
             o,
-            "\nSeed 003 Table 2 (5G, main location) beside ours on `5g`:\n\n| protocol | resolution | seed RTT ms | ours RTT ms |\n|---|---|---|---|"
+            "\nThe paper's Table 2 (5G, main location) beside ours on `5g`:\n\n| protocol | resolution | paper RTT ms | ours RTT ms |\n|---|---|---|---|"
         );
-        for (proto, res, v) in [
-            ("quic-stream", "1152x648", "16.37"),
-            ("quic-stream", "128x72", "15.79"),
-            ("tcp", "1152x648", "15.27"),
-            ("tcp", "128x72", "14.73"),
-        ] {
+        for (proto, res, v) in PAPER_TABLE2 {
             let ours = self
                 .summary
                 .iter()
@@ -822,7 +814,7 @@ impl Output {
         }
         let _ = writeln!(
             o,
-            "\nSeed 003 on throughput: QUIC 17.5 % above UDP on 5G, 17.9 % on LTE, 57.4 % on Wi-Fi; RTP and UDP \
+            "\nThe paper on throughput: QUIC 17.5 % above UDP on 5G, 17.9 % on LTE, 57.4 % on Wi-Fi; RTP and UDP \
              within 0.003 Mbit/s of each other. Ours (throughput at {}, median):\n",
             self.largest()
         );
@@ -863,5 +855,99 @@ impl Output {
             );
         }
         o
+    }
+}
+
+/// The paper's median RTTs (§4): link, protocol, median ms, ± ms, jitter
+/// range ms ("" where it gives none).
+pub const PAPER_RTT: [(&str, &str, f64, f64, &str); 5] = [
+    ("5g", "all protocols", 15.56, 0.51, "3.11–4.81"),
+    ("5g", "tcp", 15.09, 0.26, ""),
+    ("5g", "quic-stream", 16.16, 0.24, ""),
+    ("lte", "quic-stream", 28.49, 0.32, "0.58–2.48"),
+    ("wifi", "quic-stream", 1.88, 0.44, "0.33–0.82"),
+];
+
+/// The paper's Table 2 (5G, main location): protocol, resolution, RTT ms.
+pub const PAPER_TABLE2: [(&str, &str, f64); 4] = [
+    ("quic-stream", "1152x648", 16.37),
+    ("quic-stream", "128x72", 15.79),
+    ("tcp", "1152x648", 15.27),
+    ("tcp", "128x72", 14.73),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+
+    /// A run with these figures (45 requests).
+    fn rec(link: &str, p: Protocol, res: (u32, u32), lost: u64, rtt: f64, mbps: f64) -> RunRecord {
+        let sent = 45;
+        RunRecord {
+            link: link.into(),
+            protocol: p.label(),
+            resolution: format!("{}x{}", res.0, res.1),
+            size: image_size(res.0, res.1),
+            rep: 0,
+            error: None,
+            t0_us: 0,
+            sent,
+            answered: sent - lost,
+            lost,
+            server_received: sent - lost,
+            rtt_p50_ms: Some(rtt),
+            rtt_p99_ms: Some(rtt),
+            jitter_ms: Some(1.0),
+            throughput_mbps: mbps,
+            rtt_ms: Vec::new(),
+        }
+    }
+
+    /// Quick links (5g, 5g-loss1) and resolutions (1152x648, 128x72);
+    /// `f(link, protocol, resolution)` gives (lost of 45, RTT ms, Mbit/s).
+    fn output(f: impl Fn(&str, Protocol, (u32, u32)) -> (u64, f64, f64)) -> Output {
+        let args = Cli::try_parse_from(["lab", "--quick", "--reps", "1", "mar"])
+            .unwrap()
+            .lab;
+        let crate::Experiment::Mar(m) = &args.experiment else {
+            panic!("mar")
+        };
+        let links = crate::mar_links(&args, m).unwrap();
+        let res = crate::mar_resolutions(&args, m).unwrap();
+        let cfg = RunConfig {
+            duration: std::time::Duration::from_millis(1500),
+            drain: std::time::Duration::from_millis(750),
+            rate_hz: crate::mar::REQUEST_HZ,
+            reply_size: crate::mar::REPLY_SIZE,
+            udp_payload: crate::mar::UDP_PAYLOAD,
+        };
+        let mut runs = Vec::new();
+        for l in &links {
+            for p in Protocol::ALL {
+                for &r in &res {
+                    let (lost, rtt, mbps) = f(&l.name, p, r);
+                    runs.push(rec(&l.name, p, r, lost, rtt, mbps));
+                }
+            }
+        }
+        Output::new(&args, cfg, links, res, runs)
+    }
+
+    #[test]
+    fn report_cites_the_paper_not_a_seed_number() {
+        let o = output(|_, _, _| (0, 16.0, 36.0));
+        let md = o.markdown();
+        assert!(md.contains(&CAO_MAR.cite()), "{md}");
+        assert!(!md.to_lowercase().contains("seed"), "{md}");
+        let json = serde_json::to_value(&o).unwrap();
+        assert!(json.get("seed").is_none());
+        assert_eq!(json["study"], CAO_MAR.cite());
     }
 }
