@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::imu::{Mode, RunConfig, SENSORS};
 use crate::stats::{show, spread_of, SensorRun, Spread, LATENCY_BIN_S};
 use crate::studies::SENGUPTA_2025;
-use crate::svg::{line_chart, Series, COLORS};
+use crate::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
 use crate::LabArgs;
 
 /// One run of one mode on one link.
@@ -304,51 +304,40 @@ impl Output {
     }
 
     fn latency_chart(&self) -> String {
-        // p99 per mode (x = mode index) is clearer as a table; plot p50/p99
-        // of each sensor across modes as points joined by lines.
+        // Modes are categories: one band per mode, a marker per (link, sensor).
         let mut series = Vec::new();
-        let mut i = 0;
         for link in &self.links {
             for sensor in SENSORS {
-                let rows: Vec<&SummaryRow> = Mode::ALL
+                let values = Mode::ALL
                     .iter()
-                    .filter_map(|m| {
-                        self.summary.iter().find(|r| {
-                            r.link == link.name && r.mode == m.label() && r.sensor == sensor
-                        })
+                    .map(|m| {
+                        self.summary
+                            .iter()
+                            .find(|r| {
+                                r.link == link.name && r.mode == m.label() && r.sensor == sensor
+                            })
+                            .and_then(|r| r.p99_ms)
+                            .map(|s| (s.median, s.min, s.max))
                     })
                     .collect();
-                series.push(Series {
+                series.push(CatSeries {
                     label: format!("{} {} p99", link.name, sensor),
-                    color: COLORS[i % COLORS.len()].to_string(),
-                    dashed: sensor == "gyro",
-                    points: rows
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(x, r)| r.p99_ms.map(|s| (x as f64 + 1.0, s.median)))
-                        .collect(),
-                    band: rows
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(x, r)| r.p99_ms.map(|s| (x as f64 + 1.0, s.min, s.max)))
-                        .collect(),
+                    color: COLORS[series.len() % COLORS.len()].to_string(),
+                    hollow: sensor == "gyro",
+                    values,
                 });
-                i += 1;
             }
         }
-        let modes: Vec<String> = Mode::ALL
-            .iter()
-            .enumerate()
-            .map(|(i, m)| format!("{}={}", i + 1, m.label()))
-            .collect();
-        line_chart(
+        let modes: Vec<String> = Mode::ALL.iter().map(|m| m.label().to_string()).collect();
+        category_chart(
             "IMU latency p99 per sensor and mode",
             &format!(
-                "{}\n{}; median, min–max band",
+                "{}\n{}; marker: median, whisker: min–max over repetitions",
                 self.link_names(),
                 self.how()
             ),
-            &format!("mode ({})", modes.join(", ")),
+            "mode",
+            &modes,
             "p99 latency, ms",
             &series,
         )
@@ -662,5 +651,18 @@ mod tests {
         let json = serde_json::to_value(&o).unwrap();
         assert!(json.get("seed").is_none());
         assert_eq!(json["study"], SENGUPTA_2025.cite());
+    }
+
+    #[test]
+    fn latency_chart_draws_modes_as_categories() {
+        let svg = output().latency_chart();
+        for m in Mode::ALL {
+            let label = format!(">{}</text>", m.label());
+            assert_eq!(svg.matches(&label).count(), 1, "{label} in {svg}");
+        }
+        assert!(
+            !svg.contains("=quic-single"),
+            "no numeric stand-ins for modes"
+        );
     }
 }
