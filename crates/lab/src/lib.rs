@@ -9,6 +9,7 @@
 //! tables, and SVG plots, and prints its main table.
 #![warn(missing_docs)]
 
+pub mod differs;
 pub mod imu;
 pub mod mar;
 pub mod mar_report;

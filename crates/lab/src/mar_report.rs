@@ -838,8 +838,10 @@ impl Output {
             };
             let _ = writeln!(o, "| {} | {} | {} | {} | {rel} |", l.name, f(u), f(r), f(q));
         }
+        let _ = writeln!(o);
+        o.push_str(&crate::differs::section(&self.differences()));
         let failed: Vec<&RunRecord> = self.runs.iter().filter(|r| r.error.is_some()).collect();
-        let _ = writeln!(o, "\n## Failed runs\n");
+        let _ = writeln!(o, "## Failed runs\n");
         if failed.is_empty() {
             let _ = writeln!(o, "None.");
         }
@@ -875,6 +877,208 @@ pub const PAPER_TABLE2: [(&str, &str, f64); 4] = [
     ("tcp", "1152x648", 15.27),
     ("tcp", "128x72", 14.73),
 ];
+
+/// The paper's throughput of QUIC above UDP, percent, per link (§4).
+pub const PAPER_QUIC_OVER_UDP_PCT: [(&str, f64); 3] = [("5g", 17.5), ("lte", 17.9), ("wifi", 57.4)];
+
+impl Output {
+    /// Offered load of a resolution, bit/s.
+    fn offered_bps(&self, resolution: &str) -> Option<f64> {
+        self.resolutions
+            .iter()
+            .find(|r| r.0 == resolution)
+            .map(|r| r.1 as f64 * 8.0 * self.config.rate_hz)
+    }
+
+    /// Resolutions whose offered load is above `link`'s uplink rate.
+    fn overloaded(&self, link: &Profile) -> Vec<&str> {
+        let Some(rate) = link.up.rate_bps else {
+            return Vec::new();
+        };
+        self.resolutions
+            .iter()
+            .filter(|(n, _)| self.offered_bps(n).is_some_and(|o| o > rate as f64))
+            .map(|(n, _)| n.as_str())
+            .collect()
+    }
+
+    fn summary_row(&self, link: &str, proto: &str, res: &str) -> Option<&SummaryRow> {
+        self.summary
+            .iter()
+            .find(|r| r.link == link && r.protocol == proto && r.resolution == res)
+    }
+
+    /// Every figure the paper also gives, with what explains a difference.
+    pub fn differences(&self) -> Vec<crate::differs::Cell> {
+        use crate::differs::{Cell, Rule, RATIO};
+        let mut cells = Vec::new();
+        let smallest = self.smallest().to_string();
+        // RTT: explained by request size when our smallest request's RTT is
+        // close to the paper's figure, by overload when the link is overloaded.
+        let rtt_why = |link: &Profile, paper: f64, ours_small: Option<f64>| -> Option<String> {
+            let over = self.overloaded(link);
+            if !over.is_empty() {
+                return Some(format!(
+                    "On `{}` the offered load is above the {:.2} Mbit/s uplink at {}: requests queue in the sender, \
+                     so the RTT grows without bound over a run.",
+                    link.name,
+                    link.up.rate_bps.unwrap_or(0) as f64 / 1e6,
+                    over.join(", ")
+                ));
+            }
+            let small = ours_small?;
+            (small / paper <= RATIO && paper / small <= RATIO).then(|| {
+                format!(
+                    "Our RTT includes sending the whole request at the emulated uplink rate (151.2 kB take {:.1} ms \
+                     at 50 Mbit/s) and queueing behind earlier requests; at the smallest request ({smallest}) ours is \
+                     within ×{RATIO} of the paper's figure. The paper's RTT hardly grows with request size, so it \
+                     is not a whole-request time or its link was far faster than the emulated one.",
+                    151_200.0 * 8.0 / 50e6 * 1e3
+                )
+            })
+        };
+        for (link, proto, paper, _, _) in PAPER_RTT {
+            let Some(l) = self.links.iter().find(|l| l.name == link) else {
+                continue;
+            };
+            let rows: Vec<&MainRow> = self
+                .main
+                .iter()
+                .filter(|r| r.link == link && (proto == "all protocols" || r.protocol == proto))
+                .collect();
+            let med = |f: fn(&MainRow) -> Option<Spread>| {
+                spread_of(rows.iter().filter_map(|r| f(r).map(|s| s.median))).map(|s| s.median)
+            };
+            let Some(ours) = med(|r| r.rtt_ms) else {
+                continue;
+            };
+            cells.push(Cell {
+                what: format!("`{link}`, {proto}: median RTT over resolutions"),
+                paper,
+                ours,
+                unit: "ms",
+                rule: Rule::Ratio,
+                explanation: rtt_why(l, paper, med(|r| r.rtt_smallest_ms)),
+                hint: None,
+            });
+        }
+        if let Some(l) = self.links.iter().find(|l| l.name == "5g") {
+            for (proto, res, paper) in PAPER_TABLE2 {
+                let Some(ours) = self
+                    .summary_row("5g", proto, res)
+                    .and_then(|r| r.rtt_p50_ms)
+                else {
+                    continue;
+                };
+                let small = self
+                    .summary_row("5g", proto, &smallest)
+                    .and_then(|r| r.rtt_p50_ms)
+                    .map(|s| s.median);
+                cells.push(Cell {
+                    what: format!("`5g`, {proto}, {res}: median RTT (Table 2)"),
+                    paper,
+                    ours: ours.median,
+                    unit: "ms",
+                    rule: Rule::Ratio,
+                    explanation: rtt_why(l, paper, small),
+                    hint: None,
+                });
+            }
+        }
+        let largest = self.largest().to_string();
+        for (link, paper) in PAPER_QUIC_OVER_UDP_PCT {
+            let t = |p: &str| {
+                self.main
+                    .iter()
+                    .find(|r| r.link == link && r.protocol == p)
+                    .and_then(|r| r.throughput_largest_mbps)
+                    .map(|s| s.median)
+            };
+            let (Some(u), Some(q)) = (t("udp"), t("quic-stream")) else {
+                continue;
+            };
+            if u <= 0.0 {
+                continue;
+            }
+            let offered = self.offered_bps(&largest).unwrap_or(f64::INFINITY) / 1e6;
+            let both_carry = u >= 0.95 * offered && q >= 0.95 * offered;
+            cells.push(Cell {
+                what: format!("`{link}`: quic-stream throughput above udp at {largest}"),
+                paper,
+                ours: 100.0 * (q - u) / u,
+                unit: "%",
+                rule: Rule::Points,
+                explanation: both_carry.then(|| {
+                    format!(
+                        "Both of ours carry the whole offered load ({offered:.2} Mbit/s at {largest}), so they cannot \
+                         differ; the paper does not say why its QUIC carried more than its UDP."
+                    )
+                }),
+                hint: None,
+            });
+        }
+        // Lost requests of the reliable transports: the paper reports none.
+        for l in &self.links {
+            let over = self.overloaded(l);
+            for proto in ["tcp", "quic-stream"] {
+                for (res, _) in &self.resolutions {
+                    let Some(ours) = self
+                        .summary_row(&l.name, proto, res)
+                        .and_then(|r| r.lost_pct)
+                    else {
+                        continue;
+                    };
+                    let explanation = if over.contains(&res.as_str()) {
+                        Some(format!(
+                            "At {res} the offered load ({:.2} Mbit/s) is above the `{}` uplink's {:.2} Mbit/s: \
+                             requests queue in the sender and miss the deadline ({} s after the last request).",
+                            self.offered_bps(res).unwrap_or(0.0) / 1e6,
+                            l.name,
+                            l.up.rate_bps.unwrap_or(0) as f64 / 1e6,
+                            self.config.drain.as_secs_f64()
+                        ))
+                    } else {
+                        None
+                    };
+                    let mut what = format!(
+                        "`{}`, {proto}, {res}: lost requests (paper: none reported)",
+                        l.name
+                    );
+                    let mut hint = None;
+                    if explanation.is_none() && proto == "quic-stream" {
+                        if let Some(tcp) = self
+                            .summary_row(&l.name, "tcp", res)
+                            .and_then(|r| r.lost_pct)
+                        {
+                            what.push_str(&format!("; tcp here: {:.1} %", tcp.median));
+                        }
+                        if l.up.loss > 0.0 || l.down.loss > 0.0 {
+                            hint = Some(format!(
+                                "Not yet established why quic-stream misses the deadline ({} s after the last request) \
+                                 on a lossy link where tcp does not. Candidates, untested: quinn's congestion \
+                                 controller cutting its window on every random loss and so sending below the offered \
+                                 load, where Linux TCP's recovery (SACK, RACK, PRR) keeps up; and quinn sending the \
+                                 concurrent request streams round-robin, so once requests queue, every one is \
+                                 partly sent and few complete by the deadline, where TCP completes them in order.",
+                                self.config.drain.as_secs_f64()
+                            ));
+                        }
+                    }
+                    cells.push(Cell {
+                        what,
+                        paper: 0.0,
+                        ours: ours.median,
+                        unit: "%",
+                        rule: Rule::Points,
+                        explanation,
+                        hint,
+                    });
+                }
+            }
+        }
+        cells
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -949,5 +1153,79 @@ mod tests {
         let json = serde_json::to_value(&o).unwrap();
         assert!(json.get("seed").is_none());
         assert_eq!(json["study"], CAO_MAR.cite());
+    }
+
+    /// Figures like the paper's: no section.
+    #[test]
+    fn no_section_when_figures_agree() {
+        let md = output(|_, _, _| (0, 16.0, 36.0)).markdown();
+        assert!(!md.contains("Differs from the paper"), "{md}");
+    }
+
+    /// Figures like the 20261122 run: RTT ×3 at 1152x648 (size), QUIC losing
+    /// 40 of 45 large requests on the lossy link while TCP loses none.
+    #[test]
+    fn section_lists_sharp_differences_with_their_explanation() {
+        let o = output(|link, p, (w, _)| {
+            let large = w == 1152;
+            let rtt = if large { 50.0 } else { 24.0 };
+            if link == "5g-loss1" && p == Protocol::QuicStream && large {
+                (40, 280.0, 4.2)
+            } else {
+                (0, rtt, if large { 36.0 } else { 1.0 })
+            }
+        });
+        let md = o.markdown();
+        let at = md.find("## Differs from the paper").expect("section");
+        let s = &md[at..md.find("## Failed runs").unwrap()];
+        // Table 2 cell, explained by request size.
+        let row = s
+            .lines()
+            .find(|l| l.starts_with("| `5g`, quic-stream, 1152x648: median RTT (Table 2)"))
+            .unwrap_or_else(|| panic!("Table 2 cell in {s}"));
+        assert!(row.contains("| 16.37 ms | 50.00 ms | note "), "{row}");
+        assert!(
+            s.contains("Our RTT includes sending the whole request"),
+            "{s}"
+        );
+        // 128x72 agrees (24 vs 15.79: within ×2): not listed.
+        assert!(!s.contains("quic-stream, 128x72: median RTT"), "{s}");
+        // QUIC's loss on the lossy link: both figures, not yet understood.
+        let row = s
+            .lines()
+            .find(|l| l.starts_with("| `5g-loss1`, quic-stream, 1152x648: lost requests"))
+            .unwrap_or_else(|| panic!("loss cell in {s}"));
+        assert!(row.contains("tcp here: 0.0 %"), "{row}");
+        assert!(
+            row.contains("| 0.00 % | 88.89 % | not yet understood (note "),
+            "{row}"
+        );
+        assert!(
+            s.contains("Not yet established why quic-stream misses the deadline"),
+            "{s}"
+        );
+        // TCP lost nothing: not listed.
+        assert!(!s.contains("tcp, 1152x648: lost"), "{s}");
+    }
+
+    #[test]
+    fn overload_explains_loss_and_rtt() {
+        let mut o = output(|_, p, (w, _)| {
+            if p == Protocol::Tcp && w == 1152 {
+                (30, 900.0, 8.0)
+            } else {
+                (0, 16.0, 36.0)
+            }
+        });
+        // An uplink below the 1152x648 offered load (36.3 Mbit/s).
+        o.links[0].up.rate_bps = Some(20_000_000);
+        let cells = o.differences();
+        let c = cells
+            .iter()
+            .find(|c| c.what.starts_with("`5g`, tcp, 1152x648: lost requests"))
+            .unwrap();
+        assert!(c.differs());
+        let e = c.explanation.as_deref().unwrap();
+        assert!(e.contains("above the `5g` uplink's 20.00 Mbit/s"), "{e}");
     }
 }
