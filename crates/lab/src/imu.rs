@@ -1,4 +1,5 @@
-//! Experiment `imu` (seed 000): two IMU sensors (accelerometer, gyroscope)
+//! Experiment `imu` (Sengupta 2025, *Streaming over QUIC: Applications in
+//! Media and IoT*): two IMU sensors (accelerometer, gyroscope)
 //! stream timestamped samples to a receiver across an emulated link, over
 //! QUIC/MoQT in three stream layouts and over TCP.
 //!
@@ -622,7 +623,7 @@ fn bounded_writer(
     })
 }
 
-/// The seed's scheduler: at each decision point, among the sensors with a
+/// The paper's scheduler: at each decision point, among the sensors with a
 /// sample waiting and room on their stream, send the one with the least
 /// bytes sent per unit of weight. Per-sensor writers hold at most two
 /// samples, so a stream that the transport holds back stops being picked

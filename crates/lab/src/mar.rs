@@ -1,4 +1,4 @@
-//! Experiment `mar` (seed 003, Cao et al., *Evaluating Transport Protocols
+//! Experiment `mar` (Cao et al., *Evaluating Transport Protocols
 //! on 5G for Mobile Augmented Reality*): a client sends one grayscale image
 //! (an object-recognition request) at 30 Hz and the server answers each with
 //! a small result, over six transports.
@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::rt::{runtime, step, STEP};
 
-/// Seed 003 Table 1: the nine image resolutions (16:9, multiples of 8).
+/// Cao et al. Table 1: the nine image resolutions (16:9, multiples of 8).
 pub const RESOLUTIONS: [(u32, u32); 9] = [
     (1152, 648),
     (1024, 576),
@@ -54,12 +54,12 @@ pub const RESOLUTIONS: [(u32, u32); 9] = [
     (128, 72),
 ];
 
-/// Seed 003 §4: 1152×648 "with file size 151.2kB".
-pub const SEED_LARGE_BYTES: f64 = 151_200.0;
-/// Seed 003 §4: "128 × 72 at 4.5 kB".
-pub const SEED_SMALL_BYTES: f64 = 4_500.0;
+/// Cao et al. §4: 1152×648 "with file size 151.2kB".
+pub const PAPER_LARGE_BYTES: f64 = 151_200.0;
+/// Cao et al. §4: "128 × 72 at 4.5 kB".
+pub const PAPER_SMALL_BYTES: f64 = 4_500.0;
 
-/// Seed 003 Table 1: requests per second.
+/// Cao et al. Table 1: requests per second.
 pub const REQUEST_HZ: f64 = 30.0;
 
 /// Size of the server's reply (the recognition result).
@@ -72,17 +72,17 @@ fn pixels(w: u32, h: u32) -> f64 {
     w as f64 * h as f64
 }
 
-/// Exponent `b` of the power law `size = a · pixels^b` through the seed's
+/// Exponent `b` of the power law `size = a · pixels^b` through the paper's
 /// two given sizes (log-log interpolation): about 0.80.
 pub fn size_exponent() -> f64 {
-    (SEED_LARGE_BYTES / SEED_SMALL_BYTES).ln() / (pixels(1152, 648) / pixels(128, 72)).ln()
+    (PAPER_LARGE_BYTES / PAPER_SMALL_BYTES).ln() / (pixels(1152, 648) / pixels(128, 72)).ln()
 }
 
-/// Request size in bytes for a resolution: the seed's sizes at 1152×648 and
+/// Request size in bytes for a resolution: the paper's sizes at 1152×648 and
 /// 128×72, a log-log (power-law) interpolation through them elsewhere.
 pub fn image_size(w: u32, h: u32) -> usize {
     let r = pixels(w, h) / pixels(1152, 648);
-    (SEED_LARGE_BYTES * r.powf(size_exponent())).round() as usize
+    (PAPER_LARGE_BYTES * r.powf(size_exponent())).round() as usize
 }
 
 /// The transports compared.
@@ -1085,7 +1085,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_interpolate_the_seeds_two_points() {
+    fn sizes_interpolate_the_papers_two_points() {
         assert_eq!(image_size(1152, 648), 151_200);
         assert_eq!(image_size(128, 72), 4_500);
         let sizes: Vec<usize> = RESOLUTIONS.iter().map(|&(w, h)| image_size(w, h)).collect();

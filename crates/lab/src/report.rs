@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use crate::imu::{Mode, RunConfig, SENSORS};
 use crate::stats::{show, spread_of, SensorRun, Spread, LATENCY_BIN_S};
-use crate::svg::{line_chart, Series, COLORS};
+use crate::studies::SENGUPTA_2025;
+use crate::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
 use crate::LabArgs;
 
 /// One run of one mode on one link.
@@ -85,8 +86,8 @@ pub struct SummaryRow {
 pub struct Output {
     /// Experiment name.
     pub experiment: &'static str,
-    /// Seed reproduced.
-    pub seed: &'static str,
+    /// The study reproduced (citation).
+    pub study: String,
     /// Quick (CI) mode.
     pub quick: bool,
     /// Repetitions requested.
@@ -171,7 +172,7 @@ impl Output {
         }
         Output {
             experiment: "imu",
-            seed: "000",
+            study: SENGUPTA_2025.cite(),
             quick: args.quick,
             reps: args.reps,
             config,
@@ -303,51 +304,40 @@ impl Output {
     }
 
     fn latency_chart(&self) -> String {
-        // p99 per mode (x = mode index) is clearer as a table; plot p50/p99
-        // of each sensor across modes as points joined by lines.
+        // Modes are categories: one band per mode, a marker per (link, sensor).
         let mut series = Vec::new();
-        let mut i = 0;
         for link in &self.links {
             for sensor in SENSORS {
-                let rows: Vec<&SummaryRow> = Mode::ALL
+                let values = Mode::ALL
                     .iter()
-                    .filter_map(|m| {
-                        self.summary.iter().find(|r| {
-                            r.link == link.name && r.mode == m.label() && r.sensor == sensor
-                        })
+                    .map(|m| {
+                        self.summary
+                            .iter()
+                            .find(|r| {
+                                r.link == link.name && r.mode == m.label() && r.sensor == sensor
+                            })
+                            .and_then(|r| r.p99_ms)
+                            .map(|s| (s.median, s.min, s.max))
                     })
                     .collect();
-                series.push(Series {
+                series.push(CatSeries {
                     label: format!("{} {} p99", link.name, sensor),
-                    color: COLORS[i % COLORS.len()].to_string(),
-                    dashed: sensor == "gyro",
-                    points: rows
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(x, r)| r.p99_ms.map(|s| (x as f64 + 1.0, s.median)))
-                        .collect(),
-                    band: rows
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(x, r)| r.p99_ms.map(|s| (x as f64 + 1.0, s.min, s.max)))
-                        .collect(),
+                    color: COLORS[series.len() % COLORS.len()].to_string(),
+                    hollow: sensor == "gyro",
+                    values,
                 });
-                i += 1;
             }
         }
-        let modes: Vec<String> = Mode::ALL
-            .iter()
-            .enumerate()
-            .map(|(i, m)| format!("{}={}", i + 1, m.label()))
-            .collect();
-        line_chart(
+        let modes: Vec<String> = Mode::ALL.iter().map(|m| m.label().to_string()).collect();
+        category_chart(
             "IMU latency p99 per sensor and mode",
             &format!(
-                "{}\n{}; median, min–max band",
+                "{}\n{}; marker: median, whisker: min–max over repetitions",
                 self.link_names(),
                 self.how()
             ),
-            &format!("mode ({})", modes.join(", ")),
+            "mode",
+            &modes,
             "p99 latency, ms",
             &series,
         )
@@ -375,14 +365,19 @@ impl Output {
             )?;
         }
         w("latency-p99.svg", self.latency_chart())?;
-        w("seed-000.svg", seed_chart())?;
+        w("paper-tables-3-6.svg", paper_chart())?;
         w("report.md", self.markdown())?;
         Ok(())
     }
 
     fn markdown(&self) -> String {
         let mut o = String::new();
-        let _ = writeln!(o, "# lab imu — IMU data streaming over QUIC (seed 000)\n");
+        let _ = writeln!(o, "# lab imu — IMU data streaming over QUIC\n");
+        let _ = writeln!(
+            o,
+            "Reproduces the IMU sensor experiment of {} (its Tables 3–7).\n",
+            self.study
+        );
         let _ = writeln!(
             o,
             "Two sensors (accel, gyro) each generate {} samples/s of {} B (send timestamp, sequence, sensor, 3 axes) for {} s; \
@@ -402,7 +397,7 @@ impl Output {
         let _ = writeln!(
             o,
             "- `quic-weighted`: per-sensor streams, accel at Publisher Priority 32 and gyro at 224 (QUIC stream priorities), \
-             fed by the seed's bytes-sent weighted scheduler with weights accel:gyro = {}:{}.",
+             fed by the paper's bytes-sent weighted scheduler with weights accel:gyro = {}:{}.",
             self.config.weights[0], self.config.weights[1]
         );
         let _ = writeln!(
@@ -428,7 +423,7 @@ impl Output {
         let _ = writeln!(o, "{}", self.main_table());
         let _ = writeln!(
             o,
-            "## Messages per second over time (seed Tables 3–6 metric)\n"
+            "## Messages per second over time (the paper's Tables 3–6 metric)\n"
         );
         for link in &self.links {
             let _ = writeln!(
@@ -464,22 +459,22 @@ impl Output {
             );
         }
         let _ = writeln!(o, "![latency](latency-p99.svg)\n");
-        let _ = writeln!(o, "## Beside the seed (Table 7)\n");
+        let _ = writeln!(o, "## Beside the paper (Table 7)\n");
         let _ = writeln!(
             o,
-            "The seed streamed from a device to an Azure VM over the Internet (Python aioquic / sockets), 45 s per mode, \
+            "The paper streamed from a device to an Azure VM over the Internet (Python aioquic / sockets), 45 s per mode, \
              one run each, and reports the cumulative average rate. Its sender's rate is not stated, so its numbers are \
              the throughput of that stack; ours are delivered rates of sensors at a fixed {} Hz, so on a clean link every \
              mode should deliver the generated rate and the differences show up on the constrained link.\n",
             self.config.rate_hz
         );
-        let _ = write!(o, "| session type | seed accel | seed gyro |");
+        let _ = write!(o, "| session type | paper accel | paper gyro |");
         for l in &self.links {
             let _ = write!(o, " ours accel ({0}) | ours gyro ({0}) |", l.name);
         }
         let _ = writeln!(o);
         let _ = writeln!(o, "|---|---|---|{}", "---|---|".repeat(self.links.len()));
-        for (i, (name, a, g)) in SEED_TABLE7.iter().enumerate() {
+        for (i, (name, a, g)) in PAPER_TABLE7.iter().enumerate() {
             let mode = Mode::ALL[i].label();
             let _ = write!(o, "| {name} (`{mode}`) | {a:.2} | {g:.2} |");
             for l in &self.links {
@@ -497,7 +492,11 @@ impl Output {
             }
             let _ = writeln!(o);
         }
-        let _ = writeln!(o, "\n![seed 000 Tables 3–6](seed-000.svg)\n");
+        let _ = writeln!(
+            o,
+            "\n![{} Tables 3–6](paper-tables-3-6.svg)\n",
+            SENGUPTA_2025.short
+        );
         let failed: Vec<&RunRecord> = self.runs.iter().filter(|r| r.error.is_some()).collect();
         let _ = writeln!(o, "## Failed runs\n");
         if failed.is_empty() {
@@ -517,16 +516,16 @@ impl Output {
     }
 }
 
-/// Seed 000 Table 7: session type, accel, gyro msgs/s.
-pub const SEED_TABLE7: [(&str, f64, f64); 4] = [
+/// Sengupta 2025, Table 7: session type, accel, gyro msgs/s.
+pub const PAPER_TABLE7: [(&str, f64, f64); 4] = [
     ("QUIC - Single Stream", 240.73, 240.73),
     ("QUIC - No Priority", 364.72, 364.72),
     ("QUIC - Prioritized", 395.54, 395.53),
     ("TCP", 340.50, 340.46),
 ];
 
-/// Seed 000 Tables 3–6: (time s, accel msgs/s) per mode (gyro is within 0.3).
-pub const SEED_SERIES: [(&str, [(f64, f64); 9]); 4] = [
+/// Sengupta 2025, Tables 3–6: (time s, accel msgs/s) per mode (gyro is within 0.3).
+pub const PAPER_SERIES: [(&str, [(f64, f64); 9]); 4] = [
     (
         "QUIC single stream (Table 3)",
         [
@@ -585,8 +584,8 @@ pub const SEED_SERIES: [(&str, [(f64, f64); 9]); 4] = [
     ),
 ];
 
-fn seed_chart() -> String {
-    let series: Vec<Series> = SEED_SERIES
+fn paper_chart() -> String {
+    let series: Vec<Series> = PAPER_SERIES
         .iter()
         .enumerate()
         .map(|(i, (name, pts))| Series {
@@ -598,10 +597,72 @@ fn seed_chart() -> String {
         })
         .collect();
     line_chart(
-        "Seed 000: accelerometer msgs/s over time (cumulative average)",
-        "as published: device → Azure West US over the Internet, aioquic/TCP sockets, 45 s, 1 run per mode (no spread given)",
+        &format!(
+            "{}, Tables 3–6: accelerometer msgs/s over time (cumulative average)",
+            SENGUPTA_2025.short
+        ),
+        &format!(
+            "{}\nas published: device → Azure West US over the Internet, aioquic/TCP sockets, 45 s, 1 run per mode (no spread given)",
+            SENGUPTA_2025.cite()
+        ),
         "seconds",
         "messages/s",
         &series,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+
+    fn output() -> Output {
+        let args = Cli::try_parse_from(["lab", "imu"]).unwrap().lab;
+        let crate::Experiment::Imu(imu) = &args.experiment else {
+            panic!("imu")
+        };
+        let cfg = RunConfig {
+            duration: std::time::Duration::from_secs(2),
+            drain: std::time::Duration::from_secs(1),
+            rate_hz: 500,
+            payload: 64,
+            weights: [3, 1],
+        };
+        let links = crate::imu_links(imu).unwrap();
+        Output::new(&args, cfg, links, Vec::new())
+    }
+
+    #[test]
+    fn report_cites_the_paper_not_a_seed_number() {
+        let o = output();
+        let md = o.markdown();
+        assert!(!md.to_lowercase().contains("seed"), "{md}");
+        assert!(md.contains(&SENGUPTA_2025.cite()), "{md}");
+        assert!(md.contains("](paper-tables-3-6.svg)"), "{md}");
+        let chart = paper_chart();
+        assert!(!chart.to_lowercase().contains("seed"), "{chart}");
+        assert!(chart.contains("A. Sengupta"), "{chart}");
+        let json = serde_json::to_value(&o).unwrap();
+        assert!(json.get("seed").is_none());
+        assert_eq!(json["study"], SENGUPTA_2025.cite());
+    }
+
+    #[test]
+    fn latency_chart_draws_modes_as_categories() {
+        let svg = output().latency_chart();
+        for m in Mode::ALL {
+            let label = format!(">{}</text>", m.label());
+            assert_eq!(svg.matches(&label).count(), 1, "{label} in {svg}");
+        }
+        assert!(
+            !svg.contains("=quic-single"),
+            "no numeric stand-ins for modes"
+        );
+    }
 }

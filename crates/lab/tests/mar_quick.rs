@@ -51,7 +51,7 @@ fn mar_quick_structure() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("| link | protocol | reps |"), "main table");
-    assert!(report.contains("## Beside the seed"), "seed comparison");
+    assert!(report.contains("## Beside the paper"), "paper comparison");
     for l in &links {
         for f in ["rtt", "jitter", "throughput", "lost"] {
             assert!(dir.join(format!("{f}-{l}.svg")).exists(), "{f}-{l}.svg");

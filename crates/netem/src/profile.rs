@@ -3,15 +3,15 @@
 //! Directions are named from the client's side: **up** is client → server
 //! (the device's uplink), **down** is server → client.
 //!
-//! Every number below says where it comes from. "Seed 002" is *A Pure HTTP/3
-//! Alternative to MQTT-over-QUIC in Resource-Constrained IoT* and "seed 003"
-//! is Cao et al., *Evaluating Transport Protocols on 5G for Mobile Augmented
-//! Reality* (both in `shared/seeds/`).
+//! Every number below says where it comes from. "The Drift paper" is *A Pure
+//! HTTP/3 Alternative to MQTT-over-QUIC in Resource-Constrained IoT* and
+//! "Cao et al." is J. Cao, X. Su, B. Finley, P. Zhou, P. Hui, *Evaluating
+//! Transport Protocols on 5G for Mobile Augmented Reality*.
 //!
 //! Conventions shared by all profiles:
 //! - the RTT is split evenly: each direction gets `delay = RTT / 2`, as
-//!   seed 002 §V does with NetEm ("half the RTT value" on each side);
-//! - seed 003 reports *jitter* as the mean variation of the client→server
+//!   the Drift paper §V does with NetEm ("half the RTT value" on each side);
+//! - Cao et al. report *jitter* as the mean variation of the client→server
 //!   delay (§4, "Jitter in 5G vs LTE & WiFi", the mid-point of the reported
 //!   range is used). The emulator draws each packet's delay uniformly from
 //!   `delay ± h`; for that distribution the mean absolute difference between
@@ -115,9 +115,9 @@ impl Profile {
 
     /// NB-IoT: uplink 159 kbit/s, downlink 127 kbit/s, RTT 2 s.
     ///
-    /// Source: seed 002 Table IV (NB-IoT second-generation parameters, after
-    /// Zayas & Merino, ICC Workshops 2017), split per direction as in seed 002
-    /// §V. Seed 002 §VI-A2 also applies uniform random loss "within the
+    /// Source: the Drift paper, Table IV (NB-IoT second-generation parameters,
+    /// after Zayas & Merino, ICC Workshops 2017), split per direction as in its
+    /// §V. Its §VI-A2 also applies uniform random loss "within the
     /// typical bounds for NB-IoT" without giving a number, so no loss is set
     /// here (add `--loss`).
     pub fn nb_iot() -> Profile {
@@ -126,17 +126,17 @@ impl Profile {
             name: "nb-iot".into(),
             up: direction(rtt, Duration::ZERO, 159_000),
             down: direction(rtt, Duration::ZERO, 127_000),
-            source: "seed 002 Table IV (uplink 159 kbit/s, downlink 127 kbit/s, RTT 2 s), split as in seed 002 §V; no loss figure given (§VI-A2)".into(),
+            source: "the Drift paper (\"A Pure HTTP/3 Alternative to MQTT-over-QUIC in Resource-Constrained IoT\") Table IV (uplink 159 kbit/s, downlink 127 kbit/s, RTT 2 s), split as in its §V; no loss figure given (§VI-A2)".into(),
         }
     }
 
     /// 5G: RTT 16.16 ms, jitter 3.96 ms, downlink 100 Mbit/s, uplink 50 Mbit/s.
     ///
-    /// RTT: seed 003 §4 "RTT in 5G vs LTE & WiFi", QUIC's median on 5G
-    /// (16.16 ms). Jitter: seed 003 §4 "Jitter in 5G vs LTE & WiFi",
+    /// RTT: Cao et al. §4 "RTT in 5G vs LTE & WiFi", QUIC's median on 5G
+    /// (16.16 ms). Jitter: Cao et al. §4 "Jitter in 5G vs LTE & WiFi",
     /// 3.11–4.81 ms on 5G (mid-point 3.96 ms). Rates: the IMT-2020
     /// user-experienced data rate, 100 Mbit/s down and 50 Mbit/s up (Report
-    /// ITU-R M.2410-0, 2017, §4.4; seed 003 gives no link capacity). Loss: none;
+    /// ITU-R M.2410-0, 2017, §4.4; Cao et al. give no link capacity). Loss: none;
     /// the 5G QoS class for best-effort traffic targets a packet error rate of
     /// 10⁻⁶ (3GPP TS 23.501 Table 5.7.4-1, 5QI 9).
     pub fn five_g() -> Profile {
@@ -146,14 +146,14 @@ impl Profile {
             name: "5g".into(),
             up: direction(rtt, jitter, 50_000_000),
             down: direction(rtt, jitter, 100_000_000),
-            source: "RTT 16.16 ms (QUIC median) and jitter 3.11-4.81 ms: seed 003 §4; rates 100/50 Mbit/s: ITU-R M.2410-0 §4.4 user-experienced data rate; loss 0 (5QI 9 PER 1e-6, 3GPP TS 23.501 Table 5.7.4-1)".into(),
+            source: "RTT 16.16 ms (QUIC median) and jitter 3.11-4.81 ms: Cao et al., \"Evaluating Transport Protocols on 5G for Mobile Augmented Reality\" §4; rates 100/50 Mbit/s: ITU-R M.2410-0 §4.4 user-experienced data rate; loss 0 (5QI 9 PER 1e-6, 3GPP TS 23.501 Table 5.7.4-1)".into(),
         }
     }
 
     /// LTE: RTT 28.49 ms, jitter 1.53 ms, downlink 16.9 Mbit/s, uplink 8.6 Mbit/s.
     ///
-    /// RTT: seed 003 §4, QUIC's median on LTE (28.49 ms). Jitter: seed 003
-    /// §4, 0.58–2.48 ms on LTE (mid-point 1.53 ms). Downlink: global average
+    /// RTT: Cao et al. §4, QUIC's median on LTE (28.49 ms). Jitter: Cao et
+    /// al. §4, 0.58–2.48 ms on LTE (mid-point 1.53 ms). Downlink: global average
     /// 4G download speed, OpenSignal *The State of LTE* (February 2018),
     /// 16.9 Mbit/s. Uplink: mean mobile upload speed in Ookla's Speedtest data
     /// for the USA, Q1–Q2 2018, 8.63 Mbit/s (the same period; OpenSignal's
@@ -167,20 +167,20 @@ impl Profile {
             name: "lte".into(),
             up: direction(rtt, jitter, 8_630_000),
             down: direction(rtt, jitter, 16_900_000),
-            source: "RTT 28.49 ms (QUIC median) and jitter 0.58-2.48 ms: seed 003 §4; downlink 16.9 Mbit/s: OpenSignal State of LTE Feb 2018 global 4G average; uplink 8.63 Mbit/s: Ookla Speedtest US mobile mean upload Q1-Q2 2018; loss 0 (QCI 9 PELR 1e-6, 3GPP TS 23.203 Table 6.1.7)".into(),
+            source: "RTT 28.49 ms (QUIC median) and jitter 0.58-2.48 ms: Cao et al., \"Evaluating Transport Protocols on 5G for Mobile Augmented Reality\" §4; downlink 16.9 Mbit/s: OpenSignal State of LTE Feb 2018 global 4G average; uplink 8.63 Mbit/s: Ookla Speedtest US mobile mean upload Q1-Q2 2018; loss 0 (QCI 9 PELR 1e-6, 3GPP TS 23.203 Table 6.1.7)".into(),
         }
     }
 
     /// Wi-Fi: RTT 1.88 ms, jitter 0.575 ms, 200 Mbit/s each way.
     ///
-    /// RTT: seed 003 §4, QUIC's median on WiFi (1.88 ms). Jitter: seed 003
-    /// §4, 0.33–0.82 ms on WiFi (mid-point 0.575 ms). Rate: seed 003 §3.1 uses
+    /// RTT: Cao et al. §4, QUIC's median on WiFi (1.88 ms). Jitter: Cao et
+    /// al. §4, 0.33–0.82 ms on WiFi (mid-point 0.575 ms). Rate: Cao et al. §3.1 use
     /// a 5 GHz 802.11ac hotspot one metre from the phone; 200 Mbit/s is the
     /// throughput achieved in practice by a 2×2 MIMO 802.11ac client at close
     /// range (M. Sauter, *From GSM to LTE-Advanced Pro and 5G*, 3rd ed.,
     /// Wiley 2017, Table 6.7), the same in both directions of the shared
-    /// channel. Loss: none (802.11 retransmits at the MAC layer; seed 003
-    /// reports no loss).
+    /// channel. Loss: none (802.11 retransmits at the MAC layer; Cao et al.
+    /// report no loss).
     pub fn wifi() -> Profile {
         let rtt = ms(1.88);
         let jitter = ms(0.575);
@@ -188,7 +188,7 @@ impl Profile {
             name: "wifi".into(),
             up: direction(rtt, jitter, 200_000_000),
             down: direction(rtt, jitter, 200_000_000),
-            source: "RTT 1.88 ms (QUIC median) and jitter 0.33-0.82 ms: seed 003 §4; 200 Mbit/s: 2x2 802.11ac at close range (seed 003 §3.1 setup), Sauter, From GSM to LTE-Advanced Pro and 5G, 3rd ed., Table 6.7; loss 0".into(),
+            source: "RTT 1.88 ms (QUIC median) and jitter 0.33-0.82 ms: Cao et al., \"Evaluating Transport Protocols on 5G for Mobile Augmented Reality\" §4; 200 Mbit/s: 2x2 802.11ac at close range (its §3.1 setup), Sauter, From GSM to LTE-Advanced Pro and 5G, 3rd ed., Table 6.7; loss 0".into(),
         }
     }
 
@@ -457,7 +457,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nb_iot_matches_seed_002_table_iv() {
+    fn nb_iot_matches_the_drift_papers_table_iv() {
         let p = Profile::named("nb-iot").unwrap();
         assert_eq!(p.up.rate_bps, Some(159_000));
         assert_eq!(p.down.rate_bps, Some(127_000));
@@ -466,7 +466,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_003_rtts_and_jitter() {
+    fn cao_et_al_rtts_and_jitter() {
         for (name, rtt_ms, jitter_ms) in [
             ("5g", 16.16, 3.96),
             ("lte", 28.49, 1.53),
@@ -477,12 +477,36 @@ mod tests {
                 (p.rtt().as_secs_f64() * 1e3 - rtt_ms).abs() < 1e-6,
                 "{name}"
             );
-            // Mean |ΔD| of U(±h) is 2h/3 = the seed's jitter.
+            // Mean |ΔD| of U(±h) is 2h/3 = the paper's jitter.
             let h = p.up.jitter.as_secs_f64() * 1e3;
             assert!((2.0 * h / 3.0 - jitter_ms).abs() < 1e-6, "{name}");
             assert!(p.up.jitter <= p.up.delay, "{name}: delay could go negative");
             assert!(!p.up.reorder);
         }
+    }
+
+    #[test]
+    fn sources_cite_studies_by_title_not_seed_number() {
+        for p in Profile::all_named() {
+            assert!(
+                !p.source.to_lowercase().contains("seed"),
+                "{}: {}",
+                p.name,
+                p.source
+            );
+        }
+        for name in ["5g", "lte", "wifi"] {
+            let s = Profile::named(name).unwrap().source;
+            assert!(
+                s.contains("Cao et al., \"Evaluating Transport Protocols on 5G"),
+                "{s}"
+            );
+        }
+        let s = Profile::named("nb-iot").unwrap().source;
+        assert!(
+            s.contains("A Pure HTTP/3 Alternative to MQTT-over-QUIC"),
+            "{s}"
+        );
     }
 
     #[test]

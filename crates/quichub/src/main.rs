@@ -54,7 +54,7 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Packet-level link emulator between two network namespaces (needs root or a user namespace).
     Netem(quichub_netem::NetemArgs),
-    /// Experiments that reproduce the seeds' studies, with reports and plots.
+    /// Experiments that reproduce published QUIC studies (A. Sengupta, "Streaming over QUIC: Applications in Media and IoT"; J. Cao et al., "Evaluating Transport Protocols on 5G for Mobile Augmented Reality"), with reports and plots.
     Lab(quichub_lab::LabArgs),
     /// Relay fan-out benchmark: one publisher, N subscribers, relay CPU per object.
     BenchFanout(fanout_bench::BenchFanoutArgs),
@@ -411,5 +411,27 @@ mod tests {
             })
         ));
         assert!(Cli::try_parse_from(["quichub", "completions", "tcsh"]).is_err());
+    }
+}
+
+#[cfg(test)]
+mod lab_help_tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn lab_help_cites_the_studies_not_seed_numbers() {
+        let mut cmd = super::Cli::command();
+        let top = cmd.render_help().to_string();
+        let lab = cmd
+            .find_subcommand_mut("lab")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for help in [&top, &lab] {
+            assert!(!help.to_lowercase().contains("seed"), "{help}");
+            let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(flat.contains("A. Sengupta"), "{help}");
+            assert!(flat.contains("Mobile Augmented Reality"), "{help}");
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! The HTTP pub/sub API (the Drift routes of seed 002, Table III), on the same
+//! The HTTP pub/sub API (the Drift routes of *A Pure HTTP/3 Alternative to
+//! MQTT-over-QUIC in Resource-Constrained IoT*, Table III), on the same
 //! broker as MQTT and the same tracks as MoQT.
 //!
 //! | route                 | method   | does                                                    |
