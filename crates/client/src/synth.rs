@@ -70,7 +70,7 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Seed 004 scenario 1 audio: a 120-byte datagram every 20 ms.
+    /// The relay benchmark methodology's (draft-evens-moq-bench) scenario 1 audio: a 120-byte datagram every 20 ms.
     pub fn audio() -> Self {
         Self {
             name: "audio",
@@ -83,7 +83,7 @@ impl Profile {
         }
     }
 
-    /// 360p video at 30 fps, a keyframe group every second (seed 004 scenario 2
+    /// 360p video at 30 fps, a keyframe group every second (draft-evens-moq-bench scenario 2
     /// profile: ~20 kB keyframe, ~2.5 kB delta frames, about 0.7 Mbit/s).
     pub fn video() -> Self {
         Self {
@@ -98,7 +98,7 @@ impl Profile {
     }
 
     /// An IMU at 100 Hz: accelerometer and gyroscope (6 × f32) plus the stamp,
-    /// one group per second on a stream (seed 000).
+    /// one group per second on a stream (as in Sengupta, "Streaming over QUIC").
     pub fn imu() -> Self {
         Self {
             name: "imu",
