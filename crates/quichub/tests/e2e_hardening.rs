@@ -49,7 +49,7 @@ async fn silent_connections_do_not_take_session_slots() {
     let stalled = relay.raw("moqt").await;
     let mut ctl = stalled.open_uni().await.unwrap();
     let setup = Message::Setup(make_setup("x", Some("127.0.0.1"), Some("/"))).to_bytes();
-    let type_len = 1usize << (setup[0] >> 6);
+    let type_len = setup[0].leading_ones() as usize + 1; // a vi64
     ctl.write_all(&setup[..type_len]).await.unwrap();
     ctl.write_all(&[0xff, 0xff, 1, 2, 3]).await.unwrap();
     silent.push(stalled);
@@ -257,4 +257,35 @@ async fn departing_publisher_is_forgotten_at_once() {
     .expect("no publisher any more");
     assert!(!e.to_string().contains("upstream did not answer"), "{e}");
     assert_eq!(m.protocol_violations.load(Relaxed), 0);
+}
+
+/// A data stream that does not deliver its type, or its SUBGROUP_HEADER, in
+/// time is stopped; the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_stream_headers_are_stopped() {
+    let relay = TestRelay::with_config(Config {
+        stream_header_timeout_ms: 300,
+        ..Default::default()
+    })
+    .await;
+    let m = relay.relay.metrics.clone();
+    let s = relay.raw("moqt").await;
+    let mut ctl = s.open_uni().await.unwrap();
+    ctl.write_all(&Message::Setup(make_setup("raw", Some("127.0.0.1"), Some("/"))).to_bytes())
+        .await
+        .unwrap();
+    // Half a two-byte stream type (a vi64 starting 0b10).
+    let mut half_type = s.open_uni().await.unwrap();
+    half_type.write_all(&[0x80]).await.unwrap();
+    // A subgroup stream type and only the Track Alias of its header.
+    let mut half_header = s.open_uni().await.unwrap();
+    half_header.write_all(&[0x10, 7]).await.unwrap();
+    for stream in [&half_type, &half_header] {
+        let code = within(5, stream.stopped()).await.unwrap();
+        assert_eq!(code, Some(moqt::error::reset::CANCELLED));
+    }
+    assert_eq!(m.stream_header_timeouts.load(Relaxed), 2);
+    assert!(s.close_reason().is_none());
+    assert_eq!(m.protocol_violations.load(Relaxed), 0);
+    drop(ctl);
 }

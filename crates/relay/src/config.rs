@@ -20,6 +20,11 @@ pub struct Config {
     /// streams that arrive before SETUP wait (unread, within the QUIC flow
     /// control windows) at most this long.
     pub setup_timeout_ms: u64,
+    /// Longest a new data stream may take to deliver its type and (for a
+    /// subgroup) its SUBGROUP_HEADER, in milliseconds, counted once SETUP is
+    /// done; then it is stopped (STOP_SENDING CANCELLED). A subgroup stream
+    /// idle between objects is not timed out: publishers keep them open.
+    pub stream_header_timeout_ms: u64,
     /// Most open requests (subscriptions, fetches, namespaces...) per session.
     pub max_requests_per_session: usize,
     /// Most tracks the relay holds at once.
@@ -55,6 +60,7 @@ impl Default for Config {
             max_sessions: 10_000,
             max_half_open_sessions: 1_000,
             setup_timeout_ms: 10_000,
+            stream_header_timeout_ms: 10_000,
             max_requests_per_session: 1_000,
             max_tracks: 100_000,
             max_object_size: 4 * 1024 * 1024,

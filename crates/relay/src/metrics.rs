@@ -14,6 +14,8 @@ pub struct Metrics {
     pub sessions_half_open: AtomicI64,
     /// Connections closed because no CLIENT_SETUP came in time.
     pub setup_timeouts: AtomicU64,
+    /// Data streams stopped because their header did not come in time.
+    pub stream_header_timeouts: AtomicU64,
     /// Connections refused by a session limit, by which one.
     pub sessions_refused_half_open: AtomicU64,
     /// Sessions refused at SETUP because `max_sessions` were open.
@@ -79,6 +81,13 @@ impl Metrics {
             "Connections closed because CLIENT_SETUP did not arrive in time.",
             "counter",
             self.setup_timeouts.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "stream_header_timeouts_total",
+            "Data streams stopped because their type or header did not arrive in time.",
+            "counter",
+            self.stream_header_timeouts.load(Relaxed) as i128,
             "",
         );
         g(

@@ -441,10 +441,24 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
 /// A unidirectional stream: the peer's control stream, a subgroup, a fetch
 /// response or padding.
 async fn on_uni(relay: &Arc<Relay>, h: &Arc<SessionHandle>, mut stream: RecvStream) -> Result<()> {
-    let (ty, rest) = match read_prefix(&mut stream, 16, get_vi64).await {
-        Ok(v) => v,
-        Err(ReadError::Finished) => return Ok(()),
-        Err(e) => return Err(read_err(e)),
+    // Before SETUP the setup timeout bounds the wait; after it, this does.
+    let header_timeout = Duration::from_millis(relay.config.stream_header_timeout_ms);
+    let typed = async {
+        h.wait_setup().await;
+        tokio::time::sleep(header_timeout).await
+    };
+    let (ty, rest) = tokio::select! {
+        biased;
+        r = read_prefix(&mut stream, 16, get_vi64) => match r {
+            Ok(v) => v,
+            Err(ReadError::Finished) => return Ok(()),
+            Err(e) => return Err(read_err(e)),
+        },
+        _ = typed => {
+            relay.metrics.stream_header_timeouts.fetch_add(1, Relaxed);
+            let _ = stream.stop(reset::CANCELLED);
+            return Ok(());
+        }
     };
     match StreamType::from_code(ty)? {
         StreamType::Control => {
@@ -528,6 +542,8 @@ async fn on_subgroup(
 ) -> Result<()> {
     let mut acc = BytesMut::new();
     acc.extend_from_slice(&buf);
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(relay.config.stream_header_timeout_ms);
     let (header, rest) = {
         loop {
             let mut s = &acc[..];
@@ -539,7 +555,16 @@ async fn on_subgroup(
                 Err(DecodeError::Short) if acc.len() < 64 => {}
                 Err(e) => return Err(e.into()),
             }
-            match stream.read_chunk(4096, true).await {
+            let chunk = match tokio::time::timeout_at(deadline, stream.read_chunk(4096, true)).await
+            {
+                Ok(c) => c,
+                Err(_) => {
+                    relay.metrics.stream_header_timeouts.fetch_add(1, Relaxed);
+                    let _ = stream.stop(reset::CANCELLED);
+                    return Ok(());
+                }
+            };
+            match chunk {
                 Ok(Some(c)) => acc.extend_from_slice(&c.bytes),
                 Ok(None) => {
                     return Err(SessionError::protocol(
