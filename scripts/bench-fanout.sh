@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Relay fan-out benchmark (seed 004 scenarios on this machine): the relay pinned
+# Relay fan-out benchmark (the scenarios of draft-evens-moq-bench, on this machine): the relay pinned
 # to CPU 0, the publisher and subscribers (one process) pinned to CPU 1.
 #
 #   scripts/bench-fanout.sh [SUBSCRIBERS] [PROFILE] [SECONDS]
