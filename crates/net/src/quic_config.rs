@@ -51,9 +51,9 @@ pub struct QuicConfig {
     /// Keep-alive interval, in milliseconds (0: none); below the idle timeout
     /// so that idle subscribers stay connected.
     pub keep_alive_ms: u64,
-    /// Handshakes in flight (from the first packet until the connection has
-    /// said what it is: TLS done, and the WebTransport CONNECT for h3);
-    /// further connection attempts are refused (CONNECTION_REFUSED).
+    /// Handshakes in flight (from the first packet until the TLS handshake
+    /// completes); further connection attempts are refused
+    /// (CONNECTION_REFUSED).
     pub max_handshakes: usize,
     /// Handshakes in flight above which a client must first prove its address
     /// with a stateless Retry (one extra round trip; no state is kept for a
