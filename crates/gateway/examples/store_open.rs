@@ -85,30 +85,8 @@ fn gen(file: &Path, mib: u64) {
 fn put_record(w: &mut impl Write, body: &[u8]) -> u64 {
     w.write_all(&(body.len() as u32).to_be_bytes())
         .expect("write");
-    w.write_all(&crc32(body).to_be_bytes()).expect("write");
+    w.write_all(&crc32fast::hash(body).to_be_bytes())
+        .expect("write");
     w.write_all(body).expect("write");
     8 + body.len() as u64
-}
-
-/// CRC-32 (IEEE), as the store frames records.
-fn crc32(data: &[u8]) -> u32 {
-    static TABLE: std::sync::OnceLock<[u32; 256]> = std::sync::OnceLock::new();
-    let table = TABLE.get_or_init(|| {
-        let mut t = [0u32; 256];
-        for (i, e) in t.iter_mut().enumerate() {
-            let mut c = i as u32;
-            for _ in 0..8 {
-                c = if c & 1 != 0 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-            }
-            *e = c;
-        }
-        t
-    });
-    !data.iter().fold(!0u32, |c, &b| {
-        table[((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8)
-    })
 }

@@ -1113,7 +1113,7 @@ impl<R: Read> Scanner<R> {
         let w = &self.window()[at..at + 8 + len];
         let crc = u32::from_be_bytes([w[4], w[5], w[6], w[7]]);
         let body = &w[8..];
-        if crc32(body) != crc {
+        if crc32fast::hash(body) != crc {
             return Ok(None);
         }
         Ok(parse(body).map(|r| (r, 8 + len)))
@@ -1227,7 +1227,7 @@ fn frame(r: &Record, out: &mut BytesMut) {
     out.put_u64(0);
     encode(r, out);
     let body_len = out.len() - start - 8;
-    let crc = crc32(&out[start + 8..]);
+    let crc = crc32fast::hash(&out[start + 8..]);
     out[start..start + 4].copy_from_slice(&(body_len as u32).to_be_bytes());
     out[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
 }
@@ -1480,29 +1480,6 @@ fn decode_message(publish: &Bytes, expires: u64, now: Instant, unix_now: u64) ->
     })
 }
 
-/// CRC-32 (IEEE), for torn-write detection.
-fn crc32(data: &[u8]) -> u32 {
-    static TABLE: std::sync::OnceLock<[u32; 256]> = std::sync::OnceLock::new();
-    let table = TABLE.get_or_init(|| {
-        let mut t = [0u32; 256];
-        for (i, e) in t.iter_mut().enumerate() {
-            let mut c = i as u32;
-            for _ in 0..8 {
-                c = if c & 1 != 0 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-            }
-            *e = c;
-        }
-        t
-    });
-    !data.iter().fold(!0u32, |c, &b| {
-        table[((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1526,11 +1503,6 @@ mod tests {
     async fn wait(store: &Store, ticket: u64) {
         let mut s = store.synced();
         s.wait_for(|v| *v >= ticket).await.unwrap();
-    }
-
-    #[test]
-    fn crc32_known_value() {
-        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
     }
 
     #[test]
