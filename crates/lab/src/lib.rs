@@ -417,16 +417,20 @@ pub fn run_mar(args: &LabArgs, mar: &MarArgs) -> anyhow::Result<(PathBuf, bool)>
     Ok((dir, ok))
 }
 
+/// [`LabArgs`] as a command line of its own, for the tests' parsing.
+#[cfg(test)]
+#[derive(clap::Parser)]
+pub(crate) struct TestCli {
+    #[command(flatten)]
+    pub(crate) lab: LabArgs,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        lab: LabArgs,
-    }
+    use super::TestCli as Cli;
 
     #[test]
     fn help_cites_studies_by_title_and_authors() {

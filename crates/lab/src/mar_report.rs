@@ -1085,11 +1085,7 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        lab: LabArgs,
-    }
+    use crate::TestCli as Cli;
 
     /// A run with these figures (45 requests).
     fn rec(link: &str, p: Protocol, res: (u32, u32), lost: u64, rtt: f64, mbps: f64) -> RunRecord {

@@ -616,11 +616,7 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        lab: LabArgs,
-    }
+    use crate::TestCli as Cli;
 
     fn output() -> Output {
         let args = Cli::try_parse_from(["lab", "imu"]).unwrap().lab;

@@ -885,11 +885,7 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        lab: LabArgs,
-    }
+    use crate::TestCli as Cli;
 
     #[test]
     fn write_puts_the_plot_beside_the_report() {
