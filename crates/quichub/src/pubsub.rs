@@ -131,15 +131,18 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let session = ClientSession::connect(&a.url, opts).await?;
-    // Whatever happens, the relay is told we leave (so it ends our tracks at
-    // once, not at its idle timeout).
     let result = publish(&a, &session, profile, mode, in_framing, chunk_size).await;
-    session
-        .shutdown(
-            u32::from(result.is_err()),
-            if result.is_ok() { "done" } else { "error" },
-        )
-        .await;
+    leave(&session, result).await
+}
+
+/// Whatever happened, tells the relay we leave (so it ends our tracks and
+/// subscriptions at once, not at its idle timeout), then passes `result` on.
+async fn leave(session: &ClientSession, result: anyhow::Result<()>) -> anyhow::Result<()> {
+    let (code, reason) = match &result {
+        Ok(()) => (0, "done"),
+        Err(_) => (1, "error"),
+    };
+    session.shutdown(code, reason).await;
     result
 }
 
@@ -227,13 +230,7 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
     };
     let session = ClientSession::connect(&a.url, opts).await?;
     let result = subscribe(&a, &session).await;
-    session
-        .shutdown(
-            u32::from(result.is_err()),
-            if result.is_ok() { "done" } else { "error" },
-        )
-        .await;
-    result
+    leave(&session, result).await
 }
 
 async fn subscribe(a: &SubArgs, session: &ClientSession) -> anyhow::Result<()> {
