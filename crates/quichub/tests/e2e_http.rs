@@ -647,6 +647,15 @@ async fn closed_within(s: &mut TcpStream, secs: u64) -> Duration {
 }
 
 /// One HTTP/1.1 response from `s`: status and body (by Content-Length).
+/// Connects to `addr` and asserts a GET of /v1/time is served; returns the
+/// kept-alive connection.
+async fn served(addr: impl tokio::net::ToSocketAddrs) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(GET_TIME).await.unwrap();
+    assert_eq!(response(&mut s).await.0, 200);
+    s
+}
+
 async fn response(s: &mut TcpStream) -> (u16, Vec<u8>) {
     let mut buf = Vec::new();
     let mut b = [0u8; 4096];
@@ -731,9 +740,7 @@ async fn silent_slow_and_half_handshaken_connections_are_closed_at_the_header_ti
     }
     until("every descriptor released", || h.limiter.open() == 0).await;
     // The listener still serves.
-    let mut s = TcpStream::connect(h.addr).await.unwrap();
-    s.write_all(GET_TIME).await.unwrap();
-    assert_eq!(response(&mut s).await.0, 200);
+    served(h.addr).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -757,9 +764,7 @@ async fn keep_alive_lasts_per_request_and_ends_at_the_idle_timeout() {
         "idle timeout, not header: {took:?}"
     );
     // After a request, a slow next head is cut at the header timeout.
-    let mut s = TcpStream::connect(h.addr).await.unwrap();
-    s.write_all(GET_TIME).await.unwrap();
-    assert_eq!(response(&mut s).await.0, 200);
+    let mut s = served(h.addr).await;
     s.write_all(b"GET /v1/time HTTP/1.1\r\n").await.unwrap();
     let took = closed_within(&mut s, 10).await;
     assert!(took < Duration::from_millis(5000), "{took:?}");
@@ -899,9 +904,7 @@ async fn per_address_cap_closes_the_extra_connection_at_once() {
     assert_eq!(h.limiter.open(), 3);
     drop(held.pop());
     until("one freed", || h.limiter.open() == 2).await;
-    let mut fresh = TcpStream::connect(h.addr).await.unwrap();
-    fresh.write_all(GET_TIME).await.unwrap();
-    assert_eq!(response(&mut fresh).await.0, 200);
+    served(h.addr).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1009,9 +1012,7 @@ async fn relay_binary_keeps_its_other_listeners_when_http_is_flooded() {
         closed_within(s, 10).await;
     }
     drop(flood);
-    let mut s = TcpStream::connect(&http).await.unwrap();
-    s.write_all(GET_TIME).await.unwrap();
-    assert_eq!(response(&mut s).await.0, 200);
+    served(&http).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
