@@ -66,6 +66,33 @@ pub fn aac_object_type(asc: &[u8]) -> Result<u8, Error> {
     Ok(aot)
 }
 
+/// (sample rate, channels) an AudioSpecificConfig declares; 0 where it
+/// leaves them to the container (channel configuration 0) or is too short.
+pub fn aac_rate_channels(asc: &[u8]) -> (u32, u32) {
+    let bits = asc
+        .iter()
+        .take(8)
+        .fold(0u64, |acc, &b| (acc << 8) | u64::from(b))
+        << (8 * (8 - asc.len().min(8)));
+    let mut at = 5;
+    if bits >> 59 == 31 {
+        at += 6;
+    }
+    let field = |at: u32, n: u32| ((bits << at) >> (64 - n)) as u32;
+    let idx = field(at, 4);
+    at += 4;
+    let rate = if idx == 15 {
+        at += 24;
+        field(at - 24, 24)
+    } else {
+        AAC_SAMPLE_RATES.get(idx as usize).copied().unwrap_or(0)
+    };
+    if asc.len() * 8 < (at + 4) as usize {
+        return (0, 0);
+    }
+    (rate, field(at, 4))
+}
+
 /// The sample rates an AudioSpecificConfig or ADTS header indexes.
 pub const AAC_SAMPLE_RATES: [u32; 13] = [
     96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350,
@@ -213,7 +240,16 @@ pub fn track_from_sample_entry(id: u32, timescale: u32, entry: &Codec) -> Result
                 .map(|d| Bytes::copy_from_slice(&d.raw))
                 .filter(|r| !r.is_empty())
                 .ok_or_else(|| Error::malformed("esds", "no AudioSpecificConfig"))?;
+            let (rate, channels) = aac_rate_channels(&asc);
             let mut t = audio(aac_codec_string(&asc)?, &c.audio, Some(asc));
+            // The AudioSpecificConfig is what the decoder obeys; the sample
+            // entry's fields are often left at 2 channels by muxers.
+            if channels > 0 {
+                t.channels = channels;
+            }
+            if rate > 0 {
+                t.sample_rate = rate;
+            }
             // The sample entry's rate field is 16.16 and wrong above 65535 Hz;
             // the timescale is the true rate in ffmpeg's output.
             if t.sample_rate == 0 {
@@ -357,6 +393,52 @@ pub fn sample_entry(t: &TrackInfo) -> Result<Codec, Error> {
     })
 }
 
+/// Whether an H.264 or H.265 access unit (length-prefixed NAL units of
+/// `nal_len` bytes) is one no other picture references: every H.264 slice
+/// has `nal_ref_idc` 0, or every H.265 slice is a sub-layer non-reference
+/// picture (the even NAL types below 16). Such frames can be dropped under
+/// congestion without breaking the frames after them. `false` for other
+/// codecs and for anything that does not parse.
+pub fn is_disposable(codec: &str, data: &[u8], nal_len: u8) -> bool {
+    let hevc = match codec.split('.').next() {
+        Some("avc1" | "avc3") => false,
+        Some("hvc1" | "hev1") => true,
+        _ => return false,
+    };
+    let n = usize::from(nal_len.clamp(1, 4));
+    let mut rest = data;
+    let mut slices = 0;
+    while rest.len() > n {
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |a, &b| (a << 8) | usize::from(b));
+        rest = &rest[n..];
+        let Some(nal) = rest.get(..len) else {
+            return false;
+        };
+        rest = &rest[len..];
+        let Some(&h) = nal.first() else { continue };
+        if hevc {
+            let t = (h >> 1) & 0x3f;
+            if t < 32 {
+                slices += 1;
+                if t >= 16 || t % 2 == 1 {
+                    return false;
+                }
+            }
+        } else {
+            let t = h & 0x1f;
+            if (1..=5).contains(&t) {
+                slices += 1;
+                if h & 0x60 != 0 {
+                    return false;
+                }
+            }
+        }
+    }
+    slices > 0 && rest.is_empty()
+}
+
 /// Whether a track's kind matches its codec string's family.
 pub fn kind_of(codec: &str) -> Option<TrackKind> {
     match codec.split('.').next()? {
@@ -421,6 +503,14 @@ mod tests {
         assert_eq!(aac_config(2, 48_000, 2).unwrap().as_ref(), &[0x11, 0x90]);
         assert_eq!(aac_config(2, 44_100, 2).unwrap().as_ref(), &[0x12, 0x10]);
         assert!(aac_config(2, 12_345, 2).is_err());
+        assert_eq!(aac_rate_channels(&[0x11, 0x90]), (48_000, 2));
+        assert_eq!(aac_rate_channels(&[0x11, 0x88]), (48_000, 1));
+        assert_eq!(aac_rate_channels(&[0x12]), (0, 0));
+        // Explicit 24-bit rate (index 15).
+        assert_eq!(
+            aac_rate_channels(&[0x17, 0x80, 0x5d, 0xc0, 0x10]),
+            (48_000, 2)
+        );
     }
 
     #[test]
@@ -440,6 +530,35 @@ mod tests {
         let mut bad = head.to_vec();
         bad[18] = 1; // family 1 needs a table
         assert!(dops_from_head(&bad).is_err());
+    }
+
+    #[test]
+    fn disposable_frames_are_found_from_nal_headers() {
+        // nal_ref_idc 0, slice type 1: a non-reference B.
+        let b = [0, 0, 0, 2, 0x01, 0xaa];
+        assert!(is_disposable("avc1.64001f", &b, 4));
+        // nal_ref_idc 2: referenced.
+        assert!(!is_disposable("avc1.64001f", &[0, 0, 0, 2, 0x41, 0xaa], 4));
+        // SEI (6) then a non-reference slice: still disposable.
+        assert!(is_disposable(
+            "avc1.64001f",
+            &[0, 0, 0, 1, 0x06, 0, 0, 0, 1, 0x01],
+            4
+        ));
+        // Truncated: not claimed.
+        assert!(!is_disposable("avc1.64001f", &[0, 0, 0, 9, 0x01], 4));
+        // H.265 TRAIL_N (0) vs TRAIL_R (1).
+        assert!(is_disposable(
+            "hvc1.1.6.L93.B0",
+            &[0, 0, 0, 2, 0x00, 0x01],
+            4
+        ));
+        assert!(!is_disposable(
+            "hvc1.1.6.L93.B0",
+            &[0, 0, 0, 2, 0x02, 0x01],
+            4
+        ));
+        assert!(!is_disposable("opus", &[0, 0, 0, 1, 1], 4));
     }
 
     #[test]

@@ -112,6 +112,9 @@ pub struct Frame {
     pub duration: u32,
     /// A random access point: decoding can start here.
     pub keyframe: bool,
+    /// No other frame references this one (a non-reference B frame): it can
+    /// be dropped without breaking the decoding of the rest.
+    pub disposable: bool,
     /// The codec payload (AVCC length-prefixed NAL units for H.264/H.265).
     pub data: Bytes,
 }
@@ -178,13 +181,22 @@ pub fn to_micros(t: i64, timescale: u32) -> i64 {
     if timescale == 0 {
         return 0;
     }
-    let v = (t as i128) * 1_000_000 / timescale as i128;
+    let v = div_round((t as i128) * 1_000_000, timescale as i128);
     v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
+/// `n / d` rounded to the nearest integer (halves away from zero), `d > 0`.
+fn div_round(n: i128, d: i128) -> i128 {
+    if n >= 0 {
+        (n + d / 2) / d
+    } else {
+        (n - d / 2) / d
+    }
 }
 
 /// Converts `us` microseconds to `timescale` units, saturating.
 pub fn from_micros(us: i64, timescale: u32) -> i64 {
-    let v = (us as i128) * timescale as i128 / 1_000_000;
+    let v = div_round((us as i128) * timescale as i128, 1_000_000);
     v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
