@@ -102,33 +102,32 @@ impl LocalTrack {
         group: u64,
         subgroup: u64,
     ) -> anyhow::Result<Option<SubgroupWriter<'_>>> {
-        if !self.is_forwarding() {
-            return Ok(None);
-        }
-        let mut stream = self.session.open_uni().await?;
-        let _ = stream.set_priority(255 - self.priority as i32);
-        let mut b = BytesMut::new();
-        SubgroupHeader {
-            track_alias: self.alias,
-            group,
-            subgroup: if subgroup == 0 {
-                SubgroupId::Zero
-            } else {
-                SubgroupId::Explicit(subgroup)
-            },
-            priority: Some(self.priority),
-            has_properties: false,
-            end_of_group: false,
-            first_object: true,
-        }
-        .encode(&mut b);
-        stream.write_all(&b).await?;
-        Ok(Some(SubgroupWriter {
-            stream,
-            prev: None,
-            group,
-            track: self,
-        }))
+        self.open_subgroup_with(group, subgroup, self.priority)
+            .await
+    }
+
+    /// Opens a subgroup stream whose objects carry Publisher Priority
+    /// `priority` (lower is more important), e.g. keyframes above the frames
+    /// that depend on them. Returns `None` when nobody subscribes.
+    pub async fn open_subgroup_with(
+        &self,
+        group: u64,
+        subgroup: u64,
+        priority: u8,
+    ) -> anyhow::Result<Option<SubgroupWriter<'_>>> {
+        open(TrackRef::Borrowed(self), group, subgroup, priority).await
+    }
+
+    /// Like [`Self::open_subgroup_with`], for a writer that holds the track
+    /// itself, so it can be kept beside the track (one writer per open
+    /// subgroup of a long-lived publisher).
+    pub async fn open_subgroup_owned(
+        self: &Arc<Self>,
+        group: u64,
+        subgroup: u64,
+        priority: u8,
+    ) -> anyhow::Result<Option<SubgroupWriter<'static>>> {
+        open(TrackRef::Owned(self.clone()), group, subgroup, priority).await
     }
 
     /// Ends a pushed track with PUBLISH_DONE (TRACK_ENDED).
@@ -146,12 +145,63 @@ impl LocalTrack {
     }
 }
 
+/// The track a [`SubgroupWriter`] writes for: borrowed, or held.
+enum TrackRef<'a> {
+    Borrowed(&'a LocalTrack),
+    Owned(Arc<LocalTrack>),
+}
+
+impl std::ops::Deref for TrackRef<'_> {
+    type Target = LocalTrack;
+    fn deref(&self) -> &LocalTrack {
+        match self {
+            TrackRef::Borrowed(t) => t,
+            TrackRef::Owned(t) => t,
+        }
+    }
+}
+
+async fn open(
+    track: TrackRef<'_>,
+    group: u64,
+    subgroup: u64,
+    priority: u8,
+) -> anyhow::Result<Option<SubgroupWriter<'_>>> {
+    if !track.is_forwarding() {
+        return Ok(None);
+    }
+    let mut stream = track.session.open_uni().await?;
+    let _ = stream.set_priority(255 - priority as i32);
+    let mut b = BytesMut::new();
+    SubgroupHeader {
+        track_alias: track.alias,
+        group,
+        subgroup: if subgroup == 0 {
+            SubgroupId::Zero
+        } else {
+            SubgroupId::Explicit(subgroup)
+        },
+        priority: Some(priority),
+        has_properties: false,
+        end_of_group: false,
+        first_object: true,
+    }
+    .encode(&mut b);
+    stream.write_all(&b).await?;
+    Ok(Some(SubgroupWriter {
+        stream,
+        prev: None,
+        group,
+        track,
+    }))
+}
+
 /// Writes the objects of one subgroup, in increasing Object ID order.
 pub struct SubgroupWriter<'a> {
     stream: SendStream,
     prev: Option<u64>,
     group: u64,
-    track: &'a LocalTrack,
+    track: TrackRef<'a>,
 }
 
 impl SubgroupWriter<'_> {

@@ -9,6 +9,7 @@ mod fanout_bench;
 mod file_config;
 mod framing;
 mod interop;
+mod media_cmd;
 mod mqtt_bench;
 #[cfg(test)]
 mod packaging;

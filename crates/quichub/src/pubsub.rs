@@ -52,6 +52,9 @@ pub struct PubArgs {
     /// Pin the relay certificate by SHA-256 (hex); default accepts any certificate.
     #[arg(long)]
     pub fingerprint: Option<String>,
+    /// Real media (`--broadcast`).
+    #[command(flatten)]
+    pub media: crate::media_cmd::MediaPubArgs,
 }
 
 /// Subscriber options.
@@ -91,6 +94,9 @@ pub struct SubArgs {
     /// Pin the relay certificate by SHA-256 (hex).
     #[arg(long)]
     pub fingerprint: Option<String>,
+    /// Real media (`--broadcast`).
+    #[command(flatten)]
+    pub media: crate::media_cmd::MediaSubArgs,
 }
 
 fn deadline(d: Option<f64>) -> tokio::time::Instant {
@@ -131,7 +137,10 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let session = ClientSession::connect(&a.url, opts).await?;
-    let result = publish(&a, &session, profile, mode, in_framing, chunk_size).await;
+    let result = match &a.media.broadcast {
+        Some(b) => crate::media_cmd::publish(&a.media, b, &session, mode, deadline(a.duration)).await,
+        None => publish(&a, &session, profile, mode, in_framing, chunk_size).await,
+    };
     leave(&session, result).await
 }
 
@@ -229,7 +238,20 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let session = ClientSession::connect(&a.url, opts).await?;
-    let result = subscribe(&a, &session).await;
+    let result = match &a.media.broadcast {
+        Some(b) => {
+            crate::media_cmd::subscribe(
+                &a.media,
+                b,
+                &session,
+                a.rendezvous_ms,
+                deadline(a.duration),
+                a.count,
+            )
+            .await
+        }
+        None => subscribe(&a, &session).await,
+    };
     leave(&session, result).await
 }
 

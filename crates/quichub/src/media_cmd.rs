@@ -1,0 +1,855 @@
+//! `quichub pub --broadcast` and `quichub sub --broadcast`: real media.
+//!
+//! Publishing: fMP4/CMAF or MPEG-TS (a file or stdin) is demuxed by
+//! `quichub-media` and published as a hang broadcast: a `catalog.json` track
+//! and one track per rendition, one group per GOP. Subscribing: the catalog
+//! is read, the renditions subscribed, and fragmented MP4 written for
+//! `ffplay -` or a file. This module only moves bytes and keeps time; the
+//! packaging is the media crate's.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use moqt::message::FetchKind;
+use moqt::{FullTrackName, KeyValue, Parameters, SubscriptionFilter, TrackNamespace};
+use quichub_client::{
+    ClientSession, LocalTrack, SubgroupWriter, SubscribeOptions, SubscriptionEvent, TrackMode,
+};
+use quichub_media::fmp4::Fmp4Demuxer;
+use quichub_media::hang::{self, Catalog, Container};
+use quichub_media::mux::{init_segment, Fragmenter};
+use quichub_media::ts::TsDemuxer;
+use quichub_media::{Demuxer, Event, Frame, Limits, TrackInfo, TrackKind};
+use tokio::time::Instant;
+
+/// Media packaging on the wire.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// moq-dev's hang: catalog.json + one timestamped frame per object.
+    Hang,
+    /// hang with CMAF fragments as objects (init segments in the catalog).
+    HangCmaf,
+}
+
+/// Container of the input.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum InputFormat {
+    /// Judge by the first bytes.
+    #[default]
+    Auto,
+    /// Fragmented MP4 / CMAF.
+    Fmp4,
+    /// MPEG transport stream.
+    Ts,
+}
+
+/// How frames of a GOP are spread over subgroups (streams).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Delivery {
+    /// One subgroup (one stream) per group: frames arrive in order.
+    #[default]
+    Group,
+    /// Subgroup 0 keyframes, 1 other reference frames, 2 frames nothing
+    /// references, each at a lower priority, so a congested link drops the
+    /// disposable frames first (Sengupta 2025's per-frame-type delivery).
+    FrameType,
+}
+
+/// `pub` options for real media (with `--broadcast`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct MediaPubArgs {
+    /// Publish a media broadcast under this name (the track namespace,
+    /// `/`-separated), read from `--input`, instead of a synthetic profile.
+    #[arg(long)]
+    pub broadcast: Option<String>,
+    /// Packaging of the broadcast.
+    #[arg(long, value_enum, default_value_t = Format::Hang)]
+    pub format: Format,
+    /// Media input: a file, or `-` for standard input (e.g. `ffmpeg … -f mp4
+    /// -movflags cmaf+separate_moof+delay_moov+skip_trailer+frag_every_frame -`).
+    #[arg(long, default_value = "-")]
+    pub input: String,
+    /// Container of the input.
+    #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
+    pub input_format: InputFormat,
+    /// Send as fast as the input arrives instead of in real time (by default
+    /// frames leave when their timestamps say, so a file plays as if live).
+    #[arg(long)]
+    pub no_pace: bool,
+    /// How each GOP is spread over streams.
+    #[arg(long, value_enum, default_value_t = Delivery::Group)]
+    pub delivery: Delivery,
+    /// Target latency in ms: objects older than this are not worth
+    /// delivering (the tracks' OBJECT_DELIVERY_TIMEOUT); 0 for none.
+    #[arg(long, default_value_t = 2000)]
+    pub target_latency_ms: u64,
+}
+
+/// `sub` options for real media (with `--broadcast`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct MediaSubArgs {
+    /// Subscribe to this media broadcast (catalog and renditions).
+    #[arg(long)]
+    pub broadcast: Option<String>,
+    /// Where the fragmented MP4 goes: a file, or `-` for standard output
+    /// (`| ffplay -`).
+    #[arg(long, default_value = "-")]
+    pub output: String,
+    /// Video rendition to take (default: the first in the catalog; `none` for audio only).
+    #[arg(long)]
+    pub video: Option<String>,
+    /// Audio rendition to take (default: the first; `none` for video only).
+    #[arg(long)]
+    pub audio: Option<String>,
+}
+
+/// Priorities (lower is more important): the catalog, then audio (small,
+/// and its gaps are heard), then video by how much depends on a frame.
+const PRIO_CATALOG: u8 = 0;
+const PRIO_AUDIO: u8 = 64;
+const PRIO_VIDEO: [u8; 3] = [96, 128, 160];
+
+/// Audio groups start with each video group; without video, this often.
+const AUDIO_GROUP: Duration = Duration::from_secs(1);
+
+fn sniff(head: &[u8]) -> InputFormat {
+    if head.first() == Some(&0x47) && (head.len() < 189 || head[188] == 0x47) {
+        InputFormat::Ts
+    } else {
+        InputFormat::Fmp4
+    }
+}
+
+/// Reads the input on a thread (files and pipes block) into a channel.
+fn spawn_reader(input: &str) -> anyhow::Result<tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>> {
+    let mut src: Box<dyn Read + Send> = if input == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::fs::File::open(input).with_context(|| format!("open {input}"))?)
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    std::thread::spawn(move || loop {
+        let mut buf = vec![0u8; 64 * 1024];
+        match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                buf.truncate(n);
+                if tx.blocking_send(Ok(buf)).is_err() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// One published rendition.
+struct Rendition {
+    info: TrackInfo,
+    track: Arc<LocalTrack>,
+    /// Current group and next object ID in it.
+    group: Option<u64>,
+    next_object: u64,
+    group_started: Option<i64>,
+    writers: BTreeMap<u64, SubgroupWriter<'static>>,
+    streams: u64,
+    frames: u64,
+    fragmenter: Fragmenter,
+}
+
+/// Publishes a media broadcast; see [`MediaPubArgs`].
+pub async fn publish(
+    a: &MediaPubArgs,
+    broadcast: &str,
+    session: &ClientSession,
+    mode: TrackMode,
+    until: Instant,
+) -> anyhow::Result<()> {
+    let ns = TrackNamespace::from_path(broadcast);
+    let name = |t: &str| FullTrackName {
+        namespace: ns.clone(),
+        name: Bytes::from(t.to_string()),
+    };
+    let catalog_track = session
+        .create_track(name(hang::CATALOG_TRACK), PRIO_CATALOG, mode)
+        .await?;
+    let _announced = if mode == TrackMode::Announce {
+        Some(session.publish_namespace(ns.clone()).await?)
+    } else {
+        None
+    };
+    let mut rx = spawn_reader(&a.input)?;
+    let mut demux: Option<Box<dyn Demuxer + Send>> = None;
+    let mut renditions: Vec<Rendition> = Vec::new();
+    let mut catalog_group = 0u64;
+    let mut clock: Option<(Instant, i64)> = None;
+    let mut dropped_before_keyframe = 0u64;
+    let mut eof = false;
+    let limits = Limits::default();
+    'input: loop {
+        // Drain every event the demuxer has before reading more.
+        loop {
+            let Some(d) = demux.as_mut() else { break };
+            let ev = match d.next() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(e) => bail!("input: {e}"),
+            };
+            match ev {
+                Event::Tracks(tracks) => {
+                    if renditions.is_empty() {
+                        renditions = create_renditions(session, &name, &tracks, mode, a).await?;
+                    } else {
+                        // A new init segment (an encoder restart): same
+                        // renditions if the codecs are, new config otherwise.
+                        for t in tracks {
+                            if let Some(r) = renditions.iter_mut().find(|r| r.info.kind == t.kind) {
+                                r.info = TrackInfo { id: t.id, ..t };
+                            }
+                        }
+                        clock = None;
+                    }
+                    let catalog = build_catalog(&renditions, a.format)?;
+                    if let Some(mut w) = catalog_track.open_subgroup(catalog_group, 0).await? {
+                        w.write(0, catalog.to_bytes()).await?;
+                        w.finish();
+                    }
+                    catalog_group += 1;
+                }
+                Event::Frame(f) => {
+                    if !a.no_pace {
+                        pace(&mut clock, f.dts).await;
+                    }
+                    if Instant::now() >= until {
+                        break 'input;
+                    }
+                    send_frame(&mut renditions, f, a, &mut dropped_before_keyframe).await?;
+                }
+            }
+        }
+        if eof {
+            break;
+        }
+        let chunk = tokio::select! {
+            c = rx.recv() => c,
+            _ = tokio::time::sleep_until(until) => break,
+        };
+        match chunk {
+            Some(Ok(data)) => {
+                let d = demux.get_or_insert_with(|| {
+                    let kind = match a.input_format {
+                        InputFormat::Auto => sniff(&data),
+                        k => k,
+                    };
+                    match kind {
+                        InputFormat::Ts => Box::new(TsDemuxer::new(limits)),
+                        _ => Box::new(Fmp4Demuxer::new(limits)),
+                    }
+                });
+                d.push(&data);
+            }
+            Some(Err(e)) => return Err(e).context("read input"),
+            None => {
+                if let Some(d) = demux.as_mut() {
+                    d.end();
+                }
+                eof = true;
+            }
+        }
+    }
+    if renditions.is_empty() {
+        bail!("the input ended before describing any track");
+    }
+    let mut sent = Vec::new();
+    for r in &mut renditions {
+        for (_, w) in std::mem::take(&mut r.writers) {
+            w.finish();
+        }
+        r.track.finish(r.streams).await?;
+        sent.push(format!("{} {} frames", r.info.codec, r.frames));
+    }
+    catalog_track.finish(catalog_group).await?;
+    if dropped_before_keyframe > 0 {
+        eprintln!("dropped {dropped_before_keyframe} frames before the first keyframe");
+    }
+    eprintln!("published {broadcast}: {}", sent.join(", "));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(())
+}
+
+/// Waits until the wall clock reaches frame time `dts` (µs) on the clock
+/// set by the first frame. A jump of more than two seconds either way (a
+/// paused or restarted encoder, a discontinuity) restarts the clock rather
+/// than stalling or bursting.
+async fn pace(clock: &mut Option<(Instant, i64)>, dts: i64) {
+    let now = Instant::now();
+    let (start, base) = *clock.get_or_insert((now, dts));
+    let due = start + Duration::from_micros((dts - base).max(0) as u64);
+    let ahead = due.saturating_duration_since(now);
+    let behind = now.saturating_duration_since(due);
+    if dts < base || ahead > Duration::from_secs(2) || behind > Duration::from_secs(2) {
+        *clock = Some((now, dts));
+        return;
+    }
+    if !ahead.is_zero() {
+        tokio::time::sleep(ahead).await;
+    }
+}
+
+async fn create_renditions(
+    session: &ClientSession,
+    name: &impl Fn(&str) -> FullTrackName,
+    tracks: &[TrackInfo],
+    mode: TrackMode,
+    a: &MediaPubArgs,
+) -> anyhow::Result<Vec<Rendition>> {
+    let mut out = Vec::new();
+    let mut counts = HashMap::new();
+    for t in tracks {
+        let base = match t.kind {
+            TrackKind::Video => "video",
+            TrackKind::Audio => "audio",
+        };
+        let n = counts.entry(base).or_insert(0u32);
+        let track_name = if *n == 0 { base.to_string() } else { format!("{base}{n}") };
+        *n += 1;
+        let prio = match t.kind {
+            TrackKind::Video => PRIO_VIDEO[0],
+            TrackKind::Audio => PRIO_AUDIO,
+        };
+        let mut props = Vec::new();
+        if a.target_latency_ms > 0 {
+            props.push(KeyValue::int(
+                moqt::params::kind::OBJECT_DELIVERY_TIMEOUT,
+                a.target_latency_ms,
+            ));
+        }
+        let track = session
+            .create_track_with(name(&track_name), prio, mode, props)
+            .await?;
+        out.push(Rendition {
+            info: t.clone(),
+            track,
+            group: None,
+            next_object: 0,
+            group_started: None,
+            writers: BTreeMap::new(),
+            streams: 0,
+            frames: 0,
+            fragmenter: Fragmenter::new(),
+        });
+        eprintln!("track {track_name}: {} ({})", t.codec, describe(t));
+    }
+    Ok(out)
+}
+
+fn describe(t: &TrackInfo) -> String {
+    match t.kind {
+        TrackKind::Video => format!("{}x{}", t.width, t.height),
+        TrackKind::Audio => format!("{} Hz, {} ch", t.sample_rate, t.channels),
+    }
+}
+
+fn build_catalog(renditions: &[Rendition], format: Format) -> anyhow::Result<Catalog> {
+    let mut c = Catalog::default();
+    for r in renditions {
+        let container = match format {
+            Format::Hang => Container::Legacy,
+            Format::HangCmaf => Container::Cmaf {
+                init: init_segment(std::slice::from_ref(&r.info))?,
+            },
+        };
+        c.insert(&track_name_of(r), &r.info, container);
+    }
+    Ok(c)
+}
+
+fn track_name_of(r: &Rendition) -> String {
+    String::from_utf8_lossy(&r.track.name.name).into_owned()
+}
+
+async fn send_frame(
+    renditions: &mut [Rendition],
+    f: Frame,
+    a: &MediaPubArgs,
+    dropped: &mut u64,
+) -> anyhow::Result<()> {
+    let Some(idx) = renditions.iter().position(|r| r.info.id == f.track) else {
+        return Ok(());
+    };
+    let kind = renditions[idx].info.kind;
+    // Where a new group starts: a video keyframe; audio follows the video's
+    // groups, or cuts every AUDIO_GROUP without video.
+    let has_video = renditions.iter().any(|r| r.info.kind == TrackKind::Video);
+    let new_group = match kind {
+        TrackKind::Video => f.keyframe,
+        TrackKind::Audio => {
+            let r = &renditions[idx];
+            r.group.is_none()
+                || if has_video {
+                    let video_group = renditions
+                        .iter()
+                        .filter(|v| v.info.kind == TrackKind::Video)
+                        .filter_map(|v| v.group_started)
+                        .max();
+                    video_group.is_some_and(|v| r.group_started.is_some_and(|s| v > s) && f.pts >= v)
+                } else {
+                    r.group_started
+                        .is_some_and(|s| f.pts - s >= AUDIO_GROUP.as_micros() as i64)
+                }
+        }
+    };
+    // Audio waits for the first video group so both start together.
+    if kind == TrackKind::Audio
+        && has_video
+        && renditions
+            .iter()
+            .all(|v| v.info.kind != TrackKind::Video || v.group.is_none())
+    {
+        *dropped += 1;
+        return Ok(());
+    }
+    let r = &mut renditions[idx];
+    if new_group {
+        for (_, w) in std::mem::take(&mut r.writers) {
+            w.finish();
+        }
+        r.group = Some(r.group.map_or(0, |g| g + 1));
+        r.next_object = 0;
+        r.group_started = Some(f.pts);
+    }
+    let Some(group) = r.group else {
+        // No keyframe yet: nothing a subscriber could decode.
+        *dropped += 1;
+        return Ok(());
+    };
+    let (subgroup, prio) = match (kind, a.delivery) {
+        (TrackKind::Audio, _) => (0, PRIO_AUDIO),
+        (TrackKind::Video, Delivery::Group) => (0, PRIO_VIDEO[0]),
+        (TrackKind::Video, Delivery::FrameType) => {
+            let layer = if f.keyframe {
+                0
+            } else if f.disposable {
+                2
+            } else {
+                1
+            };
+            (layer as u64, PRIO_VIDEO[layer])
+        }
+    };
+    let payload = match a.format {
+        Format::Hang => hang::encode_legacy(f.pts.max(0) as u64, &f.data),
+        Format::HangCmaf => r.fragmenter.fragment(&r.info, &f)?,
+    };
+    let object = r.next_object;
+    r.next_object += 1;
+    r.frames += 1;
+    if !r.writers.contains_key(&subgroup) {
+        match r.track.open_subgroup_owned(group, subgroup, prio).await? {
+            Some(w) => {
+                r.writers.insert(subgroup, w);
+                r.streams += 1;
+            }
+            None => return Ok(()),
+        }
+    }
+    if let Some(w) = r.writers.get_mut(&subgroup) {
+        w.write(object, payload).await?;
+    }
+    Ok(())
+}
+
+/// One subscribed rendition on the subscriber side.
+struct Output {
+    info: TrackInfo,
+    container: Container,
+    /// For CMAF objects: a demuxer primed with the init segment.
+    cmaf: Option<Fmp4Demuxer>,
+    reorder: Reorder,
+    /// Synthesised decode times for legacy video (µs): the previous one.
+    last_dts: Option<i64>,
+    frame_us: i64,
+    frames: u64,
+    waiting_keyframe: bool,
+}
+
+/// Puts objects of one group back in Object ID order when they arrive on
+/// several subgroup streams; gives up on a gap once `MAX_HELD` objects wait
+/// behind it or the next group starts.
+#[derive(Default)]
+struct Reorder {
+    group: Option<u64>,
+    next: u64,
+    held: BTreeMap<u64, Bytes>,
+}
+
+const MAX_HELD: usize = 16;
+
+impl Reorder {
+    /// Accepts (group, object) and returns the payloads now in order, each
+    /// with whether it starts its group.
+    fn push(&mut self, group: u64, object: u64, payload: Bytes) -> Vec<(bool, Bytes)> {
+        let mut out = Vec::new();
+        match self.group {
+            Some(g) if group < g => return out,
+            Some(g) if group == g => {
+                if object < self.next {
+                    return out;
+                }
+                self.held.insert(object, payload);
+            }
+            _ => {
+                self.flush(&mut out);
+                self.group = Some(group);
+                self.next = 0;
+                self.held.insert(object, payload);
+            }
+        }
+        self.drain(&mut out);
+        if self.held.len() > MAX_HELD {
+            self.flush(&mut out);
+        }
+        out
+    }
+
+    fn drain(&mut self, out: &mut Vec<(bool, Bytes)>) {
+        while let Some(p) = self.held.remove(&self.next) {
+            out.push((self.next == 0, p));
+            self.next += 1;
+        }
+    }
+
+    fn flush(&mut self, out: &mut Vec<(bool, Bytes)>) {
+        for (o, p) in std::mem::take(&mut self.held) {
+            out.push((o == 0, p));
+            self.next = o + 1;
+        }
+    }
+}
+
+/// Subscribes to a media broadcast and writes fragmented MP4; see [`MediaSubArgs`].
+pub async fn subscribe(
+    a: &MediaSubArgs,
+    broadcast: &str,
+    session: &ClientSession,
+    rendezvous_ms: u64,
+    until: Instant,
+    count: Option<u64>,
+) -> anyhow::Result<()> {
+    let catalog_name = FullTrackName::new(broadcast, hang::CATALOG_TRACK);
+    let mut cat_sub = session
+        .subscribe(
+            catalog_name.clone(),
+            SubscribeOptions {
+                rendezvous_ms: (rendezvous_ms > 0).then_some(rendezvous_ms),
+                ..Default::default()
+            },
+        )
+        .await
+        .with_context(|| format!("subscribe to {broadcast}/{}", hang::CATALOG_TRACK))?;
+    // The catalog's current version is the latest object: fetch it if the
+    // subscription started after it, else wait for it.
+    let mut catalog = None;
+    if cat_sub.largest.is_some() {
+        let r = session
+            .fetch(
+                FetchKind::RelativeJoining {
+                    joining_request_id: cat_sub.request_id,
+                    joining_start: 0,
+                },
+                Parameters::default(),
+            )
+            .await?;
+        if let Some(o) = r.objects.last() {
+            catalog = Some(Catalog::parse(&o.payload)?);
+        }
+    }
+    while catalog.is_none() {
+        let ev = tokio::select! {
+            ev = cat_sub.next() => ev,
+            _ = tokio::time::sleep_until(until) => return Ok(()),
+        };
+        match ev {
+            Some(SubscriptionEvent::Object(o)) if !o.payload.is_empty() => {
+                catalog = Some(Catalog::parse(&o.payload)?)
+            }
+            Some(SubscriptionEvent::Done { .. }) | None => bail!("the broadcast ended before its catalog"),
+            _ => {}
+        }
+    }
+    let catalog = catalog.unwrap_or_default();
+    let pick = |want: &Option<String>, section: &hang::Section| -> Option<(String, hang::Rendition)> {
+        match want.as_deref() {
+            Some("none") => None,
+            Some(n) => section.renditions.get(n).map(|r| (n.to_string(), r.clone())),
+            None => section.renditions.iter().next().map(|(n, r)| (n.clone(), r.clone())),
+        }
+    };
+    let mut chosen = Vec::new();
+    if let Some(v) = pick(&a.video, &catalog.video) {
+        chosen.push((TrackKind::Video, v));
+    }
+    if let Some(au) = pick(&a.audio, &catalog.audio) {
+        chosen.push((TrackKind::Audio, au));
+    }
+    if chosen.is_empty() {
+        bail!(
+            "the catalog of {broadcast} has no rendition to play (video: {:?}, audio: {:?})",
+            catalog.video.renditions.keys().collect::<Vec<_>>(),
+            catalog.audio.renditions.keys().collect::<Vec<_>>()
+        );
+    }
+    let mut outputs = Vec::new();
+    for (i, (kind, (track_name, r))) in chosen.iter().enumerate() {
+        let id = i as u32 + 1;
+        let (info, cmaf) = match &r.container {
+            Container::Legacy => {
+                let mut t = r.to_track(id, *kind)?;
+                t.timescale = match kind {
+                    TrackKind::Video => 90_000,
+                    TrackKind::Audio => t.sample_rate.max(1),
+                };
+                (t, None)
+            }
+            Container::Cmaf { init } => {
+                let mut d = Fmp4Demuxer::default();
+                d.push(init);
+                let t = match d.next() {
+                    Ok(Some(Event::Tracks(t))) if !t.is_empty() => t[0].clone(),
+                    other => bail!("rendition {track_name}: bad init segment ({other:?})"),
+                };
+                (TrackInfo { id, ..t }, Some(d))
+            }
+            other => bail!(
+                "rendition {track_name}: container {:?} is not supported (legacy and cmaf are)",
+                other.kind()
+            ),
+        };
+        let frame_us = r
+            .framerate
+            .filter(|f| *f > 0.0)
+            .map_or(33_333, |f| (1e6 / f) as i64);
+        eprintln!("rendition {track_name}: {} ({})", info.codec, describe(&info));
+        outputs.push((
+            track_name.clone(),
+            Output {
+                info,
+                container: r.container.clone(),
+                cmaf,
+                reorder: Reorder::default(),
+                last_dts: None,
+                frame_us,
+                frames: 0,
+                waiting_keyframe: true,
+            },
+        ));
+    }
+    let tracks: Vec<TrackInfo> = outputs.iter().map(|(_, o)| o.info.clone()).collect();
+    let mut out: Box<dyn Write + Send> = if a.output == "-" {
+        Box::new(std::io::stdout())
+    } else {
+        Box::new(std::io::BufWriter::new(
+            std::fs::File::create(&a.output).with_context(|| format!("create {}", a.output))?,
+        ))
+    };
+    out.write_all(&init_segment(&tracks)?)?;
+    out.flush()?;
+
+    // Subscribe each rendition from the latest object, and fetch the
+    // current group up to it, so output starts at the GOP's keyframe at once.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Option<(u64, u64, Bytes)>)>();
+    let mut subs = Vec::new();
+    for (i, (track_name, _)) in outputs.iter().enumerate() {
+        let name = FullTrackName::new(broadcast, track_name);
+        let mut sub = session
+            .subscribe(
+                name,
+                SubscribeOptions {
+                    filter: Some(SubscriptionFilter::LargestObject),
+                    rendezvous_ms: (rendezvous_ms > 0).then_some(rendezvous_ms),
+                    ..Default::default()
+                },
+            )
+            .await
+            .with_context(|| format!("subscribe to {track_name}"))?;
+        if sub.largest.is_some() {
+            let r = session
+                .fetch(
+                    FetchKind::RelativeJoining {
+                        joining_request_id: sub.request_id,
+                        joining_start: 0,
+                    },
+                    Parameters::default(),
+                )
+                .await?;
+            for o in r.objects {
+                let _ = tx.send((i, Some((o.group, o.object_id, o.payload))));
+            }
+        }
+        let tx = tx.clone();
+        subs.push(tokio::spawn(async move {
+            while let Some(ev) = sub.next().await {
+                match ev {
+                    SubscriptionEvent::Object(o) => {
+                        if tx.send((i, Some((o.group, o.object_id, o.payload)))).is_err() {
+                            break;
+                        }
+                    }
+                    SubscriptionEvent::Done { .. } => break,
+                    _ => {}
+                }
+            }
+            let _ = tx.send((i, None));
+            sub.cancel();
+        }));
+    }
+    drop(tx);
+    let mut fragmenter = Fragmenter::new();
+    let mut open = outputs.len();
+    let mut written = 0u64;
+    let mut first_dts: Option<i64> = None;
+    let result: anyhow::Result<()> = async {
+        while open > 0 {
+            let msg = tokio::select! {
+                m = rx.recv() => m,
+                _ = tokio::time::sleep_until(until) => break,
+            };
+            let Some((i, item)) = msg else { break };
+            let Some((group, object, payload)) = item else {
+                open -= 1;
+                continue;
+            };
+            let o = &mut outputs[i].1;
+            for (starts_group, payload) in o.reorder.push(group, object, payload) {
+                for mut f in decode_object(o, starts_group, payload)? {
+                    // Output time starts at the first frame's decode time, so
+                    // no decode time is negative.
+                    let base = *first_dts.get_or_insert(f.dts);
+                    f.dts -= base;
+                    f.pts -= base;
+                    let frag = fragmenter.fragment(&o.info, &f)?;
+                    match out.write_all(&frag).and_then(|_| out.flush()) {
+                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                        r => r.context("write output")?,
+                    }
+                    o.frames += 1;
+                    written += 1;
+                    if count.is_some_and(|c| written >= c) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    for s in subs {
+        s.abort();
+    }
+    cat_sub.cancel();
+    let summary: Vec<_> = outputs
+        .iter()
+        .map(|(n, o)| format!("{n} {} frames", o.frames))
+        .collect();
+    eprintln!("wrote {}: {}", a.output, summary.join(", "));
+    result
+}
+
+/// Turns one object into frames with decode times.
+fn decode_object(o: &mut Output, starts_group: bool, payload: Bytes) -> anyhow::Result<Vec<Frame>> {
+    let mut frames = Vec::new();
+    match &o.container {
+        Container::Cmaf { .. } => {
+            if let Some(d) = o.cmaf.as_mut() {
+                d.push(&payload);
+                while let Some(ev) = d.next()? {
+                    if let Event::Frame(f) = ev {
+                        frames.push(Frame { track: o.info.id, ..f });
+                    }
+                }
+            }
+        }
+        _ => {
+            let (pts, data) = hang::decode_legacy(&payload)?;
+            let pts = pts as i64;
+            let keyframe = starts_group || o.info.kind == TrackKind::Audio;
+            // hang carries presentation times only. Decode times are made
+            // up: a frame's duration apart, starting two frames before the
+            // GOP's keyframe presents (room for B frames), re-anchored
+            // whenever a keyframe shows the estimate has drifted.
+            let dts = match (o.info.kind, o.last_dts) {
+                (TrackKind::Audio, _) => pts,
+                (TrackKind::Video, None) => pts - 2 * o.frame_us,
+                (TrackKind::Video, Some(last)) => {
+                    let next = last + o.frame_us;
+                    let anchor = pts - 2 * o.frame_us;
+                    if keyframe && (next - anchor).abs() > o.frame_us / 2 {
+                        anchor.max(last + 1)
+                    } else {
+                        next
+                    }
+                }
+            };
+            o.last_dts = Some(dts);
+            frames.push(Frame {
+                track: o.info.id,
+                pts,
+                dts,
+                duration: if o.info.kind == TrackKind::Video { o.frame_us as u32 } else { 0 },
+                keyframe,
+                disposable: false,
+                data,
+            });
+        }
+    }
+    // Nothing decodes before the first keyframe.
+    if o.waiting_keyframe {
+        frames.retain(|f| f.keyframe || !o.waiting_keyframe);
+        if let Some(i) = frames.iter().position(|f| f.keyframe) {
+            frames.drain(..i);
+            o.waiting_keyframe = false;
+        } else {
+            frames.clear();
+        }
+    }
+    Ok(frames)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reorder_restores_object_order_and_skips_gaps() {
+        let mut r = Reorder::default();
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        assert_eq!(r.push(0, 0, b("0")).len(), 1);
+        assert!(r.push(0, 2, b("2")).is_empty());
+        let got = r.push(0, 1, b("1"));
+        assert_eq!(got.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(), vec![b("1"), b("2")]);
+        // A gap (object 3 lost) is given up when the next group starts.
+        assert!(r.push(0, 4, b("4")).is_empty());
+        let got = r.push(1, 0, b("g1"));
+        assert_eq!(got, vec![(false, b("4")), (true, b("g1"))]);
+        // Late objects of an old group are dropped.
+        assert!(r.push(0, 5, b("late")).is_empty());
+    }
+
+    #[test]
+    fn sniffs_ts_and_mp4() {
+        let mut ts = vec![0u8; 376];
+        ts[0] = 0x47;
+        ts[188] = 0x47;
+        assert_eq!(sniff(&ts), InputFormat::Ts);
+        assert_eq!(sniff(b"\0\0\0\x18ftypiso6"), InputFormat::Fmp4);
+    }
+}
