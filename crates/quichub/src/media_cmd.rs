@@ -7,7 +7,7 @@
 //! `ffplay -` or a file. This module only moves bytes and keeps time; the
 //! packaging is the media crate's.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,7 +125,9 @@ fn sniff(head: &[u8]) -> InputFormat {
 }
 
 /// Reads the input on a thread (files and pipes block) into a channel.
-fn spawn_reader(input: &str) -> anyhow::Result<tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>> {
+fn spawn_reader(
+    input: &str,
+) -> anyhow::Result<tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>> {
     let mut src: Box<dyn Read + Send> = if input == "-" {
         Box::new(std::io::stdin())
     } else {
@@ -320,7 +322,11 @@ async fn create_renditions(
             TrackKind::Audio => "audio",
         };
         let n = counts.entry(base).or_insert(0u32);
-        let track_name = if *n == 0 { base.to_string() } else { format!("{base}{n}") };
+        let track_name = if *n == 0 {
+            base.to_string()
+        } else {
+            format!("{base}{n}")
+        };
         *n += 1;
         let prio = match t.kind {
             TrackKind::Video => PRIO_VIDEO[0],
@@ -401,7 +407,8 @@ async fn send_frame(
                         .filter(|v| v.info.kind == TrackKind::Video)
                         .filter_map(|v| v.group_started)
                         .max();
-                    video_group.is_some_and(|v| r.group_started.is_some_and(|s| v > s) && f.pts >= v)
+                    video_group
+                        .is_some_and(|v| r.group_started.is_some_and(|s| v > s) && f.pts >= v)
                 } else {
                     r.group_started
                         .is_some_and(|s| f.pts - s >= AUDIO_GROUP.as_micros() as i64)
@@ -468,6 +475,18 @@ async fn send_frame(
     Ok(())
 }
 
+/// What the subscription tasks pass to the writer.
+enum Arrival {
+    /// (group, subgroup (`None` if fetched), object, payload).
+    Object(u64, Option<u64>, u64, Bytes),
+    /// A subgroup stream ended: (group, subgroup).
+    SubgroupEnd(u64, u64),
+    /// The subscription ended.
+    Done,
+    /// Time to give up on old gaps.
+    Tick,
+}
+
 /// One subscribed rendition on the subscriber side.
 struct Output {
     info: TrackInfo,
@@ -482,57 +501,96 @@ struct Output {
     waiting_keyframe: bool,
 }
 
-/// Puts objects of one group back in Object ID order when they arrive on
-/// several subgroup streams; gives up on a gap once `MAX_HELD` objects wait
-/// behind it or the next group starts.
+/// Puts objects back in (Group, Object ID) order. They arrive on one
+/// stream per subgroup, and QUIC orders nothing across streams: the first
+/// objects of group N+1 can overtake the last of group N, and frame-type
+/// subgroups interleave. A gap is waited for until the streams of its group
+/// have all ended, or for [`REORDER_WAIT`], then skipped.
 #[derive(Default)]
 struct Reorder {
-    group: Option<u64>,
-    next: u64,
-    held: BTreeMap<u64, Bytes>,
+    /// The position expected next: (group, object).
+    next: Option<(u64, u64)>,
+    held: BTreeMap<(u64, u64), Bytes>,
+    /// Subgroup streams of each group still open.
+    open: HashMap<u64, HashSet<u64>>,
+    /// Groups all of whose streams have ended.
+    ended: HashSet<u64>,
+    /// Since when the head of `held` waits on a gap.
+    stuck_since: Option<std::time::Instant>,
+    /// Objects that came after their place was given up.
+    late: u64,
 }
 
-const MAX_HELD: usize = 16;
+/// How long a gap is waited for.
+const REORDER_WAIT: Duration = Duration::from_millis(500);
+/// Most objects held behind a gap.
+const MAX_HELD: usize = 256;
 
 impl Reorder {
-    /// Accepts (group, object) and returns the payloads now in order, each
-    /// with whether it starts its group.
-    fn push(&mut self, group: u64, object: u64, payload: Bytes) -> Vec<(bool, Bytes)> {
-        let mut out = Vec::new();
-        match self.group {
-            Some(g) if group < g => return out,
-            Some(g) if group == g => {
-                if object < self.next {
-                    return out;
-                }
-                self.held.insert(object, payload);
-            }
-            _ => {
-                self.flush(&mut out);
-                self.group = Some(group);
-                self.next = 0;
-                self.held.insert(object, payload);
+    /// Takes an object (`subgroup` `None` for one fetched from the cache)
+    /// and returns the payloads now in order, each with whether it starts
+    /// its group.
+    fn object(
+        &mut self,
+        group: u64,
+        subgroup: Option<u64>,
+        object: u64,
+        payload: Bytes,
+    ) -> Vec<(bool, Bytes)> {
+        if self.next.is_some_and(|n| (group, object) < n) {
+            self.late += 1;
+            return Vec::new();
+        }
+        if let Some(sg) = subgroup {
+            self.open.entry(group).or_default().insert(sg);
+        }
+        self.held.insert((group, object), payload);
+        self.release(false)
+    }
+
+    /// A subgroup stream ended.
+    fn subgroup_end(&mut self, group: u64, subgroup: u64) -> Vec<(bool, Bytes)> {
+        if let Some(open) = self.open.get_mut(&group) {
+            open.remove(&subgroup);
+            if open.is_empty() {
+                self.open.remove(&group);
+                self.ended.insert(group);
             }
         }
-        self.drain(&mut out);
-        if self.held.len() > MAX_HELD {
-            self.flush(&mut out);
+        self.release(false)
+    }
+
+    /// Releases what is in order; with `flush`, everything.
+    fn release(&mut self, flush: bool) -> Vec<(bool, Bytes)> {
+        let mut out = Vec::new();
+        while let Some((&(g, o), _)) = self.held.first_key_value() {
+            let in_order = match self.next {
+                None => true,
+                Some((ng, no)) => {
+                    (g, o) == (ng, no) || (g > ng && o == 0 && self.ended.contains(&ng))
+                }
+            };
+            let give_up = flush
+                || self.held.len() > MAX_HELD
+                || self
+                    .stuck_since
+                    .is_some_and(|t| t.elapsed() >= REORDER_WAIT);
+            if !in_order && !give_up {
+                self.stuck_since.get_or_insert_with(std::time::Instant::now);
+                break;
+            }
+            self.stuck_since = None;
+            if let Some(p) = self.held.remove(&(g, o)) {
+                out.push((o == 0, p));
+            }
+            if let Some((ng, _)) = self.next {
+                if g > ng {
+                    self.ended.retain(|&e| e >= g);
+                }
+            }
+            self.next = Some((g, o + 1));
         }
         out
-    }
-
-    fn drain(&mut self, out: &mut Vec<(bool, Bytes)>) {
-        while let Some(p) = self.held.remove(&self.next) {
-            out.push((self.next == 0, p));
-            self.next += 1;
-        }
-    }
-
-    fn flush(&mut self, out: &mut Vec<(bool, Bytes)>) {
-        for (o, p) in std::mem::take(&mut self.held) {
-            out.push((o == 0, p));
-            self.next = o + 1;
-        }
     }
 }
 
@@ -582,18 +640,28 @@ pub async fn subscribe(
             Some(SubscriptionEvent::Object(o)) if !o.payload.is_empty() => {
                 catalog = Some(Catalog::parse(&o.payload)?)
             }
-            Some(SubscriptionEvent::Done { .. }) | None => bail!("the broadcast ended before its catalog"),
+            Some(SubscriptionEvent::Done { .. }) | None => {
+                bail!("the broadcast ended before its catalog")
+            }
             _ => {}
         }
     }
     let catalog = catalog.unwrap_or_default();
-    let pick = |want: &Option<String>, section: &hang::Section| -> Option<(String, hang::Rendition)> {
-        match want.as_deref() {
-            Some("none") => None,
-            Some(n) => section.renditions.get(n).map(|r| (n.to_string(), r.clone())),
-            None => section.renditions.iter().next().map(|(n, r)| (n.clone(), r.clone())),
-        }
-    };
+    let pick =
+        |want: &Option<String>, section: &hang::Section| -> Option<(String, hang::Rendition)> {
+            match want.as_deref() {
+                Some("none") => None,
+                Some(n) => section
+                    .renditions
+                    .get(n)
+                    .map(|r| (n.to_string(), r.clone())),
+                None => section
+                    .renditions
+                    .iter()
+                    .next()
+                    .map(|(n, r)| (n.clone(), r.clone())),
+            }
+        };
     let mut chosen = Vec::new();
     if let Some(v) = pick(&a.video, &catalog.video) {
         chosen.push((TrackKind::Video, v));
@@ -638,7 +706,11 @@ pub async fn subscribe(
             .framerate
             .filter(|f| *f > 0.0)
             .map_or(33_333, |f| (1e6 / f) as i64);
-        eprintln!("rendition {track_name}: {} ({})", info.codec, describe(&info));
+        eprintln!(
+            "rendition {track_name}: {} ({})",
+            info.codec,
+            describe(&info)
+        );
         outputs.push((
             track_name.clone(),
             Output {
@@ -666,7 +738,7 @@ pub async fn subscribe(
 
     // Subscribe each rendition from the latest object, and fetch the
     // current group up to it, so output starts at the GOP's keyframe at once.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Option<(u64, u64, Bytes)>)>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Arrival)>();
     let mut subs = Vec::new();
     for (i, (track_name, _)) in outputs.iter().enumerate() {
         let name = FullTrackName::new(broadcast, track_name);
@@ -692,7 +764,7 @@ pub async fn subscribe(
                 )
                 .await?;
             for o in r.objects {
-                let _ = tx.send((i, Some((o.group, o.object_id, o.payload))));
+                let _ = tx.send((i, Arrival::Object(o.group, None, o.object_id, o.payload)));
             }
         }
         let tx = tx.clone();
@@ -700,15 +772,20 @@ pub async fn subscribe(
             while let Some(ev) = sub.next().await {
                 match ev {
                     SubscriptionEvent::Object(o) => {
-                        if tx.send((i, Some((o.group, o.object_id, o.payload)))).is_err() {
+                        let a = Arrival::Object(o.group, o.subgroup, o.object_id, o.payload);
+                        if tx.send((i, a)).is_err() {
                             break;
                         }
                     }
+                    SubscriptionEvent::SubgroupEnd {
+                        group, subgroup, ..
+                    } => {
+                        let _ = tx.send((i, Arrival::SubgroupEnd(group, subgroup)));
+                    }
                     SubscriptionEvent::Done { .. } => break,
-                    _ => {}
                 }
             }
-            let _ = tx.send((i, None));
+            let _ = tx.send((i, Arrival::Done));
             sub.cancel();
         }));
     }
@@ -718,18 +795,49 @@ pub async fn subscribe(
     let mut written = 0u64;
     let mut first_dts: Option<i64> = None;
     let result: anyhow::Result<()> = async {
+        let mut tick = tokio::time::interval(REORDER_WAIT / 4);
         while open > 0 {
             let msg = tokio::select! {
                 m = rx.recv() => m,
+                _ = tick.tick() => Some((usize::MAX, Arrival::Tick)),
                 _ = tokio::time::sleep_until(until) => break,
             };
-            let Some((i, item)) = msg else { break };
-            let Some((group, object, payload)) = item else {
-                open -= 1;
-                continue;
+            let Some((i, arrival)) = msg else { break };
+            let ready: Vec<(usize, bool, Bytes)> = match arrival {
+                Arrival::Object(group, subgroup, object, payload) => outputs[i]
+                    .1
+                    .reorder
+                    .object(group, subgroup, object, payload)
+                    .into_iter()
+                    .map(|(s, p)| (i, s, p))
+                    .collect(),
+                Arrival::SubgroupEnd(group, subgroup) => outputs[i]
+                    .1
+                    .reorder
+                    .subgroup_end(group, subgroup)
+                    .into_iter()
+                    .map(|(s, p)| (i, s, p))
+                    .collect(),
+                Arrival::Done => {
+                    open -= 1;
+                    outputs[i]
+                        .1
+                        .reorder
+                        .release(true)
+                        .into_iter()
+                        .map(|(s, p)| (i, s, p))
+                        .collect()
+                }
+                Arrival::Tick => {
+                    let mut v = Vec::new();
+                    for (j, (_, o)) in outputs.iter_mut().enumerate() {
+                        v.extend(o.reorder.release(false).into_iter().map(|(s, p)| (j, s, p)));
+                    }
+                    v
+                }
             };
-            let o = &mut outputs[i].1;
-            for (starts_group, payload) in o.reorder.push(group, object, payload) {
+            for (i, starts_group, payload) in ready {
+                let o = &mut outputs[i].1;
                 for mut f in decode_object(o, starts_group, payload)? {
                     // Output time starts at the first frame's decode time, so
                     // no decode time is negative.
@@ -758,7 +866,13 @@ pub async fn subscribe(
     cat_sub.cancel();
     let summary: Vec<_> = outputs
         .iter()
-        .map(|(n, o)| format!("{n} {} frames", o.frames))
+        .map(|(n, o)| {
+            let late = o.reorder.late;
+            match late {
+                0 => format!("{n} {} frames", o.frames),
+                l => format!("{n} {} frames ({l} arrived too late)", o.frames),
+            }
+        })
         .collect();
     eprintln!("wrote {}: {}", a.output, summary.join(", "));
     result
@@ -773,7 +887,10 @@ fn decode_object(o: &mut Output, starts_group: bool, payload: Bytes) -> anyhow::
                 d.push(&payload);
                 while let Some(ev) = d.next()? {
                     if let Event::Frame(f) = ev {
-                        frames.push(Frame { track: o.info.id, ..f });
+                        frames.push(Frame {
+                            track: o.info.id,
+                            ..f
+                        });
                     }
                 }
             }
@@ -804,7 +921,11 @@ fn decode_object(o: &mut Output, starts_group: bool, payload: Bytes) -> anyhow::
                 track: o.info.id,
                 pts,
                 dts,
-                duration: if o.info.kind == TrackKind::Video { o.frame_us as u32 } else { 0 },
+                duration: if o.info.kind == TrackKind::Video {
+                    o.frame_us as u32
+                } else {
+                    0
+                },
                 keyframe,
                 disposable: false,
                 data,
@@ -829,19 +950,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reorder_restores_object_order_and_skips_gaps() {
+    fn reorder_waits_for_the_previous_group_to_end() {
         let mut r = Reorder::default();
         let b = |s: &'static str| Bytes::from_static(s.as_bytes());
-        assert_eq!(r.push(0, 0, b("0")).len(), 1);
-        assert!(r.push(0, 2, b("2")).is_empty());
-        let got = r.push(0, 1, b("1"));
-        assert_eq!(got.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(), vec![b("1"), b("2")]);
-        // A gap (object 3 lost) is given up when the next group starts.
-        assert!(r.push(0, 4, b("4")).is_empty());
-        let got = r.push(1, 0, b("g1"));
-        assert_eq!(got, vec![(false, b("4")), (true, b("g1"))]);
-        // Late objects of an old group are dropped.
-        assert!(r.push(0, 5, b("late")).is_empty());
+        let p = |v: Vec<(bool, Bytes)>| v.into_iter().map(|(_, p)| p).collect::<Vec<_>>();
+        assert_eq!(p(r.object(0, Some(0), 0, b("0.0"))), vec![b("0.0")]);
+        // Group 1 overtakes the end of group 0: held.
+        assert!(r.object(1, Some(0), 0, b("1.0")).is_empty());
+        assert_eq!(p(r.object(0, Some(0), 1, b("0.1"))), vec![b("0.1")]);
+        // Group 0's stream ends: group 1 may go.
+        assert_eq!(p(r.subgroup_end(0, 0)), vec![b("1.0")]);
+        // Frame-type subgroups: object 2 (subgroup 2) before 1 (subgroup 1).
+        assert!(r.object(1, Some(2), 2, b("1.2")).is_empty());
+        assert_eq!(
+            p(r.object(1, Some(1), 1, b("1.1"))),
+            vec![b("1.1"), b("1.2")]
+        );
+        // Late objects of a group already passed are dropped and counted.
+        assert!(r.object(0, Some(0), 2, b("late")).is_empty());
+        assert_eq!(r.late, 1);
+        // A gap never filled is given up at the flush.
+        assert!(r.object(1, Some(0), 4, b("1.4")).is_empty());
+        assert_eq!(p(r.release(true)), vec![b("1.4")]);
     }
 
     #[test]

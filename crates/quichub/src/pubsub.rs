@@ -138,7 +138,9 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
     };
     let session = ClientSession::connect(&a.url, opts).await?;
     let result = match &a.media.broadcast {
-        Some(b) => crate::media_cmd::publish(&a.media, b, &session, mode, deadline(a.duration)).await,
+        Some(b) => {
+            crate::media_cmd::publish(&a.media, b, &session, mode, deadline(a.duration)).await
+        }
         None => publish(&a, &session, profile, mode, in_framing, chunk_size).await,
     };
     leave(&session, result).await
