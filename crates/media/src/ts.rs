@@ -107,8 +107,10 @@ struct Stream {
     seen_key: bool,
     /// ADTS bytes of a frame that continues in the next PES (audio).
     audio_buf: Vec<u8>,
-    /// Presentation time of the next audio frame, extrapolated, in µs.
-    audio_next: Option<i64>,
+    /// Where the next audio frame starts: a PES's 90 kHz PTS and the
+    /// samples since it. Counting samples from the last PTS, rather than
+    /// adding rounded frame durations, keeps 44.1 kHz from drifting.
+    audio_next: Option<(i64, u64)>,
     info: Option<TrackInfo>,
     /// Given up on (never configured); ignored from then on.
     dropped: bool,
@@ -613,14 +615,15 @@ impl TsDemuxer {
             (Some(p), Some(d)) => {
                 let d = self.unwrap(d);
                 // PTS follows DTS closely; unwrap it against DTS, not the clock.
-                let p = d + wrap_diff(p, d);
-                (Some(to_micros(p, 90_000)), Some(to_micros(d, 90_000)))
+                (Some(d + wrap_diff(p, d)), Some(d))
             }
             _ => (None, None),
         };
         let payload = &pes[start..];
+        let us = |t: Option<i64>| t.map(|t| to_micros(t, 90_000));
         match self.streams[si].codec {
-            Codec::H264 | Codec::H265 => self.video_au(si, pts, dts, payload),
+            Codec::H264 | Codec::H265 => self.video_au(si, us(pts), us(dts), payload),
+            // Audio keeps 90 kHz so frame times are exact sums of samples.
             Codec::Aac => self.adts(si, pts, payload),
             Codec::Opus { .. } => self.opus(si, pts, payload),
         }
@@ -781,20 +784,23 @@ impl TsDemuxer {
                 let mut info =
                     TrackInfo::audio(pid, &aac_codec_string(&asc)?, rate, channels.into());
                 info.description = Some(asc);
-                let t = self.streams[si].audio_next.or(pts_pending);
+                let t = self.streams[si].audio_next.map(|c| audio_time(c, rate));
+                let t = t.or(pts_pending.map(|p| audio_time((p, 0), rate)));
                 self.set_info(si, info, t)?;
             }
-            let t = if started_here {
-                pts_pending.take().or(self.streams[si].audio_next)
-            } else {
-                self.streams[si].audio_next
+            let clock = match pts_pending.take() {
+                Some(p) if started_here => Some((p, 0)),
+                p => {
+                    pts_pending = p;
+                    self.streams[si].audio_next
+                }
             };
-            let Some(t) = t else {
+            let Some(clock) = clock else {
                 self.stats.dropped_frames += 1;
                 continue;
             };
-            let dur = 1024 * 1_000_000 / i64::from(rate);
-            self.streams[si].audio_next = Some(t + dur);
+            let t = audio_time(clock, rate);
+            self.streams[si].audio_next = Some((clock.0, clock.1 + 1024));
             let f = Frame {
                 track: pid,
                 pts: t,
@@ -809,14 +815,14 @@ impl TsDemuxer {
         let s = &mut self.streams[si];
         if pts_pending.is_some() && !buf.is_empty() {
             // The PES's first frame starts here and continues in the next PES.
-            s.audio_next = pts_pending;
+            s.audio_next = pts_pending.map(|p| (p, 0));
         }
         s.audio_buf = buf;
         Ok(())
     }
 
     fn opus(&mut self, si: usize, pts: Option<i64>, mut p: &[u8]) -> Result<(), Error> {
-        let mut t = pts.or(self.streams[si].audio_next);
+        let mut clock = pts.map(|p| (p, 0)).or(self.streams[si].audio_next);
         while p.len() >= 2 {
             // opus_control_header (ETSI TS 102 366 annex / the Opus-in-TS
             // mapping): 11-bit prefix 0x3ff, trim and extension flags.
@@ -871,15 +877,15 @@ impl TsDemuxer {
                     output_gain: 0,
                     channel_mapping: None,
                 }));
-                self.set_info(si, info, t)?;
+                self.set_info(si, info, clock.map(|c| audio_time(c, 48_000)))?;
             }
-            let Some(now) = t else {
+            let Some(c) = clock else {
                 self.stats.dropped_frames += 1;
                 continue;
             };
-            let samples = opus_samples(packet);
-            let next = now + i64::from(samples) * 1_000_000 / 48_000;
-            t = Some(next);
+            let now = audio_time(c, 48_000);
+            let next = (c.0, c.1 + u64::from(opus_samples(packet)));
+            clock = Some(next);
             self.streams[si].audio_next = Some(next);
             let f = Frame {
                 track: pid,
@@ -1203,6 +1209,15 @@ fn wrap_diff(t: impl Into<i128>, reference: i64) -> i64 {
     } else {
         d
     }
+}
+
+/// `samples` at `rate` Hz after `base` (90 kHz), in µs, rounded as
+/// [`to_micros`] rounds: the µs of the exact time, not a sum of rounded
+/// parts.
+fn audio_time((base, samples): (i64, u64), rate: u32) -> i64 {
+    let rate = i128::from(rate.max(1));
+    let num = (i128::from(base) * rate + i128::from(samples) * 90_000) * 1_000_000;
+    (num / (90_000 * rate)).clamp(i64::MIN.into(), i64::MAX.into()) as i64
 }
 
 fn duration(dts: i64, next: Option<i64>) -> u32 {
