@@ -399,7 +399,11 @@ impl TsDemuxer {
             Ok(())
         };
         if p[1] & 0x80 != 0 {
-            return damaged(self);
+            // Its PID may be the damaged part, so no stream is blamed; if it
+            // was one of ours, the continuity counter of the next packet
+            // tells.
+            self.stats.damaged_packets += 1;
+            return Ok(());
         }
         if pid == 0x1FFF {
             return Ok(());
@@ -1537,4 +1541,633 @@ fn encode<A: Atom>(a: &A) -> Result<Bytes, Error> {
     a.encode_body(&mut b)
         .map_err(|e| Error::malformed("decoder configuration", e))?;
     Ok(b.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// x264's SPS and PPS for 320x240, High profile, level 1.3 (the SPS
+    /// holds an emulation prevention byte).
+    const SPS: &str = "6764000dacd94141fb0110000003001000000303c0f1429960";
+    const PPS: &str = "68ebe3cb22c0";
+    const PMT_PID: u16 = 0x1000;
+    const V: u16 = 0x100;
+    const A: u16 = 0x101;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// One packet; `af` is the adaptation field after its length byte, and
+    /// the rest of the packet is stuffed so that `payload` fills it.
+    fn pkt(pid: u16, pusi: bool, cc: u8, af: Option<&[u8]>, payload: &[u8]) -> Vec<u8> {
+        assert!(payload.len() <= 184);
+        let mut p = vec![
+            SYNC,
+            u8::from(pusi) << 6 | (pid >> 8) as u8,
+            pid as u8,
+            cc & 0x0F,
+        ];
+        let room = 184 - payload.len();
+        if af.is_some() || room > 0 {
+            let af = af.unwrap_or(&[]);
+            let af_len = room - 1;
+            assert!(af.len() <= af_len || (af_len == 0 && af.is_empty()));
+            p[3] |= if payload.is_empty() { 0x20 } else { 0x30 };
+            p.push(af_len as u8);
+            if af_len > 0 {
+                if af.is_empty() {
+                    p.push(0);
+                } else {
+                    p.extend_from_slice(af);
+                }
+            }
+            p.resize(4 + room, 0xFF);
+        } else {
+            p[3] |= 0x10;
+        }
+        p.extend_from_slice(payload);
+        assert_eq!(p.len(), PACKET);
+        p
+    }
+
+    fn section(table_id: u8, ext: u16, body: &[u8]) -> Vec<u8> {
+        let len = 5 + body.len() + 4;
+        let mut s = vec![table_id, 0xB0 | (len >> 8) as u8, len as u8];
+        s.extend_from_slice(&ext.to_be_bytes());
+        s.extend_from_slice(&[0xC1, 0, 0]);
+        s.extend_from_slice(body);
+        let crc = crc32_mpeg2(&s);
+        s.extend_from_slice(&crc.to_be_bytes());
+        s
+    }
+
+    fn psi(pid: u16, sec: &[u8]) -> Vec<u8> {
+        let mut payload = vec![0];
+        payload.extend_from_slice(sec);
+        pkt(pid, true, 0, None, &payload)
+    }
+
+    fn pat() -> Vec<u8> {
+        let mut body = vec![0, 0, 0xE0, 0x10]; // program 0: network PID
+        body.extend_from_slice(&[0, 1, 0xE0 | (PMT_PID >> 8) as u8, PMT_PID as u8]);
+        psi(0, &section(0, 1, &body))
+    }
+
+    fn pmt(streams: &[(u8, u16, &[u8])]) -> Vec<u8> {
+        let mut body = vec![0xE0 | (V >> 8) as u8, V as u8, 0xF0, 0];
+        for (t, pid, desc) in streams {
+            body.extend_from_slice(&[*t, 0xE0 | (pid >> 8) as u8, *pid as u8, 0xF0]);
+            body.push(desc.len() as u8);
+            body.extend_from_slice(desc);
+        }
+        psi(PMT_PID, &section(2, 1, &body))
+    }
+
+    fn ts5(prefix: u8, t: u64) -> [u8; 5] {
+        [
+            prefix << 4 | ((t >> 30) as u8 & 7) << 1 | 1,
+            (t >> 22) as u8,
+            ((t >> 15) as u8 & 0x7F) << 1 | 1,
+            (t >> 7) as u8,
+            (t as u8 & 0x7F) << 1 | 1,
+        ]
+    }
+
+    fn pes(stream_id: u8, pts: u64, dts: Option<u64>, payload: &[u8], bounded: bool) -> Vec<u8> {
+        let hlen = if dts.is_some() { 10 } else { 5 };
+        let len = if bounded { 3 + hlen + payload.len() } else { 0 };
+        let mut v = vec![0, 0, 1, stream_id, (len >> 8) as u8, len as u8, 0x80];
+        v.push(if dts.is_some() { 0xC0 } else { 0x80 });
+        v.push(hlen as u8);
+        v.extend_from_slice(&ts5(if dts.is_some() { 3 } else { 2 }, pts));
+        if let Some(d) = dts {
+            v.extend_from_slice(&ts5(1, d));
+        }
+        v.extend_from_slice(payload);
+        v
+    }
+
+    /// Splits a PES into packets with running continuity counters.
+    #[derive(Default)]
+    struct Mux {
+        cc: std::collections::HashMap<u16, u8>,
+    }
+
+    impl Mux {
+        fn packets(&mut self, pid: u16, data: &[u8]) -> Vec<Vec<u8>> {
+            data.chunks(184)
+                .enumerate()
+                .map(|(i, c)| {
+                    let cc = self.cc.entry(pid).or_insert(0);
+                    let p = pkt(pid, i == 0, *cc, None, c);
+                    *cc = (*cc + 1) & 0x0F;
+                    p
+                })
+                .collect()
+        }
+
+        fn ts(&mut self, pid: u16, data: &[u8]) -> Vec<u8> {
+            self.packets(pid, data).concat()
+        }
+    }
+
+    fn au(key: bool, params: bool, size: usize) -> Vec<u8> {
+        let mut v = vec![0, 0, 0, 1, 0x09, 0xF0];
+        if params {
+            v.extend_from_slice(&[0, 0, 0, 1]);
+            v.extend_from_slice(&hex(SPS));
+            v.extend_from_slice(&[0, 0, 1]);
+            v.extend_from_slice(&hex(PPS));
+        }
+        v.extend_from_slice(&[0, 0, 1, if key { 0x65 } else { 0x41 }]);
+        v.extend((0..size).map(|i| (i % 200 + 2) as u8));
+        v
+    }
+
+    fn video(m: &mut Mux, key: bool, params: bool, pts: u64, size: usize) -> Vec<u8> {
+        m.ts(
+            V,
+            &pes(0xE0, pts + 3000, Some(pts), &au(key, params, size), false),
+        )
+    }
+
+    fn adts(n: usize, payload: usize) -> Vec<u8> {
+        let len = 7 + payload;
+        let mut v = Vec::new();
+        for i in 0..n {
+            // AAC-LC (profile 1), 48 kHz (index 3), stereo.
+            v.extend_from_slice(&[
+                0xFF,
+                0xF1,
+                1 << 6 | 3 << 2,
+                2 << 6 | (len >> 11) as u8,
+                (len >> 3) as u8,
+                ((len & 7) as u8) << 5 | 0x1F,
+                0xFC,
+            ]);
+            v.extend(std::iter::repeat_n(i as u8, payload));
+        }
+        v
+    }
+
+    fn head(streams: &[(u8, u16, &[u8])]) -> Vec<u8> {
+        [pat(), pmt(streams)].concat()
+    }
+
+    fn av() -> Vec<u8> {
+        head(&[(0x1B, V, &[]), (0x0F, A, &[])])
+    }
+
+    /// Everything the input gives, errors included, after `end`.
+    fn run_with(limits: Limits, input: &[u8]) -> (Vec<Result<Event, Error>>, TsStats) {
+        let mut d = TsDemuxer::new(limits);
+        let mut out = Vec::new();
+        for chunk in input.chunks(100) {
+            d.push(chunk);
+            drain(&mut d, &mut out);
+            if matches!(out.last(), Some(Err(Error::WrongFormat { .. }))) {
+                return (out, *d.stats());
+            }
+        }
+        d.end();
+        drain(&mut d, &mut out);
+        (out, *d.stats())
+    }
+
+    fn drain(d: &mut TsDemuxer, out: &mut Vec<Result<Event, Error>>) {
+        for _ in 0..10_000 {
+            match d.next() {
+                Ok(Some(e)) => out.push(Ok(e)),
+                Ok(None) => return,
+                Err(e) => {
+                    let fatal = matches!(e, Error::WrongFormat { .. });
+                    out.push(Err(e));
+                    if fatal {
+                        return;
+                    }
+                }
+            }
+        }
+        panic!("next() never returned None");
+    }
+
+    fn run(input: &[u8]) -> (Vec<Result<Event, Error>>, TsStats) {
+        run_with(Limits::default(), input)
+    }
+
+    fn frames(out: &[Result<Event, Error>], track: u16) -> Vec<Frame> {
+        out.iter()
+            .filter_map(|e| match e {
+                Ok(Event::Frame(f)) if f.track == u32::from(track) => Some(f.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn tracks(out: &[Result<Event, Error>]) -> Vec<Vec<TrackInfo>> {
+        out.iter()
+            .filter_map(|e| match e {
+                Ok(Event::Tracks(t)) => Some(t.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn errors(out: &[Result<Event, Error>]) -> Vec<Error> {
+        out.iter().filter_map(|e| e.clone().err()).collect()
+    }
+
+    /// A clean stream: PAT, PMT, three video frames, six AAC frames.
+    fn basic() -> Vec<u8> {
+        let mut m = Mux::default();
+        let mut s = av();
+        s.extend(video(&mut m, true, true, 90_000, 500));
+        s.extend(m.ts(A, &pes(0xC0, 90_000, None, &adts(3, 20), true)));
+        s.extend(video(&mut m, false, false, 93_000, 300));
+        s.extend(m.ts(A, &pes(0xC0, 95_760, None, &adts(3, 20), true)));
+        s.extend(video(&mut m, false, false, 96_000, 300));
+        s
+    }
+
+    #[test]
+    fn h264_and_aac_come_out_as_fmp4_would_give_them() {
+        let (out, stats) = run(&basic());
+        assert!(errors(&out).is_empty(), "{:?}", errors(&out));
+        assert!(matches!(out[0], Ok(Event::Tracks(_))));
+        let t = tracks(&out);
+        assert_eq!(t.len(), 1);
+        let (v, a) = (&t[0][0], &t[0][1]);
+        assert_eq!((v.id, v.codec.as_str()), (256, "avc1.64000d"));
+        assert_eq!((v.width, v.height, v.timescale), (320, 240, 90_000));
+        let avcc = Avcc::decode_body(&mut v.description.clone().unwrap().as_ref()).unwrap();
+        assert_eq!(avcc.sequence_parameter_sets, vec![hex(SPS)]);
+        assert_eq!(avcc.picture_parameter_sets, vec![hex(PPS)]);
+        assert_eq!((a.id, a.codec.as_str()), (257, "mp4a.40.2"));
+        assert_eq!((a.sample_rate, a.channels), (48_000, 2));
+        assert_eq!(a.description.as_deref(), Some(&[0x11, 0x90][..]));
+
+        let vf = frames(&out, V);
+        assert_eq!(vf.len(), 3);
+        assert_eq!(
+            vf.iter().map(|f| (f.dts, f.pts)).collect::<Vec<_>>(),
+            [
+                (1_000_000, 1_033_333),
+                (1_033_333, 1_066_666),
+                (1_066_666, 1_100_000)
+            ]
+        );
+        assert_eq!(
+            vf.iter().map(|f| f.duration).collect::<Vec<_>>(),
+            [33_333, 33_333, 0]
+        );
+        assert_eq!(
+            vf.iter().map(|f| f.keyframe).collect::<Vec<_>>(),
+            [true, false, false]
+        );
+        // AUD, SPS and PPS are gone; the slice is length-prefixed.
+        assert_eq!(&vf[0].data[..5], &[0, 0, 0x01, 0xF5, 0x65]);
+        assert_eq!(vf[0].data.len(), 4 + 1 + 500);
+
+        let af = frames(&out, A);
+        assert_eq!(af.len(), 6);
+        assert_eq!(af[1].pts - af[0].pts, 21_333);
+        assert_eq!(af[3].pts, 1_064_000);
+        assert_eq!(af[5].pts, 1_106_666);
+        assert_eq!(&af[2].data[..], &[2; 20][..]);
+        assert!(af[..5].iter().all(|f| f.duration > 0) && af[5].duration == 0);
+        assert_eq!(stats.dropped_frames, 0);
+        assert_eq!(stats.garbage_bytes, 0);
+    }
+
+    #[test]
+    fn frames_before_the_first_keyframe_are_dropped() {
+        let mut m = Mux::default();
+        let mut s = head(&[(0x1B, V, &[])]);
+        s.extend(video(&mut m, false, false, 90_000, 10));
+        s.extend(video(&mut m, false, true, 93_000, 10));
+        s.extend(video(&mut m, true, true, 96_000, 10));
+        s.extend(video(&mut m, false, false, 99_000, 10));
+        let (out, stats) = run(&s);
+        let f = frames(&out, V);
+        assert_eq!(f.len(), 2);
+        assert!(f[0].keyframe);
+        assert_eq!(stats.dropped_frames, 2);
+    }
+
+    #[test]
+    fn pes_spans_packets_around_adaptation_only_packets() {
+        let mut m = Mux::default();
+        let mut s = head(&[(0x1B, V, &[])]);
+        let mut ps = m.packets(V, &pes(0xE0, 9000, None, &au(true, true, 1000), false));
+        // A PCR-only packet (adaptation field, no payload) keeps the counter.
+        let cc = (ps[2][3] & 0x0F).wrapping_sub(1) & 0x0F;
+        let pcr = pkt(V, false, cc, Some(&[0x10, 0, 0, 0, 0, 0, 0]), &[]);
+        ps.insert(2, pcr);
+        s.extend(ps.concat());
+        s.extend(video(&mut m, false, false, 12_000, 10));
+        let (out, stats) = run(&s);
+        assert!(errors(&out).is_empty(), "{:?}", errors(&out));
+        let f = frames(&out, V);
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].data.len(), 4 + 1 + 1000);
+        assert_eq!(f[0].data[4 + 1 + 999], (999 % 200 + 2) as u8);
+        assert_eq!(stats.continuity_errors, 0);
+    }
+
+    #[test]
+    fn a_continuity_gap_drops_video_until_the_next_keyframe() {
+        let mut m = Mux::default();
+        let mut s = head(&[(0x1B, V, &[])]);
+        s.extend(video(&mut m, true, true, 0, 10));
+        let mut lossy = m.packets(V, &pes(0xE0, 3000, None, &au(false, false, 400), false));
+        lossy.remove(1);
+        s.extend(lossy.concat());
+        s.extend(video(&mut m, false, false, 6000, 10));
+        // A repeated packet is legal once and ignored.
+        let dup = m.packets(V, &pes(0xE0, 9000, None, &au(true, true, 10), false));
+        s.extend(dup.concat());
+        s.extend(dup.concat());
+        s.extend(video(&mut m, false, false, 12_000, 10));
+        let (out, stats) = run(&s);
+        let f = frames(&out, V);
+        assert_eq!(
+            f.iter().map(|f| (f.dts, f.keyframe)).collect::<Vec<_>>(),
+            [(0, true), (100_000, true), (133_333, false)]
+        );
+        assert_eq!(stats.continuity_errors, 1);
+        assert_eq!(stats.dropped_pes, 1);
+        assert!(stats.dropped_frames >= 1);
+    }
+
+    #[test]
+    fn timestamps_stay_monotonic_across_the_33_bit_wrap() {
+        let mut m = Mux::default();
+        let mut s = av();
+        let start = (1u64 << 33) - 6000;
+        for i in 0..5u64 {
+            let t = (start + i * 3000) & ((1 << 33) - 1);
+            s.extend(video(&mut m, i == 0, i == 0, t, 10));
+            s.extend(m.ts(A, &pes(0xC0, t, None, &adts(1, 4), true)));
+        }
+        let (out, _) = run(&s);
+        assert!(errors(&out).is_empty(), "{:?}", errors(&out));
+        let base = to_micros(start as i64, 90_000);
+        for track in [V, A] {
+            let f = frames(&out, track);
+            assert_eq!(f.len(), 5);
+            for (i, f) in f.iter().enumerate() {
+                let want = to_micros(start as i64 + i as i64 * 3000, 90_000);
+                assert_eq!(f.dts, want, "track {track} frame {i}");
+                assert!(f.dts >= base);
+            }
+        }
+        // PTS (dts + 3000) of the frame just before the wrap lands after it.
+        assert_eq!(frames(&out, V)[1].pts, to_micros(1 << 33, 90_000));
+    }
+
+    #[test]
+    fn garbage_before_and_between_packets_is_skipped() {
+        let clean = run(&basic()).0;
+        // Junk with false sync bytes in it.
+        let mut junk: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+        junk[10] = SYNC;
+        junk[500] = SYNC;
+        let mut s = junk.clone();
+        let b = basic();
+        s.extend_from_slice(&b[..PACKET * 3]);
+        s.extend_from_slice(&[1, 2, 3, SYNC, 5]);
+        s.extend_from_slice(&b[PACKET * 3..]);
+        let (out, stats) = run(&s);
+        assert_eq!(out, clean);
+        assert_eq!(stats.garbage_bytes, 1005);
+        assert_eq!(stats.damaged_packets, 1);
+    }
+
+    #[test]
+    fn input_that_never_syncs_is_the_wrong_format() {
+        let (out, _) = run(&vec![0u8; 100 * 1024]);
+        assert!(matches!(
+            out.last(),
+            Some(Err(Error::WrongFormat {
+                expected: "MPEG-TS",
+                ..
+            }))
+        ));
+        assert_eq!(out.len(), 1);
+        // Short inputs are judged at the end.
+        let (out, _) = run(b"\0\0\0\x20ftypisom");
+        assert!(matches!(out[..], [Err(Error::WrongFormat { .. })]));
+        // Nothing at all is not an error.
+        assert!(run(&[]).0.is_empty());
+    }
+
+    #[test]
+    fn a_truncated_tail_gives_every_frame_then_an_error() {
+        let mut s = basic();
+        let mut m = Mux::default();
+        m.cc.insert(A, 2);
+        let more = m.ts(A, &pes(0xC0, 101_520, None, &adts(1, 300), true));
+        s.extend_from_slice(&more[..PACKET + 50]);
+        let (out, stats) = run(&s);
+        assert_eq!(frames(&out, V).len(), 3);
+        assert_eq!(frames(&out, A).len(), 6);
+        let errs = errors(&out);
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs[0].to_string().contains("ends 50 bytes into"));
+        assert!(errs[1].to_string().contains("PID 257 ends after"));
+        assert!(matches!(out.last(), Some(Err(_))));
+        assert_eq!(stats.dropped_pes, 1);
+    }
+
+    #[test]
+    fn an_oversized_pes_is_refused_and_the_stream_goes_on() {
+        let mut m = Mux::default();
+        let mut s = head(&[(0x1B, V, &[])]);
+        s.extend(video(&mut m, true, true, 0, 100));
+        s.extend(video(&mut m, true, true, 3000, 5000));
+        s.extend(video(&mut m, true, true, 6000, 100));
+        s.extend(video(&mut m, false, false, 9000, 100));
+        let limits = Limits {
+            max_box: 2000,
+            ..Limits::default()
+        };
+        let (out, _) = run_with(limits, &s);
+        let errs = errors(&out);
+        assert!(
+            matches!(&errs[..], [Error::TooLarge { what, limit: 2000, .. }] if what == "PES on PID 256"),
+            "{errs:?}"
+        );
+        let f = frames(&out, V);
+        assert_eq!(
+            f.iter().map(|f| f.dts).collect::<Vec<_>>(),
+            [0, 66_666, 100_000]
+        );
+    }
+
+    #[test]
+    fn a_program_without_supported_streams_names_its_stream_types() {
+        let (out, _) = run(&head(&[(0x02, V, &[]), (0x03, A, &[])]));
+        let errs = errors(&out);
+        let Some(Error::UnsupportedCodec(msg)) = errs.first() else {
+            panic!("{errs:?}");
+        };
+        assert!(msg.contains("0x02 on PID 256") && msg.contains("0x03 on PID 257"));
+        // Unknown streams beside a supported one are ignored.
+        let mut m = Mux::default();
+        let mut s = head(&[(0x86, 0x300, &[]), (0x1B, V, &[])]);
+        s.extend(video(&mut m, true, true, 0, 10));
+        s.extend(m.ts(0x300, &[0xFC; 20]));
+        let (out, _) = run(&s);
+        assert!(errors(&out).is_empty());
+        assert_eq!(tracks(&out)[0].len(), 1);
+    }
+
+    #[test]
+    fn more_streams_than_the_track_limit_is_an_error() {
+        let limits = Limits {
+            max_tracks: 1,
+            ..Limits::default()
+        };
+        let (out, _) = run_with(limits, &av());
+        assert!(errors(&out)[0].to_string().contains("limit of 1 tracks"));
+    }
+
+    #[test]
+    fn a_new_sps_brings_new_tracks_before_its_frame() {
+        let mut m = Mux::default();
+        let mut s = head(&[(0x1B, V, &[])]);
+        s.extend(video(&mut m, true, true, 0, 10));
+        s.extend(video(&mut m, false, false, 3000, 10));
+        // Same stream, level 3.1 instead of 1.3.
+        let mut sps = hex(SPS);
+        sps[3] = 0x1F;
+        let mut a = vec![0, 0, 1];
+        a.extend_from_slice(&sps);
+        a.extend_from_slice(&[0, 0, 1]);
+        a.extend_from_slice(&hex(PPS));
+        a.extend_from_slice(&[0, 0, 1, 0x65, 1, 2, 3]);
+        s.extend(m.ts(V, &pes(0xE0, 6000, None, &a, false)));
+        let (out, _) = run(&s);
+        let kinds: Vec<String> = out
+            .iter()
+            .map(|e| match e {
+                Ok(Event::Tracks(t)) => t[0].codec.clone(),
+                Ok(Event::Frame(f)) => f.dts.to_string(),
+                Err(e) => e.to_string(),
+            })
+            .collect();
+        assert_eq!(kinds, ["avc1.64000d", "0", "33333", "avc1.64001f", "66666"]);
+    }
+
+    #[test]
+    fn damaged_packets_and_bad_sections_are_skipped() {
+        let mut s = pat();
+        let mut bad_pmt = pmt(&[(0x1B, V, &[])]);
+        bad_pmt[187] ^= 0xFF; // breaks the CRC
+        s.extend(bad_pmt);
+        s.extend(pmt(&[(0x1B, V, &[])]));
+        let mut m = Mux::default();
+        s.extend(video(&mut m, true, true, 0, 10));
+        let mut tei = video(&mut m, false, false, 3000, 10);
+        tei[1] |= 0x80;
+        s.extend(tei);
+        s.extend(video(&mut m, true, true, 6000, 10));
+        let (out, stats) = run(&s);
+        assert!(errors(&out).is_empty(), "{:?}", errors(&out));
+        assert_eq!(stats.bad_sections, 1);
+        assert_eq!(stats.damaged_packets, 1);
+        // The first frame's PES (no length) was still open when the gap
+        // showed, so it went too.
+        assert_eq!(
+            frames(&out, V).iter().map(|f| f.dts).collect::<Vec<_>>(),
+            [66_666]
+        );
+        assert_eq!(stats.continuity_errors, 1);
+    }
+
+    #[test]
+    fn a_pmt_stream_that_never_carries_data_is_left_out() {
+        let mut m = Mux::default();
+        let mut s = av();
+        for i in 0..3 {
+            s.extend(video(&mut m, i == 0, i == 0, i * 3000, 10));
+        }
+        let (out, _) = run(&s);
+        assert!(errors(&out).is_empty(), "{:?}", errors(&out));
+        let t = tracks(&out);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].len(), 1);
+        assert_eq!(frames(&out, V).len(), 3);
+        // Live: after GIVE_UP_US of frames, without waiting for the end.
+        let mut d = TsDemuxer::default();
+        let mut s = av();
+        for i in 0..700 {
+            s.extend(video(&mut m, i == 0, i == 0, i * 3000, 10));
+        }
+        d.push(&s);
+        assert!(matches!(d.next(), Ok(Some(Event::Tracks(t))) if t.len() == 1));
+    }
+
+    #[test]
+    fn opus_with_its_registration_descriptor() {
+        // registration 'Opus' and opus_audio_descriptor (stereo).
+        let desc = [0x05, 4, b'O', b'p', b'u', b's', 0x7F, 2, 0x80, 2];
+        let mut s = head(&[(0x06, A, &desc)]);
+        let mut m = Mux::default();
+        for i in 0..3u64 {
+            // Control header with start_trim on the first packet; TOC config
+            // 31 code 0: one 20 ms CELT frame.
+            let mut p = vec![0x7F, if i == 0 { 0xF0 } else { 0xE0 }, 5];
+            if i == 0 {
+                p.extend_from_slice(&312u16.to_be_bytes());
+            }
+            p.extend_from_slice(&[0xFC, 1, 2, 3, 4]);
+            s.extend(m.ts(A, &pes(0xC0, 9000 + i * 1800, None, &p, true)));
+        }
+        let (out, _) = run(&s);
+        assert!(errors(&out).is_empty(), "{:?}", errors(&out));
+        let t = &tracks(&out)[0][0];
+        assert_eq!((t.codec.as_str(), t.channels), ("opus", 2));
+        let d = crate::codec::dops_from_head(t.description.as_ref().unwrap()).unwrap();
+        assert_eq!(d.pre_skip, 312);
+        let f = frames(&out, A);
+        assert_eq!(f.len(), 3);
+        assert_eq!(f[0].duration, 20_000);
+        assert_eq!(&f[2].data[..], &[0xFC, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn sps_sizes() {
+        let s = parse_avc_sps(&hex(SPS)).unwrap();
+        assert_eq!((s.width, s.height, s.chroma_format), (320, 240, 1));
+        assert!(parse_avc_sps(&[0x67]).is_none());
+        assert!(parse_avc_sps(&[0x67, 0x64, 0, 0x0d, 0]).is_none());
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..4000)) {
+            let _ = run(&data);
+        }
+
+        #[test]
+        fn a_damaged_stream_never_panics(
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..40),
+            cut in any::<usize>(),
+        ) {
+            let mut s = basic();
+            for (at, v) in flips {
+                let i = at % s.len();
+                s[i] = v;
+            }
+            s.truncate(cut % (s.len() + 1));
+            let _ = run(&s);
+        }
+    }
 }
