@@ -778,7 +778,10 @@ impl TsDemuxer {
             let want = (object_type, rate, channels);
             let have = s.info.as_ref().map(|i| {
                 (
-                    i.description.as_ref().map_or(0, |d| d[0] >> 3),
+                    i.description
+                        .as_ref()
+                        .and_then(|d| d.first())
+                        .map_or(0, |b| b >> 3),
                     i.sample_rate,
                     i.channels as u8,
                 )
@@ -828,8 +831,9 @@ impl TsDemuxer {
     fn opus(&mut self, si: usize, pts: Option<i64>, mut p: &[u8]) -> Result<(), Error> {
         let mut clock = pts.map(|p| (p, 0)).or(self.streams[si].audio_next);
         while p.len() >= 2 {
-            // opus_control_header (ETSI TS 102 366 annex / the Opus-in-TS
-            // mapping): 11-bit prefix 0x3ff, trim and extension flags.
+            // The opus_control_header of the Opus-in-MPEG-TS mapping (as
+            // ffmpeg and GStreamer write it): 11-bit prefix 0x3ff, then trim
+            // and extension flags, then the packet size.
             if p[0] != 0x7F || p[1] & 0xE0 != 0xE0 {
                 self.stats.dropped_frames += 1;
                 return Ok(());
@@ -1376,7 +1380,7 @@ fn parse_avc_sps(nal: &[u8]) -> Option<AvcSps> {
                     let (mut last, mut next) = (8i32, 8i32);
                     for _ in 0..n {
                         if next != 0 {
-                            next = (last + r.se()?).rem_euclid(256);
+                            next = (i64::from(last) + i64::from(r.se()?)).rem_euclid(256) as i32;
                         }
                         if next != 0 {
                             last = next;
@@ -1420,8 +1424,8 @@ fn parse_avc_sps(nal: &[u8]) -> Option<AvcSps> {
             _ => (1, 1),
         };
         let cy = cy * (2 - frame_mbs_only);
-        width = width.checked_sub(cx * l.checked_add(rt)?)?;
-        height = height.checked_sub(cy * t.checked_add(b)?)?;
+        width = width.checked_sub(l.checked_add(rt)?.checked_mul(cx)?)?;
+        height = height.checked_sub(t.checked_add(b)?.checked_mul(cy)?)?;
     }
     Some(AvcSps {
         width,
@@ -1512,8 +1516,8 @@ fn hevc_track(
                 2 => (2, 1),
                 _ => (1, 1),
             };
-            width = width.checked_sub(cx * l.checked_add(rt)?)?;
-            height = height.checked_sub(cy * t.checked_add(b)?)?;
+            width = width.checked_sub(l.checked_add(rt)?.checked_mul(cx)?)?;
+            height = height.checked_sub(t.checked_add(b)?.checked_mul(cy)?)?;
         }
         h.bit_depth_luma_minus8 = r.ue()?.min(7) as u8;
         h.bit_depth_chroma_minus8 = r.ue()?.min(7) as u8;
@@ -2154,6 +2158,14 @@ mod tests {
         #[test]
         fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..4000)) {
             let _ = run(&data);
+        }
+
+        #[test]
+        fn parameter_set_parsers_never_panic(data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = parse_avc_sps(&data);
+            let _ = avc_track(1, std::slice::from_ref(&data), std::slice::from_ref(&data));
+            let one = std::slice::from_ref(&data);
+            let _ = hevc_track(1, one, one, one);
         }
 
         #[test]
