@@ -2119,6 +2119,24 @@ mod tests {
     }
 
     #[test]
+    fn a_new_pmt_brings_new_tracks() {
+        let mut m = Mux::default();
+        let mut s = head(&[(0x1B, V, &[])]);
+        s.extend(video(&mut m, true, true, 0, 10));
+        s.extend(video(&mut m, false, false, 3000, 10));
+        s.extend(pmt(&[(0x1B, V, &[]), (0x0F, A, &[])]));
+        s.extend(m.ts(A, &pes(0xC0, 6000, None, &adts(1, 4), true)));
+        s.extend(video(&mut m, false, false, 6000, 10));
+        let (out, _) = run(&s);
+        assert!(errors(&out).is_empty(), "{:?}", errors(&out));
+        let t = tracks(&out);
+        assert_eq!(t.iter().map(Vec::len).collect::<Vec<_>>(), [1, 2]);
+        // The video stream kept its state: no keyframe needed after the PMT.
+        assert_eq!(frames(&out, V).len(), 3);
+        assert_eq!(frames(&out, A).len(), 1);
+    }
+
+    #[test]
     fn opus_with_its_registration_descriptor() {
         // registration 'Opus' and opus_audio_descriptor (stereo).
         let desc = [0x05, 4, b'O', b'p', b'u', b's', 0x7F, 2, 0x80, 2];
@@ -2166,6 +2184,25 @@ mod tests {
             let _ = avc_track(1, std::slice::from_ref(&data), std::slice::from_ref(&data));
             let one = std::slice::from_ref(&data);
             let _ = hevc_track(1, one, one, one);
+        }
+
+        #[test]
+        fn arbitrary_packets_on_known_pids_never_panic(
+            packets in proptest::collection::vec(
+                (0usize..5, proptest::collection::vec(any::<u8>(), 185)),
+                1..30,
+            ),
+        ) {
+            // Synced packets reach the PSI, PES, NAL, ADTS and Opus parsers,
+            // where random bytes alone would stop at the sync search.
+            let desc = [0x05, 4, b'O', b'p', b'u', b's'];
+            let mut s = head(&[(0x1B, V, &[]), (0x0F, A, &[]), (0x06, 0x102, &desc)]);
+            for (k, body) in packets {
+                let pid = [0, PMT_PID, V, A, 0x102][k];
+                s.extend_from_slice(&[SYNC, body[0] & 0xE0 | (pid >> 8) as u8, pid as u8]);
+                s.extend_from_slice(&body[1..]);
+            }
+            let _ = run(&s);
         }
 
         #[test]
