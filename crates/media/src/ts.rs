@@ -246,11 +246,13 @@ fn section_body(s: &[u8], table_id: u8) -> Option<&[u8]> {
 
 /// An incremental MPEG-TS demuxer (H.264, H.265, AAC in ADTS, Opus).
 ///
-/// Feed it with [`Demuxer::push`], drain it with [`Demuxer::next`]. It
-/// buffers at most one packet of unparsed input beyond what `push` gave it,
-/// one PES per stream (bounded by [`Limits::max_box`]) and, before the first
-/// [`Event::Tracks`], the frames of streams that are already configured
-/// (bounded the same way).
+/// Feed it with [`Demuxer::push`], drain it with [`Demuxer::next`]. Besides
+/// the pushed bytes that `next` has not parsed yet (less than a packet once
+/// drained), it buffers one PES per stream (bounded by [`Limits::max_box`]),
+/// one held-back frame per track and, before the first [`Event::Tracks`],
+/// the frames of streams that are already configured (bounded the same way).
+/// After an error other than [`Error::WrongFormat`] it can be fed on: the
+/// offending PES or PMT is dropped.
 #[derive(Debug, Default)]
 pub struct TsDemuxer {
     limits: Limits,
