@@ -186,7 +186,7 @@ pub fn to_micros(t: i64, timescale: u32) -> i64 {
 }
 
 /// `n / d` rounded to the nearest integer (halves away from zero), `d > 0`.
-fn div_round(n: i128, d: i128) -> i128 {
+pub(crate) fn div_round(n: i128, d: i128) -> i128 {
     if n >= 0 {
         (n + d / 2) / d
     } else {

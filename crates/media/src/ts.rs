@@ -721,12 +721,17 @@ impl TsDemuxer {
             return Ok(());
         }
         s.seen_key = true;
+        let disposable = s
+            .info
+            .as_ref()
+            .is_some_and(|i| crate::codec::is_disposable(&i.codec, &data, 4));
         let f = Frame {
             track: u32::from(s.pid),
             pts,
             dts,
             duration: 0,
             keyframe: key,
+            disposable,
             data: data.into(),
         };
         self.emit(si, f)
@@ -816,6 +821,7 @@ impl TsDemuxer {
                 dts: t,
                 duration: 0,
                 keyframe: true,
+                disposable: false,
                 data: Bytes::copy_from_slice(frame),
             };
             self.emit(si, f)?;
@@ -903,6 +909,7 @@ impl TsDemuxer {
                 dts: now,
                 duration: 0,
                 keyframe: true,
+                disposable: false,
                 data: Bytes::copy_from_slice(packet),
             };
             self.emit(si, f)?;
@@ -1227,7 +1234,7 @@ fn wrap_diff(t: impl Into<i128>, reference: i64) -> i64 {
 fn audio_time((base, samples): (i64, u64), rate: u32) -> i64 {
     let rate = i128::from(rate.max(1));
     let num = (i128::from(base) * rate + i128::from(samples) * 90_000) * 1_000_000;
-    (num / (90_000 * rate)).clamp(i64::MIN.into(), i64::MAX.into()) as i64
+    crate::div_round(num, 90_000 * rate).clamp(i64::MIN.into(), i64::MAX.into()) as i64
 }
 
 fn duration(dts: i64, next: Option<i64>) -> u32 {
@@ -1824,13 +1831,13 @@ mod tests {
             vf.iter().map(|f| (f.dts, f.pts)).collect::<Vec<_>>(),
             [
                 (1_000_000, 1_033_333),
-                (1_033_333, 1_066_666),
-                (1_066_666, 1_100_000)
+                (1_033_333, 1_066_667),
+                (1_066_667, 1_100_000)
             ]
         );
         assert_eq!(
             vf.iter().map(|f| f.duration).collect::<Vec<_>>(),
-            [33_333, 33_333, 0]
+            [33_333, 33_334, 0]
         );
         assert_eq!(
             vf.iter().map(|f| f.keyframe).collect::<Vec<_>>(),
@@ -1844,7 +1851,7 @@ mod tests {
         assert_eq!(af.len(), 6);
         assert_eq!(af[1].pts - af[0].pts, 21_333);
         assert_eq!(af[3].pts, 1_064_000);
-        assert_eq!(af[5].pts, 1_106_666);
+        assert_eq!(af[5].pts, 1_106_667);
         assert_eq!(&af[2].data[..], &[2; 20][..]);
         assert!(af[..5].iter().all(|f| f.duration > 0) && af[5].duration == 0);
         assert_eq!(stats.dropped_frames, 0);
@@ -2012,7 +2019,7 @@ mod tests {
         let f = frames(&out, V);
         assert_eq!(
             f.iter().map(|f| f.dts).collect::<Vec<_>>(),
-            [0, 66_666, 100_000]
+            [0, 66_667, 100_000]
         );
     }
 
@@ -2068,7 +2075,7 @@ mod tests {
                 Err(e) => e.to_string(),
             })
             .collect();
-        assert_eq!(kinds, ["avc1.64000d", "0", "33333", "avc1.64001f", "66666"]);
+        assert_eq!(kinds, ["avc1.64000d", "0", "33333", "avc1.64001f", "66667"]);
     }
 
     #[test]
@@ -2092,7 +2099,7 @@ mod tests {
         // showed, so it went too.
         assert_eq!(
             frames(&out, V).iter().map(|f| f.dts).collect::<Vec<_>>(),
-            [66_666]
+            [66_667]
         );
         assert_eq!(stats.continuity_errors, 1);
     }
