@@ -4,7 +4,8 @@
 #
 #   scripts/install-moq-dev.sh                # moq-clock only (publisher + subscriber), ~5.5 min on 2 cores
 #   scripts/install-moq-dev.sh --with-relay   # also moq-relay (a second, independent relay), ~15 min more
-#   MOQ_DEV_WITH_RELAY=1 scripts/install-moq-dev.sh
+#   scripts/install-moq-dev.sh --with-cli     # also moq-cli's `moq` (fMP4 <-> hang media), ~36 min more
+#   MOQ_DEV_WITH_RELAY=1 MOQ_DEV_WITH_CLI=1 scripts/install-moq-dev.sh
 #
 # Idempotent: a binary already in .tools/bin that reports the pinned version is kept.
 # Versions are pinned, and every build uses the crate's own Cargo.lock (--locked).
@@ -23,13 +24,22 @@ MOQ_RELAY_WEBPKI_ROOTS_FALLBACK="1.0.10"
 # iroh, mDNS clustering, WebSocket and unix sockets are not needed for interop and
 # roughly double the build; noq is the QUIC/WebTransport backend.
 MOQ_RELAY_FEATURES="noq"
+# moq-cli's `moq` binary: imports fMP4 (CMAF passthrough) into a hang broadcast and
+# exports one to fMP4 (hang 0.21.19, moq-mux 0.10.19, moq-relay 0.17.10). Its
+# Cargo.lock pins webpki-roots 1.0.11 too (same fallback). Default features add
+# iroh, LAN clustering, WebSocket and NVIDIA codecs: none is needed to import or
+# export fMP4 over QUIC/WebTransport.
+MOQ_CLI_VERSION="0.14.10"
+MOQ_CLI_FEATURES="noq"
 
 with_relay="${MOQ_DEV_WITH_RELAY:-0}"
+with_cli="${MOQ_DEV_WITH_CLI:-0}"
 for arg in "$@"; do
 	case "$arg" in
 	--with-relay) with_relay=1 ;;
+	--with-cli) with_cli=1 ;;
 	-h | --help)
-		sed -n '2,11p' "$0"
+		sed -n '2,13p' "$0"
 		exit 0
 		;;
 	*)
@@ -66,31 +76,50 @@ install_clock() {
 	fi
 }
 
-# Download the moq-relay crate source (not its dependencies' build) into $1.
-fetch_relay_source() {
-	local dest="$1" tmp src
+# fetch_crate_source CRATE VERSION DEST: download the crate's source (not its
+# dependencies' build) and copy it to DEST.
+fetch_crate_source() {
+	local crate="$1" version="$2" dest="$3" tmp src
 	tmp="$(mktemp -d)"
 	# A throwaway manifest makes cargo download and unpack the exact crate version.
 	mkdir -p "$tmp/src"
 	cat >"$tmp/Cargo.toml" <<EOF
 [package]
-name = "fetch-moq-relay"
+name = "fetch-$crate"
 version = "0.0.0"
 edition = "2021"
 
 [dependencies]
-moq-relay = { version = "=$MOQ_RELAY_VERSION", default-features = false }
+$crate = { version = "=$version", default-features = false }
 EOF
 	: >"$tmp/src/lib.rs"
 	(cd "$tmp" && cargo fetch --quiet)
-	src="$(find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -maxdepth 2 -type d -name "moq-relay-$MOQ_RELAY_VERSION" | head -n1)"
+	src="$(find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -maxdepth 2 -type d -name "$crate-$version" | head -n1)"
 	rm -rf "$tmp"
 	[ -n "$src" ] || {
-		echo "could not find moq-relay-$MOQ_RELAY_VERSION source after cargo fetch" >&2
+		echo "could not find $crate-$version source after cargo fetch" >&2
 		return 1
 	}
 	rm -rf "$dest"
 	cp -r "$src" "$dest"
+}
+
+# install_pinned CRATE VERSION FEATURES: cargo install --locked with the crate's own
+# Cargo.lock; when that lock names a crate version the index lacks, build from the
+# same lock with just webpki-roots moved to $MOQ_RELAY_WEBPKI_ROOTS_FALLBACK.
+install_pinned() {
+	local crate="$1" version="$2" features="$3"
+	if cargo install --locked --force --root "$TOOLS" --no-default-features \
+		--features "$features" "$crate@$version"; then
+		return
+	fi
+	echo "--locked install failed; building from the crate's lockfile with webpki-roots $MOQ_RELAY_WEBPKI_ROOTS_FALLBACK" >&2
+	local src="$TOOLS/src/$crate-$version"
+	mkdir -p "$TOOLS/src"
+	fetch_crate_source "$crate" "$version" "$src"
+	(cd "$src" && cargo update --quiet -p webpki-roots --precise "$MOQ_RELAY_WEBPKI_ROOTS_FALLBACK")
+	cargo install --locked --force --root "$TOOLS" --no-default-features \
+		--features "$features" --path "$src"
 }
 
 install_relay() {
@@ -99,27 +128,29 @@ install_relay() {
 		return
 	fi
 	echo "installing moq-relay $MOQ_RELAY_VERSION (about 15 min on 2 cores)"
-	if cargo install --locked --force --root "$TOOLS" --no-default-features \
-		--features "$MOQ_RELAY_FEATURES" "moq-relay@$MOQ_RELAY_VERSION"; then
+	install_pinned moq-relay "$MOQ_RELAY_VERSION" "$MOQ_RELAY_FEATURES"
+}
+
+install_cli() {
+	if has_version moq "$MOQ_CLI_VERSION"; then
+		echo "moq (moq-cli) $MOQ_CLI_VERSION already installed"
 		return
 	fi
-	echo "--locked install failed; building from the crate's lockfile with webpki-roots $MOQ_RELAY_WEBPKI_ROOTS_FALLBACK" >&2
-	local src="$TOOLS/src/moq-relay-$MOQ_RELAY_VERSION"
-	mkdir -p "$TOOLS/src"
-	fetch_relay_source "$src"
-	(cd "$src" && cargo update --quiet -p webpki-roots --precise "$MOQ_RELAY_WEBPKI_ROOTS_FALLBACK")
-	cargo install --locked --force --root "$TOOLS" --no-default-features \
-		--features "$MOQ_RELAY_FEATURES" --path "$src"
+	echo "installing moq-cli $MOQ_CLI_VERSION (binary moq)"
+	install_pinned moq-cli "$MOQ_CLI_VERSION" "$MOQ_CLI_FEATURES"
 }
 
 install_clock
 if [ "$with_relay" = "1" ]; then
 	install_relay
 fi
+if [ "$with_cli" = "1" ]; then
+	install_cli
+fi
 
 echo
 echo "moq-dev tools in $BIN:"
-for b in moq-clock moq-relay; do
+for b in moq-clock moq-relay moq; do
 	if [ -x "$BIN/$b" ]; then
 		echo "  $BIN/$b ($("$BIN/$b" --version 2>/dev/null | head -n1))"
 	fi

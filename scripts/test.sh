@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 # Tools are built once per machine and shared by every checkout.
 export QUICHUB_TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
-./scripts/install-moq-dev.sh --with-relay
+./scripts/install-moq-dev.sh --with-relay --with-cli
 # mosquitto clients and broker (Debian), paho-mqtt and aioquic (PyPI, in a venv).
 ./scripts/install-mqtt-tools.sh
 
