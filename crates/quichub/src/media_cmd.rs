@@ -184,20 +184,25 @@ pub async fn publish(
     let catalog_track = session
         .create_track(name(hang::CATALOG_TRACK), PRIO_CATALOG, mode)
         .await?;
-    let _announced = if mode == TrackMode::Announce {
-        Some(session.publish_namespace(ns.clone()).await?)
-    } else {
-        None
-    };
+    // The broadcast's namespace is published in both modes: players that
+    // find broadcasts with SUBSCRIBE_NAMESPACE (moq-dev's, which then
+    // subscribe to `catalog.json`) learn of a pushed one only this way.
+    let _announced = session.publish_namespace(ns.clone()).await?;
     let mut rx = spawn_reader(&a.input)?;
     let mut demux: Option<Box<dyn Demuxer + Send>> = None;
     let mut renditions: Vec<Rendition> = Vec::new();
-    let mut catalog_group = 0u64;
+    let mut catalog = CatalogWriter {
+        track: catalog_track.clone(),
+        group: 0,
+        current: None,
+        served: 0,
+    };
     let mut clock: Option<(Instant, i64)> = None;
     let mut dropped_before_keyframe = 0u64;
     let mut eof = false;
     let limits = Limits::default();
     'input: loop {
+        catalog.serve_new_subscriber().await?;
         // Drain every event the demuxer has before reading more.
         loop {
             let Some(d) = demux.as_mut() else { break };
@@ -220,14 +225,10 @@ pub async fn publish(
                         }
                         clock = None;
                     }
-                    let catalog = build_catalog(&renditions, a.format)?;
-                    if let Some(mut w) = catalog_track.open_subgroup(catalog_group, 0).await? {
-                        w.write(0, catalog.to_bytes()).await?;
-                        w.finish();
-                    }
-                    catalog_group += 1;
+                    catalog.write(build_catalog(&renditions, a.format)?).await?;
                 }
                 Event::Frame(f) => {
+                    catalog.serve_new_subscriber().await?;
                     if !a.no_pace {
                         pace(&mut clock, f.dts).await;
                     }
@@ -244,6 +245,9 @@ pub async fn publish(
         let chunk = tokio::select! {
             c = rx.recv() => c,
             _ = tokio::time::sleep_until(until) => break,
+            // An input that has not started yet (or stalls) must not keep
+            // a new subscriber from the catalog.
+            _ = catalog.subscribed() => continue,
         };
         match chunk {
             Some(Ok(data)) => {
@@ -279,13 +283,66 @@ pub async fn publish(
         r.track.finish(r.streams).await?;
         sent.push(format!("{} {} frames", r.info.codec, r.frames));
     }
-    catalog_track.finish(catalog_group).await?;
+    catalog_track.finish(catalog.group).await?;
     if dropped_before_keyframe > 0 {
         eprintln!("dropped {dropped_before_keyframe} frames before the first keyframe");
     }
     eprintln!("published {broadcast}: {}", sent.join(", "));
     tokio::time::sleep(Duration::from_millis(200)).await;
     Ok(())
+}
+
+/// The catalog track and its latest version.
+struct CatalogWriter {
+    track: Arc<LocalTrack>,
+    /// The next group to write.
+    group: u64,
+    current: Option<Catalog>,
+    /// SUBSCRIBEs answered when the catalog was last written.
+    served: u64,
+}
+
+impl CatalogWriter {
+    /// Writes `catalog` as the next group (dropped when nobody subscribes).
+    async fn write(&mut self, catalog: Catalog) -> anyhow::Result<()> {
+        self.served = self.track.subscriptions_served();
+        if let Some(mut w) = self.track.open_subgroup(self.group, 0).await? {
+            w.write(0, catalog.to_bytes()).await?;
+            w.finish();
+        }
+        self.group += 1;
+        self.current = Some(catalog);
+        Ok(())
+    }
+
+    /// Whether a SUBSCRIBE has come in since the current version was
+    /// written, and objects flow to it.
+    fn unserved(&self) -> bool {
+        self.current.is_some()
+            && self.track.subscriptions_served() > self.served
+            && self.track.is_forwarding()
+    }
+
+    /// Returns once [`Self::unserved`] holds (polled: the client library
+    /// counts SUBSCRIBEs but does not signal them).
+    async fn subscribed(&self) {
+        while !self.unserved() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// With `--mode announce` a track is sent only while the relay
+    /// subscribes, so a catalog written before then never reached it and a
+    /// player waits for one forever: when a SUBSCRIBE has come in since
+    /// the last version was written, write it again as a new group.
+    async fn serve_new_subscriber(&mut self) -> anyhow::Result<()> {
+        if self.unserved() {
+            if let Some(c) = self.current.take() {
+                self.write(c).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Waits until the wall clock reaches frame time `dts` (µs) on the clock

@@ -14,7 +14,7 @@
 //! sets `QUICHUB_MOQ_DEV_BIN`, so a missing tool (or ffmpeg) fails the test
 //! there instead of skipping it.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -282,7 +282,12 @@ fn assert_same_pictures(input: &Path, output: &Path, what: &str) {
     );
     let (a, b) = (picture_md5s(input), picture_md5s(output));
     assert_eq!(a.len(), FRAMES);
-    assert!(a == b, "{what}: decoded pictures differ ({} vs {})", a.len(), b.len());
+    assert!(
+        a == b,
+        "{what}: decoded pictures differ ({} vs {})",
+        a.len(),
+        b.len()
+    );
 }
 
 /// The md5 of every audio packet as stored (not decoded: the input's
@@ -315,8 +320,17 @@ fn audio_packet_md5s(path: &Path) -> Vec<String> {
 /// Every AAC frame of the input, byte for byte and in order, in the output.
 fn assert_same_audio(input: &Path, output: &Path, what: &str) {
     let (a, b) = (audio_packet_md5s(input), audio_packet_md5s(output));
-    assert!(a.len() > 150, "{what}: {} audio packets in the input", a.len());
-    assert!(a == b, "{what}: audio packets differ ({} vs {})", a.len(), b.len());
+    assert!(
+        a.len() > 150,
+        "{what}: {} audio packets in the input",
+        a.len()
+    );
+    assert!(
+        a == b,
+        "{what}: audio packets differ ({} vs {})",
+        a.len(),
+        b.len()
+    );
 }
 
 /// ffmpeg → `moq import fmp4` → quichub relay → `quichub sub --output`.
@@ -340,7 +354,17 @@ fn moq_publishes(bin: &Path, scheme: &str) {
     let mut ffmpeg = Command::new("ffmpeg")
         .args(["-hide_banner", "-loglevel", "error", "-re", "-i"])
         .arg(&input)
-        .args(["-c", "copy", "-f", "mp4", "-movflags", CMAF_PIPE, "-frag_duration", "1", "-"])
+        .args([
+            "-c",
+            "copy",
+            "-f",
+            "mp4",
+            "-movflags",
+            CMAF_PIPE,
+            "-frag_duration",
+            "1",
+            "-",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -375,13 +399,21 @@ fn moq_publishes(bin: &Path, scheme: &str) {
     assert_same_audio(&input, &out, &what);
 }
 
-/// `quichub pub --format FORMAT` → quichub relay → `moq export fmp4`.
-fn moq_subscribes(bin: &Path, scheme: &str, format: &str) {
-    let dir = Dir::new(&format!("export-{scheme}-{format}"));
+/// `quichub pub --format FORMAT [--mode MODE]` → quichub relay → `moq export fmp4`.
+///
+/// moq-net finds broadcasts with SUBSCRIBE_NAMESPACE and joins a track at
+/// the start of its current group (SUBSCRIBE Next Object plus a joining
+/// FETCH). In `push` mode the relay holds every group, so `moq` may join
+/// late; in `announce` mode objects flow only while the relay subscribes, so
+/// the input stops after its init segment until `moq` has subscribed, as a
+/// live encoder that has not started would.
+fn moq_subscribes(bin: &Path, scheme: &str, format: &str, mode: &str) {
+    let dir = Dir::new(&format!("export-{scheme}-{format}-{mode}"));
     let input = dir.path("in.mp4");
     h264_aac(&input, FRAMES as u32 / 30);
+    let data = std::fs::read(&input).unwrap();
     let (_relay, port) = relay(&dir);
-    let broadcast = format!("live/quichub-{format}.hang");
+    let broadcast = format!("live/quichub-{format}-{mode}.hang");
     let out = dir.path("out.mp4");
     let mut subscriber = Proc(
         moq(bin, &dir, &url(scheme, port), &broadcast)
@@ -392,14 +424,24 @@ fn moq_subscribes(bin: &Path, scheme: &str, format: &str) {
             .unwrap(),
     );
     std::thread::sleep(Duration::from_secs(1));
-    let p = Command::new(QUICHUB)
+    let mut p = Command::new(QUICHUB)
         .args(["pub", &format!("moqt://127.0.0.1:{port}/")])
-        .args(["--mode", "announce", "--broadcast", &broadcast])
-        .args(["--format", format, "--input"])
-        .arg(&input)
-        .stdin(Stdio::null())
-        .output()
+        .args(["--mode", mode, "--broadcast", &broadcast])
+        .args(["--format", format, "--input", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let mut stdin = p.stdin.take().unwrap();
+    let first_moof = data.windows(4).position(|w| w == b"moof").unwrap() - 4;
+    stdin.write_all(&data[..first_moof]).unwrap();
+    stdin.flush().unwrap();
+    if mode == "announce" {
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    stdin.write_all(&data[first_moof..]).unwrap();
+    drop(stdin);
+    let p = p.wait_with_output().unwrap();
     let ended = wait_for(&mut subscriber.0, Duration::from_secs(10));
     let logs = format!(
         "--- quichub pub\n{}\n--- moq\n{}\n--- relay\n{}",
@@ -409,7 +451,7 @@ fn moq_subscribes(bin: &Path, scheme: &str, format: &str) {
     );
     assert!(p.status.success(), "{logs}");
     assert!(ended, "moq export did not end with the broadcast\n{logs}");
-    let what = format!("moq export of {format} over {scheme}");
+    let what = format!("moq export of {format} ({mode}) over {scheme}");
     assert_same_pictures(&input, &out, &what);
     assert_same_audio(&input, &out, &what);
 }
@@ -424,6 +466,7 @@ fn moq_cli_imports_fmp4_into_quichub_and_quichub_sub_plays_it() {
 #[test]
 fn quichub_pub_hang_plays_through_moq_cli_export() {
     let Some(bin) = tools() else { return };
-    moq_subscribes(&bin, "moqt", "hang");
-    moq_subscribes(&bin, "https", "hang-cmaf");
+    moq_subscribes(&bin, "moqt", "hang", "push");
+    moq_subscribes(&bin, "https", "hang-cmaf", "push");
+    moq_subscribes(&bin, "moqt", "hang", "announce");
 }
