@@ -465,3 +465,40 @@ fn bad_input_fails_clearly_and_other_broadcasts_keep_flowing() {
     assert!(log.contains("video 120 frames"), "{log}");
     assert_same_video(&good, &good_out, 120);
 }
+
+#[test]
+fn announce_mode_serves_the_catalog_to_a_subscriber_that_comes_after_it() {
+    if !have_ffmpeg() {
+        return;
+    }
+    let dir = Dir::new("announce");
+    let input = dir.path("in.mp4");
+    h264_aac(&input, 3);
+    let data = std::fs::read(&input).unwrap();
+    let relay = relay();
+    // The init segment goes out first: the catalog is written while nobody
+    // subscribes, so with `--mode announce` it reaches no one.
+    let mut p = Command::new(BIN)
+        .args(["pub", &relay.url, "--mode", "announce"])
+        .args(["--broadcast", "live/announce", "--input", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = p.stdin.take().unwrap();
+    let first_moof = data.windows(4).position(|w| w == b"moof").unwrap() - 4;
+    stdin.write_all(&data[..first_moof]).unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    // The subscriber comes later and still gets the catalog (written again
+    // for it), then every frame, since the input only goes on now.
+    let out = dir.path("out.mp4");
+    let s = sub(&relay, "live/announce", &out, &[]);
+    std::thread::sleep(Duration::from_secs(2));
+    stdin.write_all(&data[first_moof..]).unwrap();
+    drop(stdin);
+    finish(p, "pub");
+    let log = finish(s, "sub");
+    assert!(log.contains("video 90 frames"), "{log}");
+    assert_same_video(&input, &out, 90);
+}
