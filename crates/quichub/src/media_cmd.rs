@@ -199,8 +199,7 @@ pub async fn publish(
     let limits = Limits::default();
     'input: loop {
         // Drain every event the demuxer has before reading more.
-        loop {
-            let Some(d) = demux.as_mut() else { break };
+        while let Some(d) = demux.as_mut() {
             let ev = match d.next() {
                 Ok(Some(ev)) => ev,
                 Ok(None) => break,

@@ -363,6 +363,46 @@ fn stdin_with_a_paused_encoder_cmaf_objects_and_frame_type_subgroups() {
 }
 
 #[test]
+fn mpeg_ts_on_stdin() {
+    if !have_ffmpeg() {
+        return;
+    }
+    let dir = Dir::new("ts");
+    let input = dir.path("in.ts");
+    make_input(
+        &input,
+        3,
+        &[
+            "-c:v", "libx264", "-preset", "veryfast", "-g", "30", "-bf", "2", "-pix_fmt", "yuv420p",
+        ],
+        &["-c:a", "aac"],
+        &["-f", "mpegts"],
+    );
+    let relay = relay();
+    let out = dir.path("out.mp4");
+    let s = sub(&relay, "live/ts", &out, &[]);
+    let mut p = Command::new(BIN)
+        .args(["pub", &relay.url, "--broadcast", "live/ts"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.stdin
+        .take()
+        .unwrap()
+        .write_all(&std::fs::read(&input).unwrap())
+        .unwrap();
+    let log = finish(p, "pub");
+    assert!(
+        log.contains("track video: avc1.64") && log.contains("track audio: mp4a.40.2"),
+        "{log}"
+    );
+    let log = finish(s, "sub");
+    assert!(log.contains("video 90 frames"), "{log}");
+    assert_same_video(&input, &out, 90);
+}
+
+#[test]
 fn bad_input_fails_clearly_and_other_broadcasts_keep_flowing() {
     if !have_ffmpeg() {
         return;
