@@ -15,7 +15,45 @@ use web_transport_quinn::Session;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::session::SessionHandle;
-use crate::track::{Joined, Track};
+use crate::track::{Joined, Track, TrackStats};
+
+/// A read-only picture of the relay at one moment, for dashboards
+/// ([`Relay::snapshot`]).
+#[derive(Debug, Clone, Default)]
+pub struct RelaySnapshot {
+    /// Namespaces published with PUBLISH_NAMESPACE, sorted.
+    pub namespaces: Vec<NamespaceSnapshot>,
+    /// Tracks at the relay (subscribed upstream or pushed with PUBLISH), sorted by name.
+    pub tracks: Vec<TrackSnapshot>,
+    /// Established sessions.
+    pub sessions: usize,
+}
+
+/// One published namespace.
+#[derive(Debug, Clone)]
+pub struct NamespaceSnapshot {
+    /// The namespace.
+    pub namespace: TrackNamespace,
+    /// The publishing session's relay-wide id.
+    pub session: u64,
+}
+
+/// One track.
+#[derive(Debug, Clone)]
+pub struct TrackSnapshot {
+    /// Full name.
+    pub name: FullTrackName,
+    /// Relay-wide id (also the Track Alias used downstream).
+    pub id: u64,
+    /// How it gets its objects.
+    pub origin: Origin,
+    /// Downstream subscriptions holding it.
+    pub subscribers: usize,
+    /// Objects and bytes received.
+    pub stats: TrackStats,
+    /// Whether the upstream ended.
+    pub ended: bool,
+}
 
 /// A request failure to report with REQUEST_ERROR.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -515,6 +553,44 @@ impl Relay {
         if removed {
             entry.track.clear_cache();
             self.metrics.tracks.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// Namespaces, tracks and their counters at this moment. Takes the
+    /// registry lock once, then each track's lock in turn (never both).
+    pub fn snapshot(&self) -> RelaySnapshot {
+        let (mut namespaces, entries, sessions) = {
+            let st = self.lock();
+            let ns: Vec<NamespaceSnapshot> = st
+                .namespaces
+                .iter()
+                .map(|(n, s)| NamespaceSnapshot {
+                    namespace: n.clone(),
+                    session: s.id,
+                })
+                .collect();
+            let entries: Vec<Arc<TrackEntry>> = st.tracks.values().cloned().collect();
+            (ns, entries, st.sessions.len())
+        };
+        namespaces.sort_by(|a, b| a.namespace.cmp(&b.namespace));
+        let mut tracks: Vec<TrackSnapshot> = entries
+            .iter()
+            .map(|e| TrackSnapshot {
+                name: e.track.name.clone(),
+                id: e.track.id,
+                origin: e.origin,
+                subscribers: e.subscribers.load(Relaxed),
+                stats: e.track.stats(),
+                ended: e.track.is_ended(),
+            })
+            .collect();
+        tracks.sort_by(|a, b| {
+            (&a.name.namespace, &a.name.name).cmp(&(&b.name.namespace, &b.name.name))
+        });
+        RelaySnapshot {
+            namespaces,
+            tracks,
+            sessions,
         }
     }
 

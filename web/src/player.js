@@ -1,0 +1,357 @@
+// The player of /watch/{broadcast}: MoQT over WebTransport, the hang
+// catalog, WebCodecs decoding, video on a canvas and audio through Web
+// Audio on one playout clock, with live latency and a stats overlay.
+//
+// Playout: a frame with timestamp `pts` (µs) is due at performance time
+// `pts / 1000 + offset` (ms). `offset` is set by the first frame so that it
+// plays `BUFFER_MS` after it arrived, and grows when a frame arrives too late
+// to be on time; audio is scheduled on the AudioContext at the same due
+// times, which keeps the two in sync.
+//
+// Latency: when timestamps are wall-clock microseconds since the Unix epoch
+// (as quichub's publishers stamp them), the latency shown is the relay's
+// clock (estimated from /v1/time) minus the timestamp of the frame on
+// screen. Otherwise only the playout buffer is known, and is shown as such.
+
+import { Session, relayInfo, relayUrl, clockOffset } from './session.js';
+import { CATALOG_TRACK, parseCatalog, decodeLegacy } from './hang.js';
+import { FILTER } from './moqt.js';
+
+const BUFFER_MS = 50;
+/** Timestamps above this (µs) are taken as Unix-epoch wall clock (after 2001-09-09). */
+const WALLCLOCK_US = 1e15;
+
+const $ = (id) => document.getElementById(id);
+
+const stats = {
+  state: 'starting',
+  broadcast: '',
+  videoCodec: null,
+  audioCodec: null,
+  videoObjects: 0,
+  audioObjects: 0,
+  videoBytes: 0,
+  audioBytes: 0,
+  decodedFrames: 0,
+  renderedFrames: 0,
+  droppedFrames: 0,
+  decodedAudio: 0,
+  playedAudio: 0,
+  droppedAudio: 0,
+  latencyMs: null,
+  bufferMs: 0,
+  bitrateKbps: 0,
+  width: 0,
+  height: 0,
+  wallclock: false,
+  error: null,
+};
+// For tests and curious users: `window.quichubPlayer.stats`.
+window.quichubPlayer = { stats };
+
+function setState(s, err) {
+  stats.state = s;
+  $('state').textContent = s;
+  if (err) {
+    stats.error = String(err && err.message ? err.message : err);
+    $('error').textContent = stats.error;
+    console.error(err);
+  }
+}
+
+function broadcastFromPath() {
+  const raw = location.pathname.slice('/watch/'.length);
+  let name;
+  try {
+    name = decodeURIComponent(raw);
+  } catch {
+    name = raw;
+  }
+  return name.replace(/^\/+|\/+$/g, '');
+}
+
+class Player {
+  constructor(session, namespace, clockOffsetMs) {
+    this.session = session;
+    this.namespace = namespace;
+    this.clockOffsetMs = clockOffsetMs;
+    this.offset = null; // ms: due(perf) = pts/1000 + offset
+    this.frames = []; // decoded VideoFrames waiting for their due time
+    this.canvas = $('video');
+    this.ctx2d = this.canvas.getContext('2d');
+    this.video = null;
+    this.audio = null;
+    this.catalogGroup = -1;
+    this.subs = [];
+    this.lastShownPts = null;
+    this.waitKey = true;
+    this.audioCtx = null;
+    this.bytesWindow = [];
+    requestAnimationFrame(() => this.render());
+    setInterval(() => this.tick(), 250);
+  }
+
+  async start() {
+    setState('catalog');
+    const onCatalog = (o) => {
+      if (o.status !== 0 || o.objectId !== 0 || o.group <= this.catalogGroup) return;
+      this.catalogGroup = o.group;
+      this.onCatalog(o.payload).catch((e) => setState('error', e));
+    };
+    const sub = await this.session.subscribe(this.namespace, CATALOG_TRACK, onCatalog);
+    this.subs.push(sub);
+    // The current catalog was published before we came: fetch its group.
+    if (sub.largest) {
+      const objs = await this.session.fetchJoining(sub, 0);
+      for (const o of objs) onCatalog({ ...o, status: 0 });
+    }
+    sub.done.then((d) => {
+      if (d) setState(`ended: ${d.reason || 'publisher done'}`);
+    });
+  }
+
+  async onCatalog(bytes) {
+    const cat = parseCatalog(bytes);
+    $('catalog').textContent = JSON.stringify(cat.raw, null, 1);
+    const video = await pick(cat.video, async (r) => {
+      if (r.container !== 'legacy') return false;
+      const s = await VideoDecoder.isConfigSupported(videoConfig(r));
+      return s.supported;
+    });
+    const audio = await pick(cat.audio, async (r) => {
+      if (r.container !== 'legacy') return false;
+      const s = await AudioDecoder.isConfigSupported(audioConfig(r));
+      return s.supported;
+    });
+    if (!video && !audio) {
+      setState('error', new Error('no rendition in the catalog that this browser decodes (legacy container)'));
+      return;
+    }
+    if (video && (!this.video || this.video.track !== video.track)) await this.startVideo(video);
+    if (audio && (!this.audio || this.audio.track !== audio.track)) await this.startAudio(audio);
+    setState('playing');
+  }
+
+  async startVideo(r) {
+    stats.videoCodec = r.codec;
+    this.video = r;
+    this.waitKey = true;
+    const dec = new VideoDecoder({
+      output: (f) => {
+        stats.decodedFrames++;
+        this.frames.push(f);
+        if (this.frames.length > 60) {
+          this.frames.shift().close();
+          stats.droppedFrames++;
+        }
+      },
+      error: (e) => {
+        setState('error', e);
+        this.waitKey = true;
+      },
+    });
+    dec.configure(videoConfig(r));
+    this.videoDecoder = dec;
+    const sub = await this.session.subscribe(
+      this.namespace,
+      r.track,
+      (o) => this.onVideoObject(o),
+      { subscriberPriority: 2, filter: { type: FILTER.LARGEST_OBJECT } },
+    );
+    this.subs.push(sub);
+  }
+
+  onVideoObject(o) {
+    if (o.status !== 0 || o.payload.length === 0) return;
+    stats.videoObjects++;
+    stats.videoBytes += o.payload.length;
+    this.bytesWindow.push([performance.now(), o.payload.length]);
+    const key = o.objectId === 0;
+    if (this.waitKey && !key) return; // a group joined midway: wait for the next keyframe
+    this.waitKey = false;
+    const { timestamp, data } = decodeLegacy(o.payload);
+    this.noteArrival(timestamp);
+    if (this.videoDecoder.state !== 'configured') return;
+    if (this.videoDecoder.decodeQueueSize > 30) {
+      // Far behind: drop until the next keyframe.
+      stats.droppedFrames++;
+      this.waitKey = true;
+      return;
+    }
+    this.videoDecoder.decode(new EncodedVideoChunk({ type: key ? 'key' : 'delta', timestamp, data }));
+  }
+
+  async startAudio(r) {
+    stats.audioCodec = r.codec;
+    this.audio = r;
+    this.audioCtx = new AudioContext({ sampleRate: r.sampleRate || 48000, latencyHint: 'interactive' });
+    const unmute = $('unmute');
+    if (this.audioCtx.state !== 'running') {
+      unmute.hidden = false;
+      unmute.onclick = () => {
+        this.audioCtx.resume();
+        unmute.hidden = true;
+      };
+    }
+    const dec = new AudioDecoder({
+      output: (d) => this.playAudio(d),
+      error: (e) => setState('error', e),
+    });
+    dec.configure(audioConfig(r));
+    this.audioDecoder = dec;
+    const sub = await this.session.subscribe(this.namespace, r.track, (o) => this.onAudioObject(o), {
+      subscriberPriority: 1,
+      filter: { type: FILTER.LARGEST_OBJECT },
+    });
+    this.subs.push(sub);
+  }
+
+  onAudioObject(o) {
+    if (o.status !== 0 || o.payload.length === 0) return;
+    stats.audioObjects++;
+    stats.audioBytes += o.payload.length;
+    this.bytesWindow.push([performance.now(), o.payload.length]);
+    const { timestamp, data } = decodeLegacy(o.payload);
+    this.noteArrival(timestamp);
+    if (this.audioDecoder.state !== 'configured') return;
+    this.audioDecoder.decode(new EncodedAudioChunk({ type: 'key', timestamp, data }));
+  }
+
+  /** Keeps every frame on time: the offset grows when one arrives late. */
+  noteArrival(pts) {
+    const now = performance.now();
+    const needed = now - pts / 1000 + BUFFER_MS;
+    if (this.offset === null || needed > this.offset + BUFFER_MS) {
+      this.offset = needed;
+      stats.wallclock = pts > WALLCLOCK_US;
+    }
+  }
+
+  playAudio(d) {
+    stats.decodedAudio++;
+    const ctx = this.audioCtx;
+    if (!ctx || ctx.state !== 'running' || this.offset === null) {
+      stats.droppedAudio++;
+      d.close();
+      return;
+    }
+    const ts = ctx.getOutputTimestamp();
+    const duePerf = d.timestamp / 1000 + this.offset;
+    const when = ts.contextTime + (duePerf - ts.performanceTime) / 1000;
+    if (when < ctx.currentTime) {
+      stats.droppedAudio++;
+      d.close();
+      return;
+    }
+    const buf = ctx.createBuffer(d.numberOfChannels, d.numberOfFrames, d.sampleRate);
+    for (let c = 0; c < d.numberOfChannels; c++) {
+      const plane = new Float32Array(d.numberOfFrames);
+      d.copyTo(plane, { planeIndex: c, format: 'f32-planar' });
+      buf.copyToChannel(plane, c);
+    }
+    d.close();
+    const src = ctx.createBufferSource();
+    src.buffer = buf;
+    src.connect(ctx.destination);
+    src.start(when);
+    stats.playedAudio++;
+  }
+
+  render() {
+    requestAnimationFrame(() => this.render());
+    if (this.offset === null || this.frames.length === 0) return;
+    const now = performance.now();
+    // The latest frame that is due; the ones before it were never shown.
+    let show = null;
+    while (this.frames.length && this.frames[0].timestamp / 1000 + this.offset <= now) {
+      if (show) {
+        show.close();
+        stats.droppedFrames++;
+      }
+      show = this.frames.shift();
+    }
+    if (!show) return;
+    if (this.canvas.width !== show.displayWidth || this.canvas.height !== show.displayHeight) {
+      this.canvas.width = show.displayWidth;
+      this.canvas.height = show.displayHeight;
+      stats.width = show.displayWidth;
+      stats.height = show.displayHeight;
+    }
+    this.ctx2d.drawImage(show, 0, 0);
+    this.lastShownPts = show.timestamp;
+    stats.renderedFrames++;
+    show.close();
+  }
+
+  tick() {
+    const now = performance.now();
+    this.bytesWindow = this.bytesWindow.filter(([t]) => now - t < 1000);
+    stats.bitrateKbps = Math.round(this.bytesWindow.reduce((a, [, n]) => a + n, 0) * 8 / 1000);
+    const last = this.frames[this.frames.length - 1];
+    stats.bufferMs = last && this.offset !== null ? Math.max(0, Math.round(last.timestamp / 1000 + this.offset - now)) : 0;
+    if (this.lastShownPts !== null && stats.wallclock) {
+      const relayNowUs = (Date.now() + this.clockOffsetMs) * 1000;
+      stats.latencyMs = Math.round((relayNowUs - this.lastShownPts) / 1000);
+      $('latency').textContent = `${stats.latencyMs} ms`;
+    } else if (this.lastShownPts !== null) {
+      stats.latencyMs = null;
+      $('latency').textContent = `n/a (timestamps are not wall clock; buffer ${stats.bufferMs} ms)`;
+    }
+    $('bitrate').textContent = `${stats.bitrateKbps} kbit/s`;
+    $('dropped').textContent = `${stats.droppedFrames} video, ${stats.droppedAudio} audio`;
+    $('buffer').textContent = `${stats.bufferMs} ms`;
+    $('frames').textContent = `${stats.decodedFrames} decoded, ${stats.renderedFrames} shown`;
+    $('codecs').textContent = `${stats.videoCodec || '-'} ${stats.width}x${stats.height}, ${stats.audioCodec || '-'}`;
+  }
+}
+
+async function pick(renditions, ok) {
+  for (const r of renditions) {
+    try {
+      if (await ok(r)) return r;
+    } catch {
+      /* not this one */
+    }
+  }
+  return null;
+}
+
+function videoConfig(r) {
+  const c = { codec: r.codec, optimizeForLatency: true };
+  if (r.codedWidth) c.codedWidth = r.codedWidth;
+  if (r.codedHeight) c.codedHeight = r.codedHeight;
+  if (r.description) c.description = r.description;
+  return c;
+}
+
+function audioConfig(r) {
+  const c = { codec: r.codec, sampleRate: r.sampleRate || 48000, numberOfChannels: r.numberOfChannels || 2 };
+  if (r.description) c.description = r.description;
+  return c;
+}
+
+async function main() {
+  const broadcast = broadcastFromPath();
+  stats.broadcast = broadcast;
+  $('broadcast').textContent = broadcast; // text, never HTML
+  document.title = `${broadcast} - quichub`;
+  if (!('WebTransport' in window) || !('VideoDecoder' in window)) {
+    setState('error', new Error('this browser lacks WebTransport or WebCodecs'));
+    return;
+  }
+  try {
+    setState('connecting');
+    const info = await relayInfo();
+    const offset = await clockOffset();
+    const session = await Session.connect(relayUrl(info), { fingerprint: info.certificate_sha256 });
+    const namespace = broadcast.split('/').filter((s) => s.length);
+    const p = new Player(session, namespace, offset);
+    window.quichubPlayer.player = p;
+    await p.start();
+    session.closed.then((i) => setState(`closed: ${(i && i.reason) || ''}`));
+  } catch (e) {
+    setState('error', e);
+  }
+}
+
+main();
