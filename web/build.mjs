@@ -5,7 +5,10 @@
 import { build } from 'esbuild';
 import { copyFileSync, mkdirSync, rmSync } from 'node:fs';
 
-const dist = new URL('./dist/', import.meta.url).pathname;
+// `node build.mjs [OUTDIR]`: web/dist by default; the freshness test builds
+// into a temporary directory and compares.
+process.chdir(new URL('.', import.meta.url).pathname);
+const dist = process.argv[2] ? `${process.argv[2].replace(/\/$/, '')}/` : new URL('./dist/', import.meta.url).pathname;
 rmSync(dist, { recursive: true, force: true });
 mkdirSync(dist, { recursive: true });
 await build({

@@ -274,9 +274,9 @@ class Player {
     if (this.canvas.width !== show.displayWidth || this.canvas.height !== show.displayHeight) {
       this.canvas.width = show.displayWidth;
       this.canvas.height = show.displayHeight;
-      stats.width = show.displayWidth;
-      stats.height = show.displayHeight;
     }
+    stats.width = show.displayWidth;
+    stats.height = show.displayHeight;
     this.ctx2d.drawImage(show, 0, 0);
     this.lastShownPts = show.timestamp;
     stats.renderedFrames++;

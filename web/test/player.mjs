@@ -33,9 +33,21 @@ try {
   result.broadcastText = await page.textContent('#broadcast');
   result.stats = await page.evaluate(() => window.quichubPlayer.stats);
   await page.screenshot({ path: shot });
+  // A hostile broadcast name is shown as text, never parsed as HTML.
+  const evil = '<img src=x onerror="window.pwned=1">/"><script>window.pwned=2</script>';
+  const page2 = await browser.newPage();
+  await page2.goto(new URL(`/watch/${encodeURIComponent(evil)}`, url).href);
+  await page2.waitForFunction(() => document.getElementById('broadcast').textContent.length > 0, null, { timeout: 5000 });
+  result.hostile = await page2.evaluate(() => ({
+    text: document.getElementById('broadcast').textContent,
+    imgs: document.querySelectorAll('img').length,
+    scripts: document.querySelectorAll('script').length,
+    pwned: window.pwned || 0,
+  }));
+  result.hostileSafe = result.hostile.text === evil && result.hostile.imgs === 0 && result.hostile.scripts === 1 && result.hostile.pwned === 0;
   const s = result.stats;
   const ok = !result.error && s.decodedFrames > 30 && s.renderedFrames > 30 && result.pixelsChanged
-    && result.latencyMs !== null && result.latencyMs < 1000;
+    && result.latencyMs !== null && result.latencyMs < 1000 && result.hostileSafe;
   report(result, ok);
 } catch (e) {
   result.error = String(e);

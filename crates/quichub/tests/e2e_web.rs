@@ -152,9 +152,9 @@ async fn publisher(relay: &Relay) -> ClientSession {
 }
 
 /// A plain HTTP/1.1 GET: (status, lowercased head, body).
-async fn http_get(addr: &str, path: &str) -> (u16, String, String) {
+async fn http_get(addr: String, path: &str) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
     s.write_all(
         format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
     )
@@ -237,6 +237,49 @@ async fn player_decodes_a_live_broadcast() {
         );
     }
     assert!(dir.join("player.png").exists());
+    assert_eq!(
+        r["hostileSafe"], true,
+        "a hostile name reached the DOM: {r}"
+    );
+}
+
+/// The committed bundle (`web/dist`, embedded in the binary) is what
+/// `npm run build` makes from `web/src` and `web/pages` with the locked
+/// packages: rebuilt into a temporary directory and compared byte for byte.
+#[test]
+fn committed_bundle_is_up_to_date() {
+    if prerequisites(true).is_none() {
+        return;
+    }
+    let fresh = out_dir().join("dist");
+    let _ = std::fs::remove_dir_all(&fresh);
+    let out = Command::new("node")
+        .arg("build.mjs")
+        .arg(&fresh)
+        .current_dir(web_dir())
+        .output()
+        .expect("node build.mjs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let committed = web_dir().join("dist");
+    assert_eq!(names(&committed), names(&fresh));
+    for n in names(&fresh) {
+        assert!(
+            std::fs::read(committed.join(&n)).unwrap() == std::fs::read(fresh.join(&n)).unwrap(),
+            "web/dist/{n} is stale: run `npm ci && npm run build` in web/ and commit web/dist"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,7 +341,8 @@ async fn dashboard_lists_tracks_and_plots_the_imu() {
 #[tokio::test]
 async fn pages_are_served_and_names_are_not_reflected() {
     let relay = start_relay();
-    let get = |path: &str| http_get(&relay.http, path);
+    let http = relay.http.clone();
+    let get = |path: &'static str| http_get(http.clone(), path);
     let (status, head, body) = get("/").await;
     assert_eq!(status, 200);
     assert!(head.contains("content-security-policy"), "{head}");

@@ -302,7 +302,7 @@ async fn play(track: Arc<LocalTrack>, clip: Clip, video: bool) {
     let start_us = now_us();
     let mut group = 0u64;
     let mut object = 0u64;
-    let mut writer = None;
+    let mut writer: Option<quichub_client::SubgroupWriter<'_>> = None;
     let mut n = 0u64;
     loop {
         for f in &clip.frames {
