@@ -2,6 +2,9 @@
 // catalog, WebCodecs decoding, video on a canvas and audio through Web
 // Audio on one playout clock, with live latency and a stats overlay.
 //
+// Containers: "legacy" (a QUIC varint timestamp and the frame) and "cmaf"
+// (one moof+mdat fragment per frame, the init segment in the catalog).
+//
 // Playout: a frame with timestamp `pts` (µs) is due at performance time
 // `pts / 1000 + offset` (ms). `offset` is set by the first frame so that it
 // plays `BUFFER_MS` after it arrived, and grows when a frame arrives too late
@@ -14,7 +17,7 @@
 // screen. Otherwise only the playout buffer is known, and is shown as such.
 
 import { Session, relayInfo, relayUrl, clockOffset } from './session.js';
-import { CATALOG_TRACK, parseCatalog, decodeLegacy } from './hang.js';
+import { CATALOG_TRACK, parseCatalog, decodeFrame, containerSupported } from './hang.js';
 import { FILTER } from './moqt.js';
 
 const BUFFER_MS = 50;
@@ -114,17 +117,17 @@ class Player {
     const cat = parseCatalog(bytes);
     $('catalog').textContent = JSON.stringify(cat.raw, null, 1);
     const video = await pick(cat.video, async (r) => {
-      if (r.container !== 'legacy') return false;
+      if (!containerSupported(r)) return false;
       const s = await VideoDecoder.isConfigSupported(videoConfig(r));
       return s.supported;
     });
     const audio = await pick(cat.audio, async (r) => {
-      if (r.container !== 'legacy') return false;
+      if (!containerSupported(r)) return false;
       const s = await AudioDecoder.isConfigSupported(audioConfig(r));
       return s.supported;
     });
     if (!video && !audio) {
-      setState('error', new Error('no rendition in the catalog that this browser decodes (legacy container)'));
+      setState('error', new Error('no rendition in the catalog that this browser decodes (legacy or cmaf container)'));
       return;
     }
     if (video && (!this.video || this.video.track !== video.track)) await this.startVideo(video);
@@ -169,7 +172,7 @@ class Player {
     const key = o.objectId === 0;
     if (this.waitKey && !key) return; // a group joined midway: wait for the next keyframe
     this.waitKey = false;
-    const { timestamp, data } = decodeLegacy(o.payload);
+    const { timestamp, data } = decodeFrame(this.video, o.payload);
     this.noteArrival(timestamp);
     if (this.videoDecoder.state !== 'configured') return;
     if (this.videoDecoder.decodeQueueSize > 30) {
@@ -211,7 +214,7 @@ class Player {
     stats.audioObjects++;
     stats.audioBytes += o.payload.length;
     this.bytesWindow.push([performance.now(), o.payload.length]);
-    const { timestamp, data } = decodeLegacy(o.payload);
+    const { timestamp, data } = decodeFrame(this.audio, o.payload);
     this.noteArrival(timestamp);
     if (this.audioDecoder.state !== 'configured') return;
     this.audioDecoder.decode(new EncodedAudioChunk({ type: 'key', timestamp, data }));

@@ -603,3 +603,30 @@ impl Relay {
             .cloned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn snapshot_lists_tracks_sorted_with_counters() {
+        let relay = Relay::new(Config::default());
+        for name in ["video", "audio"] {
+            let t = Arc::new(Track::new(
+                FullTrackName::new("live/demo", name),
+                relay.next_id(),
+                relay.config.clone(),
+                relay.metrics.clone(),
+            ));
+            relay.publish_track(t).unwrap();
+        }
+        let s = relay.snapshot();
+        let names: Vec<_> = s.tracks.iter().map(|t| t.name.name.clone()).collect();
+        assert_eq!(names, ["audio", "video"]);
+        assert!(s.tracks.iter().all(|t| t.origin == Origin::Published
+            && t.subscribers == 0
+            && t.stats.objects == 0
+            && !t.ended));
+        assert!(s.namespaces.is_empty());
+    }
+}

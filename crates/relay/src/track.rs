@@ -494,6 +494,35 @@ mod tests {
         }
     }
 
+    /// Objects are counted per whole second since the track was created;
+    /// `stats` reports the last complete second (zero after a silent one).
+    #[test]
+    fn stats_count_the_last_complete_second() {
+        let t = track(Config::default());
+        let at = |secs_ms: u64, id: u64| {
+            let mut o = obj(0, id, 10);
+            o.received = t.created + std::time::Duration::from_millis(secs_ms);
+            o
+        };
+        for i in 0..5 {
+            t.publish(at(100 + i, i));
+        }
+        let mut g = t.inner.lock().unwrap();
+        // Still in the first second: nothing complete yet.
+        g.rate.roll(1);
+        assert_eq!((g.rate.last_objects, g.rate.total_objects), (0, 5));
+        // The second second: the first one (5 objects, 50 bytes) is complete.
+        g.rate.roll(2);
+        assert_eq!((g.rate.last_objects, g.rate.last_bytes), (5, 50));
+        // A silent second in between: zero.
+        g.rate.roll(4);
+        assert_eq!(g.rate.last_objects, 0);
+        drop(g);
+        let s = t.stats();
+        assert_eq!((s.objects, s.bytes), (5, 50));
+        assert_eq!(s.largest, Some(Location::new(0, 4)));
+    }
+
     fn track(cfg: Config) -> Track {
         Track::new(
             FullTrackName::new("a", "b"),

@@ -289,3 +289,43 @@ test('hang: catalog', () => {
   assert.equal(c.audio[0].description, undefined);
   assert.throws(() => hang.parseCatalog(enc('not json')));
 });
+
+// A tiny MP4 box writer for the CMAF tests.
+function box(type, ...parts) {
+  const body = parts.flatMap((p) => Array.from(p));
+  const n = body.length + 8;
+  return new Uint8Array([(n >>> 24) & 255, (n >>> 16) & 255, (n >>> 8) & 255, n & 255, ...enc(type), ...body]);
+}
+const u32 = (v) => new Uint8Array([(v >>> 24) & 255, (v >>> 16) & 255, (v >>> 8) & 255, v & 255]);
+const zeros = (n) => new Uint8Array(n);
+
+test('hang: cmaf init segment and fragments', () => {
+  const avcC = hex('0142c01effe1');
+  const mdhd = box('mdhd', zeros(4), zeros(8), u32(90000), zeros(8));
+  const avc1 = box('avc1', zeros(78), box('avcC', avcC));
+  const stsd = box('stsd', zeros(4), u32(1), avc1);
+  const init = new Uint8Array([
+    ...box('ftyp', enc('isom'), zeros(4)),
+    ...box('moov', box('trak', box('mdia', mdhd, box('minf', box('stbl', stsd))))),
+  ]);
+  const i = hang.parseInit(init);
+  assert.equal(i.timescale, 90000);
+  assert.equal(i.sampleEntry, 'avc1');
+  assert.deepEqual(i.description, avcC);
+  // tfdt v1 = 180000 (2 s), trun with a size (0x200) and a composition offset (0x800) of 9000.
+  const tfdt = box('tfdt', new Uint8Array([1, 0, 0, 0]), zeros(4), u32(180000));
+  const trun = box('trun', u32(0x000a00), u32(1), u32(3), u32(9000));
+  const frag = new Uint8Array([...box('moof', box('traf', box('tfhd', zeros(8)), tfdt, trun)), ...box('mdat', hex('aabbcc'))]);
+  const f = hang.decodeFragment(frag, i.timescale);
+  assert.equal(f.timestamp, 2_100_000);
+  assert.deepEqual(f.data, hex('aabbcc'));
+  // Through the catalog.
+  const b64 = Buffer.from(init).toString('base64');
+  const c = hang.parseCatalog(
+    enc(JSON.stringify({ video: { renditions: { v: { codec: 'avc1.42c01e', container: { kind: 'cmaf', init: b64 } } } } })),
+  );
+  assert.equal(c.video[0].init.timescale, 90000);
+  assert.deepEqual(c.video[0].description, avcC);
+  assert.equal(hang.containerSupported(c.video[0]), true);
+  assert.equal(hang.decodeFrame(c.video[0], frag).timestamp, 2_100_000);
+});
