@@ -243,6 +243,37 @@ async fn player_decodes_a_live_broadcast() {
     );
 }
 
+/// The same with the "cmaf" container: fragmented MP4 from ffmpeg, one
+/// moof+mdat per frame, the init segment in the catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn player_decodes_a_cmaf_broadcast() {
+    if prerequisites(true).is_none() {
+        return;
+    }
+    let relay = start_relay();
+    let home = format!("http://{}/", relay.http);
+    let dir = out_dir().join("cmaf");
+    std::fs::create_dir_all(&dir).unwrap();
+    let session = publisher(&relay).await;
+    let tasks = media::publish(&session, "live/cmaf", media::h264_cmaf(&dir), None).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shot = dir.join("player-cmaf.png");
+    let url = format!("{home}watch/live/cmaf");
+    let (ok, r) =
+        tokio::task::spawn_blocking(move || node("player.mjs", &[&url, shot.to_str().unwrap()]))
+            .await
+            .unwrap();
+    for t in tasks {
+        t.abort();
+    }
+    println!(
+        "player (cmaf): {}",
+        serde_json::to_string_pretty(&r).unwrap()
+    );
+    assert!(ok, "the player did not play the cmaf broadcast: {r}");
+    assert!(r["stats"]["decodedFrames"].as_u64().unwrap() > 30, "{r}");
+}
+
 /// The committed bundle (`web/dist`, embedded in the binary) is what
 /// `npm run build` makes from `web/src` and `web/pages` with the locked
 /// packages: rebuilt into a temporary directory and compared byte for byte.

@@ -1,9 +1,10 @@
 //! A small hang publisher for the web tests: media made by Debian's ffmpeg
-//! (H.264 Annex B or VP8 in IVF, Opus in Ogg), cut into frames, and
-//! published live over MoQT in the hang "legacy" format: a `catalog.json`
-//! track and one track per rendition, each object a QUIC varint timestamp
-//! (wall-clock microseconds since the Unix epoch, so the player can show
-//! its latency) and the frame.
+//! (H.264 Annex B or fragmented MP4, VP8 in IVF, Opus in Ogg), cut into
+//! frames, and published live over MoQT in the hang format: a
+//! `catalog.json` track and one track per rendition, each object a QUIC
+//! varint timestamp and the frame ("legacy") or a moof+mdat fragment
+//! ("cmaf"); timestamps are wall-clock microseconds since the Unix epoch,
+//! so the player can show its latency.
 
 use std::path::Path;
 use std::process::Command;
@@ -27,6 +28,10 @@ pub struct Clip {
     pub interval: Duration,
     /// The catalog's rendition entry.
     pub rendition: serde_json::Value,
+    /// `Some(timescale)` for the "cmaf" container (frames are moof+mdat
+    /// fragments whose `tfdt` is rewritten to the wall clock), `None` for
+    /// "legacy".
+    pub cmaf_timescale: Option<u64>,
 }
 
 fn ffmpeg(args: &[&str]) {
@@ -154,6 +159,7 @@ pub fn h264(dir: &Path) -> Clip {
             "framerate": 30.0,
             "container": {"kind": "legacy"},
         }),
+        cmaf_timescale: None,
     }
 }
 
@@ -203,6 +209,7 @@ pub fn vp8(dir: &Path) -> Clip {
             "framerate": 30.0,
             "container": {"kind": "legacy"},
         }),
+        cmaf_timescale: None,
     }
 }
 
@@ -264,6 +271,7 @@ pub fn opus(dir: &Path) -> Clip {
             "bitrate": 64000,
             "container": {"kind": "legacy"},
         }),
+        cmaf_timescale: None,
     }
 }
 
@@ -278,6 +286,134 @@ fn put_quic_varint(b: &mut BytesMut, v: u64) {
     } else {
         b.put_u64(v | 0xc000_0000_0000_0000);
     }
+}
+
+/// Top-level MP4 boxes of `b[start..end]`: (type, start of body, end).
+fn boxes(b: &[u8], start: usize, end: usize) -> Vec<([u8; 4], usize, usize)> {
+    let mut out = Vec::new();
+    let mut p = start;
+    while p + 8 <= end {
+        let size = u32::from_be_bytes(b[p..p + 4].try_into().unwrap()) as usize;
+        let ty: [u8; 4] = b[p + 4..p + 8].try_into().unwrap();
+        assert!(size >= 8 && p + size <= end, "bad box at {p}");
+        out.push((ty, p + 8, p + size));
+        p += size;
+    }
+    out
+}
+
+fn find(b: &[u8], start: usize, end: usize, path: &[&[u8; 4]]) -> Option<(usize, usize)> {
+    let (first, rest) = path.split_first()?;
+    let (_, s, e) = boxes(b, start, end)
+        .into_iter()
+        .find(|(t, _, _)| t == *first)?;
+    if rest.is_empty() {
+        Some((s, e))
+    } else {
+        find(b, s, e, rest)
+    }
+}
+
+/// Two seconds of 640x360 H.264 as fragmented MP4, one frame per fragment
+/// (the hang "cmaf" container): the init segment (ftyp+moov) goes in the
+/// catalog, each moof+mdat is one object.
+pub fn h264_cmaf(dir: &Path) -> Clip {
+    let path = dir.join("clip.mp4");
+    ffmpeg(&[
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=640x360:rate=30",
+        "-t",
+        "2",
+        "-c:v",
+        "libx264",
+        "-profile:v",
+        "baseline",
+        "-pix_fmt",
+        "yuv420p",
+        "-g",
+        "30",
+        "-sc_threshold",
+        "0",
+        "-bf",
+        "0",
+        "-tune",
+        "zerolatency",
+        "-movflags",
+        "frag_every_frame+empty_moov+default_base_moof",
+        "-f",
+        "mp4",
+        path.to_str().unwrap(),
+    ]);
+    let b = std::fs::read(&path).unwrap();
+    let top = boxes(&b, 0, b.len());
+    let moov = top.iter().find(|(t, _, _)| t == b"moov").expect("moov");
+    let init = b[..moov.2].to_vec();
+    let (mdhd, _) = find(&b, 0, moov.2, &[b"moov", b"trak", b"mdia", b"mdhd"]).expect("mdhd");
+    let timescale = if b[mdhd] == 1 {
+        u32::from_be_bytes(b[mdhd + 20..mdhd + 24].try_into().unwrap())
+    } else {
+        u32::from_be_bytes(b[mdhd + 12..mdhd + 16].try_into().unwrap())
+    } as u64;
+    let (avcc, _) = find(
+        &b,
+        0,
+        moov.2,
+        &[b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stsd"],
+    )
+    .and_then(|(s, e)| find(&b, s + 8, e, &[b"avc1"]))
+    .and_then(|(s, e)| find(&b, s + 78, e, &[b"avcC"]))
+    .expect("avcC");
+    let profile = &b[avcc + 1..avcc + 4];
+    let mut frames = Vec::new();
+    let mut i = 0;
+    while i < top.len() {
+        if &top[i].0 == b"moof" && i + 1 < top.len() && &top[i + 1].0 == b"mdat" {
+            let start = top[i].1 - 8;
+            let end = top[i + 1].2;
+            frames.push(Frame {
+                key: frames.len() % 30 == 0,
+                data: b[start..end].to_vec(),
+            });
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    assert!(frames.len() >= 59, "{} fragments", frames.len());
+    use base64::Engine;
+    Clip {
+        frames,
+        interval: Duration::from_micros(33_333),
+        rendition: serde_json::json!({
+            "codec": format!("avc1.{}", hex(profile)),
+            "codedWidth": 640,
+            "codedHeight": 360,
+            "bitrate": 1_000_000,
+            "framerate": 30.0,
+            "container": {
+                "kind": "cmaf",
+                "init": base64::engine::general_purpose::STANDARD.encode(&init),
+            },
+        }),
+        cmaf_timescale: Some(timescale),
+    }
+}
+
+/// A cmaf fragment with its `tfdt` set to `timestamp_us` in `timescale`.
+fn cmaf(timestamp_us: u64, fragment: &[u8], timescale: u64) -> Bytes {
+    let mut f = fragment.to_vec();
+    let (s, e) = find(&f, 0, f.len(), &[b"moof", b"traf", b"tfdt"]).expect("tfdt");
+    let t = (timestamp_us as u128 * timescale as u128 / 1_000_000) as u64;
+    if f[s] == 1 {
+        f[s + 4..s + 12].copy_from_slice(&t.to_be_bytes());
+    } else {
+        // A version-0 tfdt holds 32 bits: the low ones (wraps; ffmpeg writes version 1).
+        assert!(e - s >= 8);
+        f[s + 4..s + 8].copy_from_slice(&(t as u32).to_be_bytes());
+    }
+    Bytes::from(f)
 }
 
 fn legacy(timestamp_us: u64, frame: &[u8]) -> Bytes {
@@ -318,8 +454,12 @@ async fn play(track: Arc<LocalTrack>, clip: Clip, video: bool) {
                 writer = track.open_subgroup(group, 0).await.ok().flatten();
             }
             let ts = start_us + due.as_micros() as u64;
+            let payload = match clip.cmaf_timescale {
+                Some(scale) => cmaf(ts, &f.data, scale),
+                None => legacy(ts, &f.data),
+            };
             if let Some(w) = writer.as_mut() {
-                if w.write(object, legacy(ts, &f.data)).await.is_err() {
+                if w.write(object, payload).await.is_err() {
                     writer = None;
                 }
             }
