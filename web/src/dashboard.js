@@ -15,7 +15,7 @@ const $ = (id) => document.getElementById(id);
 const td = new TextDecoder();
 const WINDOW_S = 10;
 
-const state = { points: 0, plotted: null, polls: 0, error: null, tracks: [], namespaces: [] };
+const state = { points: 0, plotted: null, series: [], polls: 0, error: null, tracks: [], namespaces: [] };
 // For tests: `window.quichubDashboard`.
 window.quichubDashboard = state;
 
@@ -39,19 +39,45 @@ function kbit(bytesPerSec) {
   return (bytesPerSec * 8 / 1000).toFixed(1);
 }
 
+/**
+ * Broadcasts: the namespaces published with PUBLISH_NAMESPACE and those of
+ * the tracks at the relay, each with whether it has a hang catalog.
+ */
+function broadcasts(j) {
+  const m = new Map();
+  const add = (fields, how) => {
+    const key = fields.join('/');
+    const b = m.get(key) || { fields, published: false, tracks: 0, catalog: false };
+    if (how === 'namespace') b.published = true;
+    m.set(key, b);
+    return b;
+  };
+  for (const n of j.namespaces) add(n.namespace, 'namespace');
+  for (const t of j.tracks) {
+    const b = add(t.namespace, 'track');
+    b.tracks++;
+    if (t.name === 'catalog.json') b.catalog = true;
+  }
+  return [...m.values()].sort((a, b) => a.fields.join('/').localeCompare(b.fields.join('/')));
+}
+
 function renderTables(j) {
   const ns = $('namespaces');
   ns.replaceChildren();
-  for (const n of j.namespaces) {
+  const list = broadcasts(j);
+  for (const b of list) {
     const tr = el('tr');
-    const name = n.namespace.join('/');
+    const name = b.fields.join('/');
+    tr.dataset.broadcast = name;
     tr.append(el('td', name));
+    tr.append(el('td', b.published ? 'PUBLISH_NAMESPACE' : 'PUBLISH'));
+    tr.append(el('td', String(b.tracks)));
     const td2 = el('td');
-    td2.append(el('a', 'watch', { href: watchHref(n.namespace) }));
+    if (b.catalog || b.published) td2.append(el('a', b.catalog ? 'watch' : 'watch?', { href: watchHref(b.fields) }));
     tr.append(td2);
     ns.append(tr);
   }
-  $('no-namespaces').hidden = j.namespaces.length > 0;
+  $('no-namespaces').hidden = list.length > 0;
   const tb = $('tracks');
   tb.replaceChildren();
   for (const t of j.tracks) {
@@ -69,8 +95,6 @@ function renderTables(j) {
     const b = el('button', 'plot', { type: 'button' });
     b.onclick = () => startPlot(t.namespace, t.name);
     act.append(b);
-    act.append(' ');
-    act.append(el('a', 'watch', { href: watchHref(t.namespace) }));
     tr.append(act);
     tb.append(tr);
   }
@@ -128,6 +152,7 @@ async function startPlot(namespace, name) {
   if (plot) plot.destroy();
   plot = null;
   state.points = 0;
+  state.series = [];
   state.plotted = label;
   try {
     if (!session) {
@@ -146,6 +171,7 @@ async function startPlot(namespace, name) {
       const { names: n, vals } = decodeValues(o.payload);
       if (!names || n.join() !== names.join()) {
         names = n;
+        state.series = n;
         data = [[], ...n.map(() => [])];
         if (plot) plot.destroy();
         plot = new uPlot(

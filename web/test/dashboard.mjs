@@ -1,10 +1,12 @@
 // Drives the dashboard: `node test/dashboard.mjs PAGE_URL SCREENSHOT TRACK...`
-// (each TRACK as ns/.../name). Waits until every TRACK is listed, clicks the
-// plot button of the first and waits for points, then saves a screenshot.
-// Prints one JSON line.
+// (each TRACK as ns/.../name; a leading `+` plots it too). Waits until every
+// TRACK is listed, then for each `+` one clicks its plot button and waits for
+// 50 points, then saves a screenshot (of the last plot). Prints one JSON line.
 import { launch, report, waitFor } from './browser.mjs';
 
-const [url, shot, ...tracks] = process.argv.slice(2);
+const [url, shot, ...args] = process.argv.slice(2);
+const tracks = args.map((t) => t.replace(/^\+/, ''));
+const plots = args.filter((t) => t.startsWith('+')).map((t) => t.slice(1));
 const browser = await launch();
 const result = { url, tracks };
 try {
@@ -22,12 +24,14 @@ try {
     'tracks listed',
   );
   result.rows = await page.$$eval('#tracks tr', (rows) => rows.map((r) => r.innerText.split('\t')));
-  result.namespaces = await page.$$eval('#namespaces tr', (rows) => rows.map((r) => r.innerText));
-  await page.click(`tr[data-track="${tracks[0]}"] button`);
-  await waitFor(page, () => window.quichubDashboard.points > 100, null, 15000, 'plot points');
-  result.points = await page.evaluate(() => window.quichubDashboard.points);
-  result.plotted = await page.evaluate(() => window.quichubDashboard.plotted);
-  await new Promise((r) => setTimeout(r, 1000));
+  result.broadcasts = await page.$$eval('#namespaces tr', (rows) => rows.map((r) => r.innerText.split('\t')));
+  result.plots = {};
+  for (const t of plots) {
+    await page.click(`tr[data-track="${t}"] button`);
+    await waitFor(page, (t) => window.quichubDashboard.plotted === t && window.quichubDashboard.points >= 50, t, 15000, `points of ${t}`);
+    await new Promise((r) => setTimeout(r, 500));
+    result.plots[t] = await page.evaluate(() => ({ points: window.quichubDashboard.points, series: window.quichubDashboard.series }));
+  }
   await page.screenshot({ path: shot, fullPage: true });
   report(result, true);
 } catch (e) {

@@ -37,12 +37,12 @@ pub fn payload(seq: u64, size: usize) -> Bytes {
 pub fn imu_payload(seq: u64) -> Bytes {
     let t = seq as f32 * 0.01;
     let values = [
-        (t * 1.3).sin(),
-        (t * 0.7).cos() * 0.5,
-        9.81 + (t * 3.1).sin() * 0.2,
-        (t * 0.5).sin() * 0.8,
-        (t * 0.9).cos() * 0.3,
-        (t * 2.0).sin() * 0.1,
+        (t * 4.0).sin(),
+        (t * 2.5).cos() * 0.5,
+        9.81 + (t * 7.0).sin() * 0.3,
+        (t * 1.5).sin() * 0.8,
+        (t * 3.0).cos() * 0.3,
+        (t * 6.0).sin() * 0.1,
     ];
     let mut b = BytesMut::with_capacity(HEADER + 24);
     b.put_u64(now_micros());

@@ -153,13 +153,19 @@ async fn publisher(relay: &Relay) -> ClientSession {
 
 /// A plain HTTP/1.1 GET: (status, lowercased head, body).
 async fn http_get(addr: String, path: &str) -> (u16, String, String) {
+    http_request(&addr, "GET", path, "").await
+}
+
+/// One HTTP/1.1 request on its own connection: (status, lowercased head, body).
+async fn http_request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await.unwrap();
     let text = String::from_utf8_lossy(&buf).into_owned();
@@ -341,6 +347,19 @@ async fn dashboard_lists_tracks_and_plots_the_imu() {
                 .expect("spawn quichub pub")
         })
         .collect();
+    // An MQTT sensor, published through the HTTP API: JSON readings at 50 Hz
+    // on the topic sensors/room1/temp, the track (mqtt, sensors, room1) temp.
+    let http = relay.http.clone();
+    let (status, _, _) = http_request(&http, "PUT", "/v1/t/sensors/room1/temp", "").await;
+    assert_eq!(status, 201);
+    let sensor = tokio::spawn(async move {
+        for i in 0u64.. {
+            let v = 20.0 + (i as f64 * 0.05).sin();
+            let body = format!("{{\"temp\": {v:.3}, \"unit\": \"C\"}}");
+            http_request(&http, "POST", "/v1/t/sensors/room1/temp", &body).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
     let shot = out_dir().join("dashboard.png");
     let (ok, r) = tokio::task::spawn_blocking(move || {
         node(
@@ -348,13 +367,15 @@ async fn dashboard_lists_tracks_and_plots_the_imu() {
             &[
                 &home,
                 shot.to_str().unwrap(),
-                "sensors/bench/imu",
                 "sensors/bench/video",
+                "+mqtt/sensors/room1/temp",
+                "+sensors/bench/imu",
             ],
         )
     })
     .await
     .unwrap();
+    sensor.abort();
     for p in &mut publishers {
         let _ = p.kill();
         let _ = p.wait();
@@ -362,9 +383,21 @@ async fn dashboard_lists_tracks_and_plots_the_imu() {
     println!("dashboard: {}", serde_json::to_string_pretty(&r).unwrap());
     println!("screenshot: {}", out_dir().join("dashboard.png").display());
     assert!(ok, "dashboard: {r}");
-    assert!(r["points"].as_u64().unwrap() > 100, "{r}");
+    let imu = &r["plots"]["sensors/bench/imu"];
+    assert!(imu["points"].as_u64().unwrap() >= 50, "{r}");
+    assert_eq!(
+        imu["series"],
+        serde_json::json!(["ax", "ay", "az", "gx", "gy", "gz"])
+    );
+    let temp = &r["plots"]["mqtt/sensors/room1/temp"];
+    assert_eq!(temp["series"], serde_json::json!(["temp"]), "{r}");
     let rows = r["rows"].to_string();
     assert!(rows.contains("imu") && rows.contains("video"), "{rows}");
+    let broadcasts = r["broadcasts"].to_string();
+    assert!(
+        broadcasts.contains("sensors/bench") && broadcasts.contains("mqtt/sensors/room1"),
+        "{broadcasts}"
+    );
 }
 
 /// The pages over plain HTTP: routes, headers, and hostile broadcast names
