@@ -19,6 +19,7 @@
 import { Session, relayInfo, relayUrl, clockOffset } from './session.js';
 import { CATALOG_TRACK, parseCatalog, decodeFrame, containerSupported } from './hang.js';
 import { FILTER } from './moqt.js';
+import { Reorder } from './reorder.js';
 
 const BUFFER_MS = 50;
 /** Timestamps above this (µs) are taken as Unix-epoch wall clock (after 2001-09-09). */
@@ -28,6 +29,8 @@ const $ = (id) => document.getElementById(id);
 
 const stats = {
   state: 'starting',
+  decodeErrors: 0,
+  lastDecodeError: null,
   broadcast: '',
   videoCodec: null,
   audioCodec: null,
@@ -88,6 +91,7 @@ class Player {
     this.subs = [];
     this.lastShownPts = null;
     this.waitKey = true;
+    this.lastVideo = -1;
     this.audioCtx = null;
     this.bytesWindow = [];
     requestAnimationFrame(() => this.render());
@@ -139,6 +143,20 @@ class Player {
     stats.videoCodec = r.codec;
     this.video = r;
     this.waitKey = true;
+    this.videoDecoder = this.newVideoDecoder(r);
+    // A group may come on several subgroup streams: decode in Object ID order.
+    this.videoOrder = new Reorder((o) => this.onVideoObject(o));
+    const sub = await this.session.subscribe(
+      this.namespace,
+      r.track,
+      (o) => this.videoOrder.push(o),
+      { subscriberPriority: 2, filter: { type: FILTER.LARGEST_OBJECT } },
+    );
+    this.subs.push(sub);
+  }
+
+  /** A decoder for `r`; after an error (it is then closed) the next keyframe makes a new one. */
+  newVideoDecoder(r) {
     const dec = new VideoDecoder({
       output: (f) => {
         stats.decodedFrames++;
@@ -149,19 +167,14 @@ class Player {
         }
       },
       error: (e) => {
-        setState('error', e);
+        stats.decodeErrors++;
+        stats.lastDecodeError = String(e && e.message);
+        console.warn('video decoder:', e);
         this.waitKey = true;
       },
     });
     dec.configure(videoConfig(r));
-    this.videoDecoder = dec;
-    const sub = await this.session.subscribe(
-      this.namespace,
-      r.track,
-      (o) => this.onVideoObject(o),
-      { subscriberPriority: 2, filter: { type: FILTER.LARGEST_OBJECT } },
-    );
-    this.subs.push(sub);
+    return dec;
   }
 
   onVideoObject(o) {
@@ -171,10 +184,18 @@ class Player {
     this.bytesWindow.push([performance.now(), o.payload.length]);
     const key = o.objectId === 0;
     if (this.waitKey && !key) return; // a group joined midway: wait for the next keyframe
+    if (!key && o.objectId !== this.lastVideo + 1) {
+      // A frame the reorder buffer gave up on: what follows may not decode.
+      stats.droppedFrames++;
+    }
+    this.lastVideo = o.objectId;
     this.waitKey = false;
     const { timestamp, data } = decodeFrame(this.video, o.payload);
     this.noteArrival(timestamp);
-    if (this.videoDecoder.state !== 'configured') return;
+    if (this.videoDecoder.state === 'closed') {
+      if (!key) return;
+      this.videoDecoder = this.newVideoDecoder(this.video);
+    }
     if (this.videoDecoder.decodeQueueSize > 30) {
       // Far behind: drop until the next keyframe.
       stats.droppedFrames++;
@@ -196,17 +217,25 @@ class Player {
         unmute.hidden = true;
       };
     }
-    const dec = new AudioDecoder({
-      output: (d) => this.playAudio(d),
-      error: (e) => setState('error', e),
-    });
-    dec.configure(audioConfig(r));
-    this.audioDecoder = dec;
+    this.audioDecoder = this.newAudioDecoder(r);
     const sub = await this.session.subscribe(this.namespace, r.track, (o) => this.onAudioObject(o), {
       subscriberPriority: 1,
       filter: { type: FILTER.LARGEST_OBJECT },
     });
     this.subs.push(sub);
+  }
+
+  newAudioDecoder(r) {
+    const dec = new AudioDecoder({
+      output: (d) => this.playAudio(d),
+      error: (e) => {
+        stats.decodeErrors++;
+        stats.lastDecodeError = String(e && e.message);
+        console.warn('audio decoder:', e);
+      },
+    });
+    dec.configure(audioConfig(r));
+    return dec;
   }
 
   onAudioObject(o) {
@@ -216,7 +245,7 @@ class Player {
     this.bytesWindow.push([performance.now(), o.payload.length]);
     const { timestamp, data } = decodeFrame(this.audio, o.payload);
     this.noteArrival(timestamp);
-    if (this.audioDecoder.state !== 'configured') return;
+    if (this.audioDecoder.state === 'closed') this.audioDecoder = this.newAudioDecoder(this.audio);
     this.audioDecoder.decode(new EncodedAudioChunk({ type: 'key', timestamp, data }));
   }
 
@@ -299,6 +328,10 @@ class Player {
     } else if (this.lastShownPts !== null) {
       stats.latencyMs = null;
       $('latency').textContent = `n/a (timestamps are not wall clock; buffer ${stats.bufferMs} ms)`;
+    }
+    if (this.videoOrder) {
+      stats.reorderLate = this.videoOrder.late;
+      stats.reorderSkipped = this.videoOrder.skipped;
     }
     $('bitrate').textContent = `${stats.bitrateKbps} kbit/s`;
     $('dropped').textContent = `${stats.droppedFrames} video, ${stats.droppedAudio} audio`;

@@ -215,7 +215,7 @@ async fn player_decodes_a_live_broadcast() {
     let audio = (codecs["audio"]["opus"] == true).then(|| media::opus(&dir));
     let with_audio = audio.is_some();
     let session = publisher(&relay).await;
-    let tasks = media::publish(&session, "live/web-test", video, audio).await;
+    let tasks = media::publish(&session, "live/web-test", video, audio, false).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let shot = dir.join("player.png");
@@ -249,8 +249,9 @@ async fn player_decodes_a_live_broadcast() {
     );
 }
 
-/// The same with the "cmaf" container: fragmented MP4 from ffmpeg, one
-/// moof+mdat per frame, the init segment in the catalog.
+/// The same with the "cmaf" container (fragmented MP4 from ffmpeg, one
+/// moof+mdat per frame, the init segment in the catalog), each group on two
+/// subgroup streams (keyframe, then the rest) that the player reorders.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn player_decodes_a_cmaf_broadcast() {
     if prerequisites(true).is_none() {
@@ -261,7 +262,7 @@ async fn player_decodes_a_cmaf_broadcast() {
     let dir = out_dir().join("cmaf");
     std::fs::create_dir_all(&dir).unwrap();
     let session = publisher(&relay).await;
-    let tasks = media::publish(&session, "live/cmaf", media::h264_cmaf(&dir), None).await;
+    let tasks = media::publish(&session, "live/cmaf", media::h264_cmaf(&dir), None, true).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let shot = dir.join("player-cmaf.png");
     let url = format!("{home}watch/live/cmaf");
@@ -278,6 +279,7 @@ async fn player_decodes_a_cmaf_broadcast() {
     );
     assert!(ok, "the player did not play the cmaf broadcast: {r}");
     assert!(r["stats"]["decodedFrames"].as_u64().unwrap() > 30, "{r}");
+    assert_eq!(r["stats"]["decodeErrors"], 0, "{r}");
 }
 
 /// The committed bundle (`web/dist`, embedded in the binary) is what

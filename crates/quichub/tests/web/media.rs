@@ -432,24 +432,31 @@ fn now_us() -> u64 {
 
 /// Publishes `clip` on `track` in real time, looping, until dropped: one
 /// group per keyframe (video) or per 50 frames (audio), on one subgroup
-/// stream each; timestamps are the wall clock at the frame's due time.
-async fn play(track: Arc<LocalTrack>, clip: Clip, video: bool) {
+/// stream each, or with `split` on two (the keyframe on subgroup 0, the
+/// other frames on subgroup 1, like `pub --delivery frame-type`);
+/// timestamps are the wall clock at the frame's due time.
+async fn play(track: Arc<LocalTrack>, clip: Clip, video: bool, split: bool) {
     let start = tokio::time::Instant::now();
     let start_us = now_us();
     let mut group = 0u64;
     let mut object = 0u64;
+    let mut first = true;
     let mut writer: Option<quichub_client::SubgroupWriter<'_>> = None;
+    let mut rest: Option<quichub_client::SubgroupWriter<'_>> = None;
     let mut n = 0u64;
     loop {
         for f in &clip.frames {
             let due = clip.interval * n as u32;
             tokio::time::sleep_until(start + due).await;
             let new_group = if video { f.key } else { object == 50 };
-            if new_group || writer.is_none() {
-                if let Some(w) = writer.take() {
+            if new_group || first {
+                for w in [writer.take(), rest.take()].into_iter().flatten() {
                     w.finish();
+                }
+                if !first {
                     group += 1;
                 }
+                first = false;
                 object = 0;
                 writer = track.open_subgroup(group, 0).await.ok().flatten();
             }
@@ -458,10 +465,16 @@ async fn play(track: Arc<LocalTrack>, clip: Clip, video: bool) {
                 Some(scale) => cmaf(ts, &f.data, scale),
                 None => legacy(ts, &f.data),
             };
-            if let Some(w) = writer.as_mut() {
-                if w.write(object, payload).await.is_err() {
-                    writer = None;
+            let w = if split && object > 0 {
+                if rest.is_none() {
+                    rest = track.open_subgroup(group, 1).await.ok().flatten();
                 }
+                rest.as_mut()
+            } else {
+                writer.as_mut()
+            };
+            if let Some(w) = w {
+                let _ = w.write(object, payload).await;
             }
             object += 1;
             n += 1;
@@ -471,12 +484,13 @@ async fn play(track: Arc<LocalTrack>, clip: Clip, video: bool) {
 
 /// A live hang broadcast `name` (video, optional audio) on `session`:
 /// publishes the catalog, then the media until the returned tasks are
-/// aborted.
+/// aborted; `split` spreads each video group over two subgroup streams.
 pub async fn publish(
     session: &ClientSession,
     name: &str,
     video: Clip,
     audio: Option<Clip>,
+    split: bool,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let ns = TrackNamespace::from_path(name);
     let full = |track: &str| FullTrackName {
@@ -500,13 +514,13 @@ pub async fn publish(
         .create_track(full("video"), 2, TrackMode::Push)
         .await
         .expect("PUBLISH video");
-    let mut tasks = vec![tokio::spawn(play(vt, video, true))];
+    let mut tasks = vec![tokio::spawn(play(vt, video, true, split))];
     if let Some(a) = audio {
         let at = session
             .create_track(full("audio"), 1, TrackMode::Push)
             .await
             .expect("PUBLISH audio");
-        tasks.push(tokio::spawn(play(at, a, false)));
+        tasks.push(tokio::spawn(play(at, a, false, false)));
     }
     // The catalog track lives as long as the tasks: keep it in one.
     tasks.push(tokio::spawn(async move {
