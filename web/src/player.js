@@ -45,6 +45,7 @@ const stats = {
   playedAudio: 0,
   droppedAudio: 0,
   latencyMs: null,
+  avSyncMs: null,
   bufferMs: 0,
   bitrateKbps: 0,
   width: 0,
@@ -310,6 +311,11 @@ class Player {
     stats.width = show.displayWidth;
     stats.height = show.displayHeight;
     this.ctx2d.drawImage(show, 0, 0);
+    // How late the frame is on its due time: audio plays at its due time on
+    // the output device, so this is the audio/video offset.
+    const late = now - (show.timestamp / 1000 + this.offset);
+    this.lateSum = (this.lateSum || 0) + late;
+    this.lateN = (this.lateN || 0) + 1;
     this.lastShownPts = show.timestamp;
     stats.renderedFrames++;
     show.close();
@@ -329,6 +335,11 @@ class Player {
       stats.latencyMs = null;
       $('latency').textContent = `n/a (timestamps are not wall clock; buffer ${stats.bufferMs} ms)`;
     }
+    if (this.lateN) {
+      stats.avSyncMs = Math.round(this.lateSum / this.lateN);
+      this.lateSum = 0;
+      this.lateN = 0;
+    }
     if (this.videoOrder) {
       stats.reorderLate = this.videoOrder.late;
       stats.reorderSkipped = this.videoOrder.skipped;
@@ -338,6 +349,7 @@ class Player {
     $('buffer').textContent = `${stats.bufferMs} ms`;
     $('frames').textContent = `${stats.decodedFrames} decoded, ${stats.renderedFrames} shown`;
     $('codecs').textContent = `${stats.videoCodec || '-'} ${stats.width}x${stats.height}, ${stats.audioCodec || '-'}`;
+    $('sync').textContent = stats.audioCodec && stats.avSyncMs !== null ? `video ${stats.avSyncMs} ms behind audio` : '-';
   }
 }
 
