@@ -46,6 +46,8 @@ const stats = {
   droppedAudio: 0,
   latencyMs: null,
   avSyncMs: null,
+  firstFrameMs: null,
+  catchUpObjects: 0,
   bufferMs: 0,
   bitrateKbps: 0,
   width: 0,
@@ -93,6 +95,8 @@ class Player {
     this.lastShownPts = null;
     this.waitKey = true;
     this.lastVideo = -1;
+    this.catchUpPts = null;
+    this.catchUpFrame = null;
     this.audioCtx = null;
     this.bytesWindow = [];
     requestAnimationFrame(() => this.render());
@@ -154,6 +158,18 @@ class Player {
       { subscriberPriority: 2, filter: { type: FILTER.LARGEST_OBJECT } },
     );
     this.subs.push(sub);
+    // Start at once: the current group up to the subscription's start, by a
+    // joining FETCH, is decoded to catch up (only its last frame is shown);
+    // the reorder buffer puts it before the live objects of the same group.
+    if (sub.largest) {
+      this.session
+        .fetchJoining(sub, 0)
+        .then((objs) => {
+          stats.catchUpObjects = objs.length;
+          for (const o of objs) this.videoOrder.push({ ...o, status: 0, fetched: true });
+        })
+        .catch((e) => console.warn('joining fetch:', e));
+    }
   }
 
   /** A decoder for `r`; after an error (it is then closed) the next keyframe makes a new one. */
@@ -161,6 +177,13 @@ class Player {
     const dec = new VideoDecoder({
       output: (f) => {
         stats.decodedFrames++;
+        if (this.catchUpPts !== null && f.timestamp <= this.catchUpPts) {
+          // Decoded only to reach the live frames: keep the latest to show now.
+          if (this.catchUpFrame) this.catchUpFrame.close();
+          this.catchUpFrame = f;
+          return;
+        }
+        this.catchUpPts = null; // frames come out in order: catching up is over
         this.frames.push(f);
         if (this.frames.length > 60) {
           this.frames.shift().close();
@@ -192,7 +215,8 @@ class Player {
     this.lastVideo = o.objectId;
     this.waitKey = false;
     const { timestamp, data } = decodeFrame(this.video, o.payload);
-    this.noteArrival(timestamp);
+    if (o.fetched) this.catchUpPts = Math.max(this.catchUpPts ?? -Infinity, timestamp);
+    else this.noteArrival(timestamp);
     if (this.videoDecoder.state === 'closed') {
       if (!key) return;
       this.videoDecoder = this.newVideoDecoder(this.video);
@@ -290,8 +314,24 @@ class Player {
     stats.playedAudio++;
   }
 
+  draw(frame) {
+    if (this.canvas.width !== frame.displayWidth || this.canvas.height !== frame.displayHeight) {
+      this.canvas.width = frame.displayWidth;
+      this.canvas.height = frame.displayHeight;
+    }
+    stats.width = frame.displayWidth;
+    stats.height = frame.displayHeight;
+    this.ctx2d.drawImage(frame, 0, 0);
+    if (stats.firstFrameMs === null) stats.firstFrameMs = Math.round(performance.now());
+  }
+
   render() {
     requestAnimationFrame(() => this.render());
+    if (this.catchUpFrame) {
+      if (this.lastShownPts === null) this.draw(this.catchUpFrame);
+      this.catchUpFrame.close();
+      this.catchUpFrame = null;
+    }
     if (this.offset === null || this.frames.length === 0) return;
     const now = performance.now();
     // The latest frame that is due; the ones before it were never shown.
@@ -304,13 +344,7 @@ class Player {
       show = this.frames.shift();
     }
     if (!show) return;
-    if (this.canvas.width !== show.displayWidth || this.canvas.height !== show.displayHeight) {
-      this.canvas.width = show.displayWidth;
-      this.canvas.height = show.displayHeight;
-    }
-    stats.width = show.displayWidth;
-    stats.height = show.displayHeight;
-    this.ctx2d.drawImage(show, 0, 0);
+    this.draw(show);
     // How late the frame is on its due time: audio plays at its due time on
     // the output device, so this is the audio/video offset.
     const late = now - (show.timestamp / 1000 + this.offset);
