@@ -7,8 +7,8 @@
 //
 // Playout: a frame with timestamp `pts` (µs) is due at performance time
 // `pts / 1000 + offset` (ms). `offset` is set by the first frame so that it
-// plays `BUFFER_MS` after it arrived, and grows when a frame arrives too late
-// to be on time; audio is scheduled on the AudioContext at the same due
+// plays `BUFFER_MS` after it arrived, grows when a frame arrives too late
+// to be on time and slowly shrinks back when frames come early; audio is scheduled on the AudioContext at the same due
 // times, which keeps the two in sync.
 //
 // Latency: when timestamps are wall-clock microseconds since the Unix epoch
@@ -274,13 +274,27 @@ class Player {
     this.audioDecoder.decode(new EncodedAudioChunk({ type: 'key', timestamp, data }));
   }
 
-  /** Keeps every frame on time: the offset grows when one arrives late. */
+  /**
+   * Keeps every frame on time: the offset grows at once when one arrives
+   * late, and shrinks by at most 20 ms every 2 s towards what the latest
+   * frame of that window needed (each frame still `BUFFER_MS` early), so a
+   * burst of jitter does not add latency for good.
+   */
   noteArrival(pts) {
     const now = performance.now();
     const needed = now - pts / 1000 + BUFFER_MS;
     if (this.offset === null || needed > this.offset + BUFFER_MS) {
       this.offset = needed;
       stats.wallclock = pts > WALLCLOCK_US;
+      this.windowMax = needed;
+      this.windowStart = now;
+      return;
+    }
+    this.windowMax = Math.max(this.windowMax, needed);
+    if (now - this.windowStart >= 2000) {
+      if (this.windowMax < this.offset - 5) this.offset = Math.max(this.windowMax, this.offset - 20);
+      this.windowMax = -Infinity;
+      this.windowStart = now;
     }
   }
 
