@@ -11,10 +11,13 @@
 // to be on time and slowly shrinks back when frames come early; audio is scheduled on the AudioContext at the same due
 // times, which keeps the two in sync.
 //
-// Latency: when timestamps are wall-clock microseconds since the Unix epoch
-// (as quichub's publishers stamp them), the latency shown is the relay's
-// clock (estimated from /v1/time) minus the timestamp of the frame on
-// screen. Otherwise only the playout buffer is known, and is shown as such.
+// Latency: the wall-clock time of the frame on screen is the catalog's
+// `clock` (hang: `wall`, the time of PTS zero since the MoQ epoch
+// 2020-01-01, in `timescale` units; quichub's publisher writes it) plus its
+// PTS, or the PTS itself when it is already wall-clock microseconds since
+// the Unix epoch. The latency shown is the relay's clock (estimated from
+// /v1/time) minus that. Without either only the playout buffer is known,
+// and is shown as such.
 
 import { Session, relayInfo, relayUrl, clockOffset } from './session.js';
 import { CATALOG_TRACK, parseCatalog, decodeFrame, containerSupported } from './hang.js';
@@ -24,6 +27,17 @@ import { Reorder } from './reorder.js';
 const BUFFER_MS = 50;
 /** Timestamps above this (µs) are taken as Unix-epoch wall clock (after 2001-09-09). */
 const WALLCLOCK_US = 1e15;
+/** The MoQ epoch (2020-01-01T00:00:00Z) in µs since the Unix epoch. */
+const MOQ_EPOCH_US = 1_577_836_800_000_000;
+
+/** Unix µs of PTS zero from a hang catalog's `clock`, or null. */
+export function clockZeroUs(raw) {
+  const c = raw && raw.clock;
+  if (!c || typeof c.wall !== 'number' || !Number.isSafeInteger(c.wall) || c.wall < 0) return null;
+  const scale = c.timescale === undefined ? 1_000_000 : c.timescale;
+  if (typeof scale !== 'number' || !(scale > 0)) return null;
+  return MOQ_EPOCH_US + (c.wall * 1_000_000) / scale;
+}
 
 const $ = (id) => document.getElementById(id);
 
@@ -93,6 +107,7 @@ class Player {
     this.catalogGroup = -1;
     this.subs = [];
     this.lastShownPts = null;
+    this.zeroUs = null;
     this.waitKey = true;
     this.lastVideo = -1;
     this.catchUpPts = null;
@@ -125,6 +140,7 @@ class Player {
   async onCatalog(bytes) {
     const cat = parseCatalog(bytes);
     $('catalog').textContent = JSON.stringify(cat.raw, null, 1);
+    this.zeroUs = clockZeroUs(cat.raw);
     const video = await pick(cat.video, async (r) => {
       if (!containerSupported(r)) return false;
       const s = await VideoDecoder.isConfigSupported(videoConfig(r));
@@ -375,9 +391,10 @@ class Player {
     stats.bitrateKbps = Math.round(this.bytesWindow.reduce((a, [, n]) => a + n, 0) * 8 / 1000);
     const last = this.frames[this.frames.length - 1];
     stats.bufferMs = last && this.offset !== null ? Math.max(0, Math.round(last.timestamp / 1000 + this.offset - now)) : 0;
-    if (this.lastShownPts !== null && stats.wallclock) {
+    const zero = stats.wallclock ? 0 : this.zeroUs;
+    if (this.lastShownPts !== null && zero !== null && zero !== undefined) {
       const relayNowUs = (Date.now() + this.clockOffsetMs) * 1000;
-      stats.latencyMs = Math.round((relayNowUs - this.lastShownPts) / 1000);
+      stats.latencyMs = Math.round((relayNowUs - zero - this.lastShownPts) / 1000);
       $('latency').textContent = `${stats.latencyMs} ms`;
     } else if (this.lastShownPts !== null) {
       stats.latencyMs = null;

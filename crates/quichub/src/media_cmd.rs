@@ -193,7 +193,11 @@ pub async fn publish(
     let mut demux: Option<Box<dyn Demuxer + Send>> = None;
     let mut renditions: Vec<Rendition> = Vec::new();
     let mut catalog_group = 0u64;
-    let mut clock: Option<(Instant, i64)> = None;
+    let mut clock: Option<Clock> = None;
+    // The wall clock of PTS zero in the catalog's `clock`, and whether the
+    // catalog must go out (again) before the next frame.
+    let mut published_wall: Option<u64> = None;
+    let mut catalog_dirty = false;
     let mut dropped_before_keyframe = 0u64;
     let mut eof = false;
     let limits = Limits::default();
@@ -219,19 +223,27 @@ pub async fn publish(
                         }
                         clock = None;
                     }
-                    let catalog = build_catalog(&renditions, a.format)?;
-                    if let Some(mut w) = catalog_track.open_subgroup(catalog_group, 0).await? {
-                        w.write(0, catalog.to_bytes()).await?;
-                        w.finish();
-                    }
-                    catalog_group += 1;
+                    catalog_dirty = true;
                 }
                 Event::Frame(f) => {
-                    if !a.no_pace {
-                        pace(&mut clock, f.dts).await;
-                    }
+                    let c = pace(&mut clock, f.dts, !a.no_pace).await;
                     if Instant::now() >= until {
                         break 'input;
+                    }
+                    // Players turn PTS into wall-clock time (for the latency
+                    // they show) with the catalog's clock; a re-anchored
+                    // clock (paused encoder) goes out as a new catalog.
+                    let wall = c.wall_of_zero();
+                    if catalog_dirty || published_wall.is_none_or(|p| p.abs_diff(wall) > 50_000) {
+                        let mut catalog = build_catalog(&renditions, a.format)?;
+                        catalog.set_clock(wall);
+                        if let Some(mut w) = catalog_track.open_subgroup(catalog_group, 0).await? {
+                            w.write(0, catalog.to_bytes()).await?;
+                            w.finish();
+                        }
+                        catalog_group += 1;
+                        published_wall = Some(wall);
+                        catalog_dirty = false;
                     }
                     send_frame(&mut renditions, f, a, &mut dropped_before_keyframe).await?;
                 }
@@ -287,23 +299,55 @@ pub async fn publish(
     Ok(())
 }
 
-/// Waits until the wall clock reaches frame time `dts` (µs) on the clock
-/// set by the first frame. A jump of more than two seconds either way (a
-/// paused or restarted encoder, a discontinuity) restarts the clock rather
-/// than stalling or bursting.
-async fn pace(clock: &mut Option<(Instant, i64)>, dts: i64) {
+/// The mapping from media time to now: frame time `base` (µs) was due at
+/// `start`, which was `unix` µs since the Unix epoch.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    start: Instant,
+    base: i64,
+    unix: u64,
+}
+
+impl Clock {
+    fn new(base: i64) -> Self {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        Self {
+            start: Instant::now(),
+            base,
+            unix,
+        }
+    }
+
+    /// Wall-clock time of media time zero, in µs since the MoQ epoch.
+    fn wall_of_zero(&self) -> u64 {
+        (self.unix as i64 - self.base - hang::MOQ_EPOCH_UNIX_MICROS as i64).max(0) as u64
+    }
+}
+
+/// Anchors the clock at the first frame and, with `wait`, sleeps until the
+/// wall clock reaches frame time `dts` (µs). A jump of more than two seconds
+/// either way (a paused or restarted encoder, a discontinuity) re-anchors the
+/// clock rather than stalling or bursting. Returns the clock in force.
+async fn pace(clock: &mut Option<Clock>, dts: i64, wait: bool) -> Clock {
+    let c = *clock.get_or_insert_with(|| Clock::new(dts));
+    if !wait {
+        return c;
+    }
     let now = Instant::now();
-    let (start, base) = *clock.get_or_insert((now, dts));
-    let due = start + Duration::from_micros((dts - base).max(0) as u64);
+    let due = c.start + Duration::from_micros((dts - c.base).max(0) as u64);
     let ahead = due.saturating_duration_since(now);
     let behind = now.saturating_duration_since(due);
-    if dts < base || ahead > Duration::from_secs(2) || behind > Duration::from_secs(2) {
-        *clock = Some((now, dts));
-        return;
+    if dts < c.base || ahead > Duration::from_secs(2) || behind > Duration::from_secs(2) {
+        let fresh = Clock::new(dts);
+        *clock = Some(fresh);
+        return fresh;
     }
     if !ahead.is_zero() {
         tokio::time::sleep(ahead).await;
     }
+    c
 }
 
 async fn create_renditions(

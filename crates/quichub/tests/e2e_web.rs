@@ -282,6 +282,75 @@ async fn player_decodes_a_cmaf_broadcast() {
     assert_eq!(r["stats"]["decodeErrors"], 0, "{r}");
 }
 
+/// The ingest path a user runs: ffmpeg writes fragmented MP4 (H.264
+/// baseline and Opus) into `quichub pub --broadcast`, which stamps the
+/// catalog's clock; the built-in player plays it and shows the latency from
+/// the publisher's clock to the frame on screen, under a second here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn player_plays_what_quichub_pub_ingests_from_ffmpeg() {
+    if prerequisites(true).is_none() {
+        return;
+    }
+    let relay = start_relay();
+    let home = format!("http://{}/", relay.http);
+    let dir = out_dir().join("ingest");
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in.mp4");
+    let ok = Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-y"])
+        .args(["-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30"])
+        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
+        .args([
+            "-t",
+            "12",
+            "-c:v",
+            "libx264",
+            "-profile:v",
+            "baseline",
+            "-g",
+            "30",
+        ])
+        .args([
+            "-pix_fmt", "yuv420p", "-c:a", "libopus", "-b:a", "64k", "-f", "mp4",
+        ])
+        .args([
+            "-movflags",
+            "cmaf+separate_moof+delay_moov+skip_trailer+frag_every_frame",
+        ])
+        .arg(&input)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "ffmpeg failed");
+    let url = format!("moqt://127.0.0.1:{}/", relay.quic);
+    let mut publisher = Command::new(BIN)
+        .args(["pub", &url, "--broadcast", "live/ingest", "--input"])
+        .arg(&input)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let shot = dir.join("player-ingest.png");
+    let page = format!("{home}watch/live/ingest");
+    let (ok, r) =
+        tokio::task::spawn_blocking(move || node("player.mjs", &[&page, shot.to_str().unwrap()]))
+            .await
+            .unwrap();
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+    println!(
+        "player (quichub pub): {}",
+        serde_json::to_string_pretty(&r).unwrap()
+    );
+    assert!(ok, "the player did not play what quichub pub sent: {r}");
+    assert!(r["stats"]["decodedFrames"].as_u64().unwrap() > 30, "{r}");
+    assert!(r["stats"]["decodedAudio"].as_u64().unwrap() > 20, "{r}");
+    assert_eq!(r["stats"]["decodeErrors"], 0, "{r}");
+    let latency = r["latencyMs"].as_i64().expect("latency shown in ms");
+    assert!((0..1000).contains(&latency), "latency {latency} ms: {r}");
+}
+
 /// The committed bundle (`web/dist`, embedded in the binary) is what
 /// `npm run build` makes from `web/src` and `web/pages` with the locked
 /// packages: rebuilt into a temporary directory and compared byte for byte.
