@@ -20,6 +20,8 @@
 
 pub mod codec;
 pub mod fmp4;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
 pub mod hang;
 pub mod mux;
 pub mod ts;
