@@ -78,7 +78,7 @@ pub fn fuzz_catalog(data: &[u8]) {
     }
     let b = bytes::Bytes::copy_from_slice(data);
     if let Ok((ts, payload)) = hang::decode_legacy(&b) {
-        assert_eq!(hang::encode_legacy(ts, &payload).len() <= data.len(), true);
+        assert!(hang::encode_legacy(ts, &payload).len() <= data.len());
     }
 }
 
