@@ -554,6 +554,8 @@ struct Reorder {
     /// The position expected next: (group, object).
     next: Option<(u64, u64)>,
     held: BTreeMap<(u64, u64), Bytes>,
+    /// Bytes in `held`.
+    held_bytes: usize,
     /// Subgroup streams of each group still open.
     open: HashMap<u64, HashSet<u64>>,
     /// Groups all of whose streams have ended.
@@ -568,6 +570,8 @@ struct Reorder {
 const REORDER_WAIT: Duration = Duration::from_millis(500);
 /// Most objects held behind a gap.
 const MAX_HELD: usize = 256;
+/// Most bytes held behind a gap: a publisher's objects can be large.
+const MAX_HELD_BYTES: usize = 64 << 20;
 
 impl Reorder {
     /// Takes an object (`subgroup` `None` for one fetched from the cache)
@@ -587,7 +591,10 @@ impl Reorder {
         if let Some(sg) = subgroup {
             self.open.entry(group).or_default().insert(sg);
         }
-        self.held.insert((group, object), payload);
+        self.held_bytes += payload.len();
+        if let Some(old) = self.held.insert((group, object), payload) {
+            self.held_bytes -= old.len();
+        }
         self.release(false)
     }
 
@@ -615,6 +622,7 @@ impl Reorder {
             };
             let give_up = flush
                 || self.held.len() > MAX_HELD
+                || self.held_bytes > MAX_HELD_BYTES
                 || self
                     .stuck_since
                     .is_some_and(|t| t.elapsed() >= REORDER_WAIT);
@@ -624,11 +632,14 @@ impl Reorder {
             }
             self.stuck_since = None;
             if let Some(p) = self.held.remove(&(g, o)) {
+                self.held_bytes -= p.len();
                 out.push((o == 0, p));
             }
             if let Some((ng, _)) = self.next {
                 if g > ng {
+                    // Groups left behind are done with, whatever their streams say.
                     self.ended.retain(|&e| e >= g);
+                    self.open.retain(|&k, _| k >= g);
                 }
             }
             self.next = Some((g, o + 1));
