@@ -224,8 +224,7 @@ pub async fn publish(
     let limits = Limits::default();
     'input: loop {
         // Drain every event the demuxer has before reading more.
-        loop {
-            let Some(d) = demux.as_mut() else { break };
+        while let Some(d) = demux.as_mut() {
             let ev = match d.next() {
                 Ok(Some(ev)) => ev,
                 Ok(None) => break,
@@ -1105,14 +1104,13 @@ pub async fn subscribe(
     let (cat_tx, mut cat_rx) = tokio::sync::mpsc::unbounded_channel::<Option<Bytes>>();
     let cat_task = tokio::spawn(async move {
         while let Some(ev) = cat_sub.next().await {
-            match ev {
-                SubscriptionEvent::Object(o) if !o.payload.is_empty() => {
-                    if cat_tx.send(Some(o.payload)).is_err() {
-                        break;
-                    }
-                }
+            let payload = match ev {
+                SubscriptionEvent::Object(o) => o.payload,
                 SubscriptionEvent::Done { .. } => break,
-                _ => {}
+                _ => continue,
+            };
+            if !payload.is_empty() && cat_tx.send(Some(payload)).is_err() {
+                break;
             }
         }
         let _ = cat_tx.send(None);
