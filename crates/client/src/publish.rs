@@ -36,6 +36,9 @@ pub struct LocalTrack {
     largest: Mutex<Option<Location>>,
     properties: Vec<KeyValue>,
     publish_stream: tokio::sync::Mutex<Option<(SendStream, MessageReader)>>,
+    /// Set by [`LocalTrack::finish`] to its Stream Count: the relay's
+    /// SUBSCRIBEs (announce mode) are then answered with PUBLISH_DONE.
+    pub(crate) done: tokio::sync::watch::Sender<Option<u64>>,
 }
 
 impl LocalTrack {
@@ -181,8 +184,12 @@ impl LocalTrack {
         .await
     }
 
-    /// Ends a pushed track with PUBLISH_DONE (TRACK_ENDED).
+    /// Ends the track with PUBLISH_DONE (TRACK_ENDED) carrying
+    /// `stream_count`, the data streams opened for it: on the PUBLISH stream
+    /// of a pushed track, and on the request stream of every SUBSCRIBE being
+    /// served (announce mode).
     pub async fn finish(&self, stream_count: u64) -> anyhow::Result<()> {
+        self.done.send_replace(Some(stream_count));
         if let Some((send, _)) = self.publish_stream.lock().await.as_mut() {
             let m = Message::PublishDone(PublishDone {
                 status: moqt::error::publish_done::TRACK_ENDED,
@@ -362,6 +369,7 @@ impl ClientSession {
             largest: Mutex::new(None),
             properties,
             publish_stream: tokio::sync::Mutex::new(None),
+            done: tokio::sync::watch::channel(None).0,
         });
         inner
             .tracks

@@ -317,9 +317,8 @@ pub async fn publish(
             w.finish();
         }
     }
-    // The last objects' streams get a head start on PUBLISH_DONE, which
-    // the relay acts on at once (see the catalog's end below).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // PUBLISH_DONE may overtake the last streams: it carries their count,
+    // and the relay waits for them before it ends the track.
     for r in &mut renditions {
         r.track.finish(r.streams).await?;
         sent.push(format!("{} {} frames", r.info.codec, r.frames));
@@ -337,10 +336,6 @@ pub async fn publish(
             w.finish();
         }
         catalog_group += 1;
-        // PUBLISH_DONE travels on the control stream and can overtake this
-        // last object's stream; the relay ends the track when it arrives
-        // and drops what comes after, so give the object a head start.
-        tokio::time::sleep(Duration::from_millis(300)).await;
     }
     catalog_track.finish(catalog_group).await?;
     if dropped_before_keyframe > 0 {

@@ -186,6 +186,21 @@ pub struct Track {
     metrics: Arc<Metrics>,
     /// When the track was created: the origin of its rate meter's seconds.
     created: Instant,
+    /// Upstream data streams: (opened, finished). PUBLISH_DONE's Stream
+    /// Count is checked against these before the track ends, so streams
+    /// still in flight when it arrives are not cut off.
+    streams: watch::Sender<(u64, u64)>,
+}
+
+/// Counts one upstream data stream of a track as open until dropped.
+pub struct UpstreamStream {
+    streams: watch::Sender<(u64, u64)>,
+}
+
+impl Drop for UpstreamStream {
+    fn drop(&mut self) {
+        self.streams.send_modify(|(_, finished)| *finished += 1);
+    }
 }
 
 /// A subscriber's view of a track at the moment it joined.
@@ -217,7 +232,28 @@ impl Track {
             config,
             metrics,
             created: Instant::now(),
+            streams: watch::channel((0, 0)).0,
         }
+    }
+
+    /// Counts an upstream data stream (subgroup or fetch) as open until the
+    /// returned guard is dropped.
+    pub fn upstream_stream(&self) -> UpstreamStream {
+        self.streams.send_modify(|(opened, _)| *opened += 1);
+        UpstreamStream {
+            streams: self.streams.clone(),
+        }
+    }
+
+    /// Waits, at most `grace`, until the upstream has opened `stream_count`
+    /// data streams (PUBLISH_DONE's Stream Count) and every one it opened
+    /// has been read to its end. Returns whether they all came.
+    pub async fn upstream_settled(&self, stream_count: u64, grace: std::time::Duration) -> bool {
+        let mut rx = self.streams.subscribe();
+        let settled =
+            rx.wait_for(|&(opened, finished)| opened >= stream_count && finished >= opened);
+        let done = matches!(tokio::time::timeout(grace, settled).await, Ok(Ok(_)));
+        done
     }
 
     /// Objects and bytes received: totals, and the counts of the last
