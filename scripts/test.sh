@@ -2,8 +2,10 @@
 # Runs every test of quichub on a fresh machine: installs the independent MoQT
 # implementation used by the interop tests (moq-dev's moq-relay and moq-clock,
 # from crates.io, into ~/.cache/quichub/tools; about 25 minutes on 2 cores the first time,
-# instant afterwards) and the third-party MQTT/HTTP clients (mosquitto from
-# Debian, paho-mqtt and aioquic from PyPI), then the whole workspace's test suite.
+# instant afterwards), the third-party MQTT/HTTP clients (mosquitto from
+# Debian, paho-mqtt and aioquic from PyPI), ffmpeg (Debian) for the media
+# tests and what the web tests need (Chromium from Debian, web/node_modules
+# with npm ci), then the whole workspace's test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,10 +14,19 @@ export QUICHUB_TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
 ./scripts/install-moq-dev.sh --with-relay --with-cli
 # mosquitto clients and broker (Debian), paho-mqtt and aioquic (PyPI, in a venv).
 ./scripts/install-mqtt-tools.sh
+# ffmpeg and ffprobe (Debian) make and check the media tests' inputs and outputs.
+./scripts/install-media-tools.sh
+# Chromium (Debian), web/node_modules (npm ci): the web tests.
+./scripts/install-web-tools.sh
 
 # The interop test fails (rather than skips) when this is set and a tool is missing.
 export QUICHUB_MOQ_DEV_BIN="$QUICHUB_TOOLS/bin"
 # The MQTT/HTTP tests likewise fail (rather than skip) without their clients.
 export QUICHUB_MQTT_PYTHON="$QUICHUB_TOOLS/py/bin/python"
+# The media tests likewise fail (rather than skip) without ffmpeg.
+export QUICHUB_MEDIA_TESTS=1
+# And the web tests (player and dashboard in headless Chromium, the JS codec's
+# unit tests, the committed web/dist against a fresh build).
+export QUICHUB_WEB_TESTS=1
 
 cargo test --workspace --locked

@@ -36,6 +36,9 @@ pub struct LocalTrack {
     largest: Mutex<Option<Location>>,
     properties: Vec<KeyValue>,
     publish_stream: tokio::sync::Mutex<Option<(SendStream, MessageReader)>>,
+    /// Set by [`LocalTrack::finish`] to its Stream Count: the relay's
+    /// SUBSCRIBEs (announce mode) are then answered with PUBLISH_DONE.
+    pub(crate) done: tokio::sync::watch::Sender<Option<u64>>,
 }
 
 impl LocalTrack {
@@ -77,6 +80,19 @@ impl LocalTrack {
     /// Sends one object as a datagram. Returns `false` when nobody subscribes
     /// (the object is dropped, as a live source would) or the datagram was refused.
     pub fn send_datagram(&self, group: u64, object_id: u64, payload: Bytes) -> bool {
+        self.send_datagram_with_properties(group, object_id, Bytes::new(), payload)
+    }
+
+    /// Like [`Self::send_datagram`], with object properties: `properties`
+    /// is a Key-Value-Pair block as `moqt::coding::put_kvps` writes it
+    /// (e.g. LOC's timestamp), sent as is.
+    pub fn send_datagram_with_properties(
+        &self,
+        group: u64,
+        object_id: u64,
+        properties: Bytes,
+        payload: Bytes,
+    ) -> bool {
         self.note(Location::new(group, object_id));
         if !self.is_forwarding() {
             return false;
@@ -86,12 +102,12 @@ impl LocalTrack {
             group,
             object_id,
             priority: Some(self.priority),
-            properties: Bytes::new(),
+            properties,
             end_of_group: false,
             status: None,
             payload,
         };
-        let mut b = BytesMut::with_capacity(16 + d.payload.len());
+        let mut b = BytesMut::with_capacity(16 + d.properties.len() + d.payload.len());
         d.encode(&mut b);
         self.session.send_datagram(b.freeze()).is_ok()
     }
@@ -115,7 +131,20 @@ impl LocalTrack {
         subgroup: u64,
         priority: u8,
     ) -> anyhow::Result<Option<SubgroupWriter<'_>>> {
-        open(TrackRef::Borrowed(self), group, subgroup, priority).await
+        open(TrackRef::Borrowed(self), group, subgroup, priority, false).await
+    }
+
+    /// Like [`Self::open_subgroup_with`], for objects that carry properties
+    /// ([`SubgroupWriter::write_with_properties`]): the subgroup header's
+    /// PROPERTIES bit is set, so every object on the stream has a property
+    /// block (one byte when empty). Returns `None` when nobody subscribes.
+    pub async fn open_subgroup_with_properties(
+        &self,
+        group: u64,
+        subgroup: u64,
+        priority: u8,
+    ) -> anyhow::Result<Option<SubgroupWriter<'_>>> {
+        open(TrackRef::Borrowed(self), group, subgroup, priority, true).await
     }
 
     /// Like [`Self::open_subgroup_with`], for a writer that holds the track
@@ -127,11 +156,40 @@ impl LocalTrack {
         subgroup: u64,
         priority: u8,
     ) -> anyhow::Result<Option<SubgroupWriter<'static>>> {
-        open(TrackRef::Owned(self.clone()), group, subgroup, priority).await
+        open(
+            TrackRef::Owned(self.clone()),
+            group,
+            subgroup,
+            priority,
+            false,
+        )
+        .await
     }
 
-    /// Ends a pushed track with PUBLISH_DONE (TRACK_ENDED).
+    /// [`Self::open_subgroup_owned`] with the PROPERTIES bit, as
+    /// [`Self::open_subgroup_with_properties`].
+    pub async fn open_subgroup_owned_with_properties(
+        self: &Arc<Self>,
+        group: u64,
+        subgroup: u64,
+        priority: u8,
+    ) -> anyhow::Result<Option<SubgroupWriter<'static>>> {
+        open(
+            TrackRef::Owned(self.clone()),
+            group,
+            subgroup,
+            priority,
+            true,
+        )
+        .await
+    }
+
+    /// Ends the track with PUBLISH_DONE (TRACK_ENDED) carrying
+    /// `stream_count`, the data streams opened for it: on the PUBLISH stream
+    /// of a pushed track, and on the request stream of every SUBSCRIBE being
+    /// served (announce mode).
     pub async fn finish(&self, stream_count: u64) -> anyhow::Result<()> {
+        self.done.send_replace(Some(stream_count));
         if let Some((send, _)) = self.publish_stream.lock().await.as_mut() {
             let m = Message::PublishDone(PublishDone {
                 status: moqt::error::publish_done::TRACK_ENDED,
@@ -166,6 +224,7 @@ async fn open(
     group: u64,
     subgroup: u64,
     priority: u8,
+    properties: bool,
 ) -> anyhow::Result<Option<SubgroupWriter<'_>>> {
     if !track.is_forwarding() {
         return Ok(None);
@@ -182,7 +241,7 @@ async fn open(
             SubgroupId::Explicit(subgroup)
         },
         priority: Some(priority),
-        has_properties: false,
+        has_properties: properties,
         end_of_group: false,
         first_object: true,
     }
@@ -190,6 +249,7 @@ async fn open(
     stream.write_all(&b).await?;
     Ok(Some(SubgroupWriter {
         stream,
+        properties,
         prev: None,
         group,
         track,
@@ -199,6 +259,9 @@ async fn open(
 /// Writes the objects of one subgroup, in increasing Object ID order.
 pub struct SubgroupWriter<'a> {
     stream: SendStream,
+    /// Whether the header's PROPERTIES bit is set (every object then
+    /// carries a property block).
+    properties: bool,
     prev: Option<u64>,
     group: u64,
     track: TrackRef<'a>,
@@ -211,6 +274,20 @@ impl SubgroupWriter<'_> {
             .await
     }
 
+    /// Writes one object with properties: `properties` is a Key-Value-Pair
+    /// block as `moqt::coding::put_kvps` writes it (e.g. LOC's timestamp),
+    /// sent as is. The writer must come from an `open_subgroup_*
+    /// _with_properties` call unless `properties` is empty.
+    pub async fn write_with_properties(
+        &mut self,
+        object_id: u64,
+        properties: Bytes,
+        payload: Bytes,
+    ) -> anyhow::Result<()> {
+        self.write_object(object_id, properties, payload, ObjectStatus::Normal)
+            .await
+    }
+
     /// Writes an object with a status (payload must be empty unless Normal).
     pub async fn write_status(
         &mut self,
@@ -218,14 +295,28 @@ impl SubgroupWriter<'_> {
         payload: Bytes,
         status: ObjectStatus,
     ) -> anyhow::Result<()> {
+        self.write_object(object_id, Bytes::new(), payload, status)
+            .await
+    }
+
+    async fn write_object(
+        &mut self,
+        object_id: u64,
+        properties: Bytes,
+        payload: Bytes,
+        status: ObjectStatus,
+    ) -> anyhow::Result<()> {
+        if !properties.is_empty() && !self.properties {
+            anyhow::bail!("object properties on a subgroup opened without them");
+        }
         let o = SubgroupObject {
             object_id,
-            properties: Bytes::new(),
+            properties,
             status,
             payload: Bytes::new(),
         };
-        let mut b = BytesMut::with_capacity(16);
-        o.encode_header_with_len(&mut b, self.prev, false, payload.len())?;
+        let mut b = BytesMut::with_capacity(16 + o.properties.len());
+        o.encode_header_with_len(&mut b, self.prev, self.properties, payload.len())?;
         self.stream.write_chunk(b.freeze()).await?;
         if !payload.is_empty() {
             self.stream.write_chunk(payload).await?;
@@ -278,6 +369,7 @@ impl ClientSession {
             largest: Mutex::new(None),
             properties,
             publish_stream: tokio::sync::Mutex::new(None),
+            done: tokio::sync::watch::channel(None).0,
         });
         inner
             .tracks

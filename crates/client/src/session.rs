@@ -449,9 +449,27 @@ async fn serve_subscribe(
     });
     write_message(&mut send, &ok).await?;
     track.set_forward(m.params.forward.unwrap_or(true));
-    // Until the subscriber cancels: apply updates.
+    let mut done = track.done.subscribe();
+    // Until the subscriber cancels or the track ends: apply updates.
     loop {
-        match reader.next().await {
+        let ended = async {
+            done.wait_for(Option::is_some)
+                .await
+                .map_or(0, |d| d.unwrap_or(0))
+        };
+        let next = tokio::select! {
+            m = reader.next() => m,
+            stream_count = ended => {
+                let m = Message::PublishDone(moqt::message::PublishDone {
+                    status: moqt::error::publish_done::TRACK_ENDED,
+                    stream_count,
+                    reason: Bytes::new(),
+                });
+                write_message(&mut send, &m).await?;
+                break;
+            }
+        };
+        match next {
             Ok(Message::RequestUpdate(u)) => {
                 if let Some(f) = u.params.forward {
                     track.set_forward(f);

@@ -33,6 +33,10 @@ pub struct ReceivedObject {
     pub status: ObjectStatus,
     /// Payload.
     pub payload: Bytes,
+    /// The object's properties (draft-18 "object extension headers"), the
+    /// raw Key-Value-Pair block as the publisher wrote it; empty if none.
+    /// `moqt::coding::get_kvps` reads it.
+    pub properties: Bytes,
     /// When it arrived.
     pub arrived: Instant,
 }
@@ -321,6 +325,7 @@ pub(crate) fn on_datagram(inner: &Arc<Inner>, d: Bytes) {
         priority: dg.priority,
         status: dg.status.unwrap_or(ObjectStatus::Normal),
         payload: dg.payload,
+        properties: dg.properties,
         arrived: Instant::now(),
     }));
 }
@@ -387,6 +392,7 @@ pub(crate) async fn on_subgroup(
                     priority: header.priority,
                     status: o.status,
                     payload: o.payload,
+                    properties: o.properties,
                     arrived: Instant::now(),
                 }));
                 continue;

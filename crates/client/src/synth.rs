@@ -30,6 +30,29 @@ pub fn payload(seq: u64, size: usize) -> Bytes {
     b.freeze()
 }
 
+/// An IMU sample (the `imu` profile's payload): the stamp, then six
+/// big-endian `f32`: accelerometer x, y, z (m/s², gravity on z) and gyroscope
+/// x, y, z (rad/s), smooth waves of the sample's time (`seq` × 10 ms), so a
+/// plot of the track shows motion.
+pub fn imu_payload(seq: u64) -> Bytes {
+    let t = seq as f32 * 0.01;
+    let values = [
+        (t * 4.0).sin(),
+        (t * 2.5).cos() * 0.5,
+        9.81 + (t * 7.0).sin() * 0.3,
+        (t * 1.5).sin() * 0.8,
+        (t * 3.0).cos() * 0.3,
+        (t * 6.0).sin() * 0.1,
+    ];
+    let mut b = BytesMut::with_capacity(HEADER + 24);
+    b.put_u64(now_micros());
+    b.put_u64(seq);
+    for v in values {
+        b.put_f32(v);
+    }
+    b.freeze()
+}
+
 /// Reads the stamp of a synthetic payload: (send time µs, sequence).
 pub fn stamp(p: &[u8]) -> Option<(u64, u64)> {
     if p.len() < HEADER {
@@ -155,7 +178,11 @@ pub async fn run(
         if object_id == 0 && seq > 0 {
             group += 1;
         }
-        let p = payload(seq, profile.size_of(object_id));
+        let p = if profile.name == "imu" {
+            imu_payload(seq)
+        } else {
+            payload(seq, profile.size_of(object_id))
+        };
         match profile.delivery {
             Delivery::Datagram => {
                 if track.send_datagram(group, object_id, p) {
@@ -201,5 +228,14 @@ mod tests {
         assert_eq!(s, 42);
         assert!(t > 0);
         assert!(stamp(&p[..10]).is_none());
+    }
+
+    #[test]
+    fn imu_payload_is_the_profile_size_with_values() {
+        let p = imu_payload(100);
+        assert_eq!(p.len(), Profile::imu().size_of(0));
+        assert_eq!(stamp(&p).unwrap().1, 100);
+        let az = f32::from_be_bytes(p[24..28].try_into().unwrap());
+        assert!((9.0..10.5).contains(&az), "{az}");
     }
 }

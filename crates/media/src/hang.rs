@@ -28,6 +28,10 @@ use crate::{Error, TrackInfo, TrackKind};
 /// The catalog's track name.
 pub const CATALOG_TRACK: &str = "catalog.json";
 
+/// The MoQ epoch (2020-01-01T00:00:00Z) in µs since the Unix epoch: the
+/// origin of the catalog's `clock.wall`.
+pub const MOQ_EPOCH_UNIX_MICROS: u64 = 1_577_836_800_000_000;
+
 /// Largest catalog accepted, in bytes: renditions are few and small.
 pub const MAX_CATALOG: usize = 1 << 20;
 
@@ -176,6 +180,31 @@ impl Catalog {
     pub fn to_bytes(&self) -> Bytes {
         // Serialising maps of strings and numbers cannot fail.
         serde_json::to_vec(self).unwrap_or_default().into()
+    }
+
+    /// Sets the broadcast's clock: PTS zero was `wall` µs after the MoQ
+    /// epoch (`{"clock": {"wall": …, "timescale": 1000000}}`, as hang 0.21
+    /// writes it), so a player can tell how far behind live it is.
+    pub fn set_clock(&mut self, wall: u64) {
+        self.other.insert(
+            "clock".into(),
+            serde_json::json!({"wall": wall, "timescale": 1_000_000}),
+        );
+    }
+
+    /// The Unix time in µs of PTS zero, from the catalog's clock.
+    pub fn clock_unix_micros(&self) -> Option<u64> {
+        let c = self.other.get("clock")?;
+        let wall = c.get("wall")?.as_u64()?;
+        let scale = c
+            .get("timescale")
+            .and_then(Value::as_u64)
+            .unwrap_or(1_000_000);
+        if scale == 0 {
+            return None;
+        }
+        let us = u128::from(wall) * 1_000_000 / u128::from(scale);
+        u64::try_from(us).ok()?.checked_add(MOQ_EPOCH_UNIX_MICROS)
     }
 
     /// Adds a rendition for `track` under `name`.
@@ -371,6 +400,30 @@ mod tests {
             "{s}"
         );
         assert_eq!(Catalog::parse(s.as_bytes()).unwrap(), c);
+    }
+
+    #[test]
+    fn clock_is_hangs_wall_and_timescale() {
+        let mut c = Catalog::default();
+        c.set_clock(5_000_000);
+        let s = String::from_utf8(c.to_bytes().to_vec()).unwrap();
+        assert!(
+            s.contains(r#""clock":{"timescale":1000000,"wall":5000000}"#),
+            "{s}"
+        );
+        assert_eq!(
+            c.clock_unix_micros(),
+            Some(MOQ_EPOCH_UNIX_MICROS + 5_000_000)
+        );
+        // hang's own form with a millisecond timescale.
+        let c = Catalog::parse(br#"{"clock":{"wall":7,"timescale":1000}}"#).unwrap();
+        assert_eq!(c.clock_unix_micros(), Some(MOQ_EPOCH_UNIX_MICROS + 7_000));
+        assert_eq!(
+            Catalog::parse(br#"{"clock":{"wall":7,"timescale":0}}"#)
+                .unwrap()
+                .clock_unix_micros(),
+            None
+        );
     }
 
     #[test]

@@ -12,6 +12,11 @@
 //! - [`mux`]: a fragmented-MP4 muxer (init segment, one fragment per frame),
 //!   for `sub --output` and for CMAF packaging.
 //! - [`hang`]: moq-dev's hang format (catalog and the "legacy" container).
+//! - [`msf`]: the IETF MSF catalog (draft-ietf-moq-msf-01) with CMSF's
+//!   `cmaf` packaging (draft-ietf-moq-cmsf-01): tracks, init data, delta
+//!   updates.
+//! - [`loc`]: LOC (draft-ietf-moq-loc-04) object properties: timestamp,
+//!   timescale, video/audio config, frame marking, audio level.
 //!
 //! The box layer is the `mp4-atom` crate; this crate adds the parts a live
 //! relay needs that it does not have: incremental parsing with bounded
@@ -20,7 +25,11 @@
 
 pub mod codec;
 pub mod fmp4;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
 pub mod hang;
+pub mod loc;
+pub mod msf;
 pub mod mux;
 pub mod ts;
 

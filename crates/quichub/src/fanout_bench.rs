@@ -41,7 +41,7 @@ pub struct BenchFanoutArgs {
     pub json: bool,
 }
 
-fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+pub(crate) fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("read /proc/{pid}/stat"))?;
     // Fields after the command name (which may contain spaces) start after ')'.
@@ -51,7 +51,7 @@ fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
 }
 
-fn ticks_per_sec() -> u64 {
+pub(crate) fn ticks_per_sec() -> u64 {
     std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()

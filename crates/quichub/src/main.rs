@@ -9,6 +9,7 @@ mod fanout_bench;
 mod file_config;
 mod framing;
 mod interop;
+mod media_bench;
 mod media_cmd;
 mod mqtt_bench;
 #[cfg(test)]
@@ -59,6 +60,10 @@ enum Command {
     Lab(quichub_lab::LabArgs),
     /// Relay fan-out benchmark: one publisher, N subscribers, relay CPU per object.
     BenchFanout(fanout_bench::BenchFanoutArgs),
+    /// Benchmark a relay with one real video broadcast (an fMP4 or MPEG-TS
+    /// file, looped in real time) to N subscribers: relay CPU per delivered
+    /// Mbit, egress per core, latency.
+    BenchMedia(media_bench::BenchMediaArgs),
     /// MQTT load generator: N publishers, M subscribers over TCP; msgs/s, latency, loss.
     BenchMqtt(mqtt_bench::BenchMqttArgs),
     /// What connections cost a running relay: memory per idle connection, and
@@ -169,6 +174,7 @@ fn main() -> std::process::ExitCode {
             Command::InteropClient(a) => interop::run(a).await,
             Command::Bench(a) => bench_cmd::run(a).await,
             Command::BenchFanout(a) => fanout_bench::run(a).await.map(|_| 0),
+            Command::BenchMedia(a) => media_bench::run(a).await.map(|_| 0),
             Command::BenchMqtt(a) => mqtt_bench::run(a).await.map(|_| 0),
             Command::BenchConn(a) => conn_bench::run(a).await.map(|_| 0),
             Command::Netem(_) | Command::Lab(_) | Command::Completions(_) => {

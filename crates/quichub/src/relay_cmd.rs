@@ -210,17 +210,23 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
             s.expires() - SelfSigned::RENEW_BEFORE,
         )
     });
+    // The hash the pages' `/certificate.sha256` serves: renewal replaces it.
+    let fingerprint = Arc::new(std::sync::RwLock::new(identity.fingerprint_hex()));
     if let Some(mut s) = self_signed {
+        let fingerprint = fingerprint.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
             loop {
                 tick.tick().await;
                 match s.renew_if_due(time::OffsetDateTime::now_utc()) {
-                    Ok(Some(hash)) => tracing::warn!(
-                        sha256 = %hash,
-                        file = %s.cert_path.display(),
-                        "self-signed certificate renewed; clients pinning the old hash need the new one"
-                    ),
+                    Ok(Some(hash)) => {
+                        tracing::warn!(
+                            sha256 = %hash,
+                            file = %s.cert_path.display(),
+                            "self-signed certificate renewed; clients pinning the old hash need the new one"
+                        );
+                        *fingerprint.write().expect("fingerprint lock") = hash.to_string();
+                    }
                     Ok(None) => {}
                     Err(e) => tracing::error!("renewing the self-signed certificate: {e:#}"),
                 }
@@ -262,6 +268,12 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         Some(bridge.clone()),
         quichub_gateway::http::ApiConfig::default(),
     );
+    // The dashboard (`/`) and the player (`/watch/{broadcast}`) on the HTTP port.
+    http_api.serve_web(quichub_gateway::http::web::Web::new(
+        relay.clone(),
+        addr.port(),
+        fingerprint,
+    ));
     let b = broker.clone();
     tokio::spawn(async move {
         let _bridge = bridge;
@@ -428,6 +440,10 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
         }
         if let Some(h) = r.http {
             writeln!(out, "http tcp {h} (HTTP/1.1, HTTP/2 cleartext)")?;
+            writeln!(
+                out,
+                "web dashboard http://{h}/ player http://{h}/watch/BROADCAST"
+            )?;
         }
         if r.http3 {
             writeln!(out, "http3 udp {} (ALPN h3, beside WebTransport)", r.addr)?;

@@ -363,6 +363,46 @@ fn stdin_with_a_paused_encoder_cmaf_objects_and_frame_type_subgroups() {
 }
 
 #[test]
+fn mpeg_ts_on_stdin() {
+    if !have_ffmpeg() {
+        return;
+    }
+    let dir = Dir::new("ts");
+    let input = dir.path("in.ts");
+    make_input(
+        &input,
+        3,
+        &[
+            "-c:v", "libx264", "-preset", "veryfast", "-g", "30", "-bf", "2", "-pix_fmt", "yuv420p",
+        ],
+        &["-c:a", "aac"],
+        &["-f", "mpegts"],
+    );
+    let relay = relay();
+    let out = dir.path("out.mp4");
+    let s = sub(&relay, "live/ts", &out, &[]);
+    let mut p = Command::new(BIN)
+        .args(["pub", &relay.url, "--broadcast", "live/ts"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.stdin
+        .take()
+        .unwrap()
+        .write_all(&std::fs::read(&input).unwrap())
+        .unwrap();
+    let log = finish(p, "pub");
+    assert!(
+        log.contains("track video: avc1.64") && log.contains("track audio: mp4a.40.2"),
+        "{log}"
+    );
+    let log = finish(s, "sub");
+    assert!(log.contains("video 90 frames"), "{log}");
+    assert_same_video(&input, &out, 90);
+}
+
+#[test]
 fn bad_input_fails_clearly_and_other_broadcasts_keep_flowing() {
     if !have_ffmpeg() {
         return;
@@ -467,6 +507,145 @@ fn bad_input_fails_clearly_and_other_broadcasts_keep_flowing() {
 }
 
 #[test]
+fn msf_loc_and_cmsf_through_the_relay_frame_for_frame() {
+    if !have_ffmpeg() {
+        return;
+    }
+    let dir = Dir::new("msf");
+    let input = dir.path("in.mp4");
+    h264_aac(&input, 3);
+    let relay = relay();
+    for (name, format) in [("live/msf", "msf"), ("live/cmsf", "cmsf")] {
+        let out = dir.path(&format!("{format}.mp4"));
+        let s = sub(&relay, name, &out, &[]);
+        let p = publish(&relay, name, &input, &["--format", format]);
+        let log = String::from_utf8_lossy(&p.stderr);
+        assert!(p.status.success(), "{format}: {log}");
+        let log = finish(s, "sub");
+        // The subscriber found the MSF catalog by itself, played both
+        // tracks, and saw the catalog update that ends the broadcast.
+        assert!(log.contains("catalog: MSF"), "{format}: {log}");
+        assert!(log.contains("video 90 frames"), "{format}: {log}");
+        assert!(log.contains("broadcast complete"), "{format}: {log}");
+        assert_same_video(&input, &out, 90);
+        let aac = |v: &[(String, usize)]| v.iter().find(|(c, _)| c == "aac").map(|x| x.1);
+        assert_eq!(
+            aac(&count_frames(&out)),
+            aac(&count_frames(&input)),
+            "{format}"
+        );
+    }
+    // hang is still found as hang.
+    let out = dir.path("hang.mp4");
+    let s = sub(&relay, "live/hang", &out, &[]);
+    assert!(publish(&relay, "live/hang", &input, &[]).status.success());
+    let log = finish(s, "sub");
+    assert!(
+        log.contains("catalog: hang") && log.contains("video 90 frames"),
+        "{log}"
+    );
+}
+
+/// Object properties (LOC's metadata) cross the relay unchanged: on
+/// subgroup streams, in datagrams, and in FETCH from the relay's cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_properties_cross_the_relay_unchanged() {
+    use bytes::Bytes;
+    use moqt::message::FetchKind;
+    use moqt::{FullTrackName, Parameters};
+    use quichub_client::{ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent};
+    use quichub_media::loc::{FrameMarking, LocProperties};
+
+    let relay = relay();
+    let connect = || ClientSession::connect(&relay.url, ConnectOptions::default());
+    let publisher = connect().await.unwrap();
+    let subscriber = connect().await.unwrap();
+    let name = FullTrackName::new("props", "t");
+    let track = publisher
+        .create_track(name.clone(), 1, quichub_client::TrackMode::Push)
+        .await
+        .unwrap();
+    let mut sub = subscriber
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    let loc = |ts: u64, key: bool| {
+        LocProperties {
+            timestamp: Some(ts),
+            timescale: Some(1_000_000),
+            video_config: key.then(|| Bytes::from_static(b"\x01\x64\x00\x1f\xff")),
+            frame_marking: Some(FrameMarking::frame(key, !key)),
+            ..Default::default()
+        }
+        .encode()
+    };
+    let sent = [
+        (0, loc(0, true), Bytes::from_static(b"key")),
+        (1, Bytes::new(), Bytes::from_static(b"bare")),
+        (2, loc(66_666, false), Bytes::from_static(b"delta")),
+    ];
+    let mut w = track
+        .open_subgroup_with_properties(0, 0, 1)
+        .await
+        .unwrap()
+        .unwrap();
+    for (id, props, payload) in &sent {
+        w.write_with_properties(*id, props.clone(), payload.clone())
+            .await
+            .unwrap();
+    }
+    w.finish();
+    // A writer without the PROPERTIES bit refuses properties.
+    let mut plain = track.open_subgroup(1, 0).await.unwrap().unwrap();
+    assert!(plain
+        .write_with_properties(0, loc(1, true), Bytes::new())
+        .await
+        .is_err());
+    let dg_props = loc(100_000, true);
+    assert!(track.send_datagram_with_properties(2, 0, dg_props.clone(), Bytes::from_static(b"dg")));
+
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while got.len() < 4 {
+        match tokio::time::timeout_at(deadline, sub.next()).await {
+            Ok(Some(SubscriptionEvent::Object(o))) => {
+                got.push((o.group, o.object_id, o.properties, o.payload))
+            }
+            Ok(Some(_)) => {}
+            other => panic!("objects missing ({got:?}): {other:?}"),
+        }
+    }
+    got.sort_by_key(|g| (g.0, g.1));
+    for (i, (id, props, payload)) in sent.iter().enumerate() {
+        assert_eq!((got[i].0, got[i].1), (0, *id));
+        assert_eq!(&got[i].2, props, "object {id}");
+        assert_eq!(&got[i].3, payload);
+    }
+    assert_eq!(got[3].2, dg_props);
+    let p = LocProperties::decode(&got[2].2).unwrap();
+    assert_eq!(p.pts_micros(), Some(66_666));
+    assert_eq!(p.frame_marking, Some(FrameMarking::frame(false, true)));
+
+    // From the cache: FETCH returns the properties too.
+    let r = subscriber
+        .fetch(
+            FetchKind::Standalone {
+                track: name.clone(),
+                start: moqt::Location::new(0, 0),
+                end: moqt::Location::new(0, 3),
+            },
+            Parameters::default(),
+        )
+        .await
+        .unwrap();
+    let fetched: Vec<_> = r.objects.iter().map(|o| o.properties.clone()).collect();
+    assert_eq!(
+        fetched,
+        sent.iter().map(|s| s.1.clone()).collect::<Vec<_>>()
+    );
+}
+
+#[test]
 fn announce_mode_serves_the_catalog_to_a_subscriber_that_comes_after_it() {
     if !have_ffmpeg() {
         return;
@@ -474,31 +653,26 @@ fn announce_mode_serves_the_catalog_to_a_subscriber_that_comes_after_it() {
     let dir = Dir::new("announce");
     let input = dir.path("in.mp4");
     h264_aac(&input, 3);
-    let data = std::fs::read(&input).unwrap();
     let relay = relay();
-    // The init segment goes out first: the catalog is written while nobody
-    // subscribes, so with `--mode announce` it reaches no one.
-    let mut p = Command::new(BIN)
+    // With `--mode announce` objects flow only while the relay subscribes:
+    // the catalog, written with the first frame, reaches no one.
+    let p = Command::new(BIN)
         .args(["pub", &relay.url, "--mode", "announce"])
-        .args(["--broadcast", "live/announce", "--input", "-"])
-        .stdin(Stdio::piped())
+        .args(["--broadcast", "live/announce", "--input"])
+        .arg(&input)
+        .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdin = p.stdin.take().unwrap();
-    let first_moof = data.windows(4).position(|w| w == b"moof").unwrap() - 4;
-    stdin.write_all(&data[..first_moof]).unwrap();
-    stdin.flush().unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    // The subscriber comes later and still gets the catalog (written again
-    // for it), then every frame, since the input only goes on now.
+    std::thread::sleep(Duration::from_millis(1300));
+    // A subscriber that comes later still gets the catalog (written again
+    // for it) and plays from the next keyframe on.
     let out = dir.path("out.mp4");
     let s = sub(&relay, "live/announce", &out, &[]);
-    std::thread::sleep(Duration::from_secs(2));
-    stdin.write_all(&data[first_moof..]).unwrap();
-    drop(stdin);
     finish(p, "pub");
     let log = finish(s, "sub");
-    assert!(log.contains("video 90 frames"), "{log}");
-    assert_same_video(&input, &out, 90);
+    let played = video_packets(&out).len();
+    assert!((30..90).contains(&played), "{played} frames\n{log}");
+    let (a, b) = (picture_md5s(&input), picture_md5s(&out));
+    assert_eq!(b[..], a[a.len() - b.len()..], "decoded pictures differ");
 }

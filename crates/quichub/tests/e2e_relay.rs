@@ -71,6 +71,72 @@ async fn announce_then_subscribe_uses_one_upstream_subscription() {
     );
 }
 
+/// PUBLISH_DONE can overtake the last objects of a stream still being
+/// written: the relay waits for the streams its Stream Count announces
+/// before it ends the track, so nothing sent before the end is lost, in push
+/// (PUBLISH) and announce (the relay's upstream SUBSCRIBE) modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_done_waits_for_the_streams_it_counts() {
+    for mode in [TrackMode::Push, TrackMode::Announce] {
+        let relay = TestRelay::start().await;
+        let publisher = relay.client("moqt").await;
+        let name = FullTrackName::new(&format!("late-{mode:?}"), "t");
+        let track = publisher.create_track(name.clone(), 1, mode).await.unwrap();
+        let _ns = match mode {
+            TrackMode::Announce => Some(
+                publisher
+                    .publish_namespace(name.namespace.clone())
+                    .await
+                    .unwrap(),
+            ),
+            TrackMode::Push => None,
+        };
+        let s = relay.client("moqt").await;
+        let mut sub = s
+            .subscribe(
+                name.clone(),
+                SubscribeOptions {
+                    rendezvous_ms: Some(2000),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        within(5, async {
+            while !track.is_forwarding() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
+        w.write(0, Bytes::from_static(b"first")).await.unwrap();
+        // The end is announced while the stream is still open ...
+        track.finish(1).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // ... and its last object comes after.
+        w.write(1, Bytes::from_static(b"last")).await.unwrap();
+        w.finish();
+        let mut got = Vec::new();
+        let status = within(5, async {
+            loop {
+                match sub.next().await {
+                    Some(SubscriptionEvent::Object(o)) => got.push(o.payload),
+                    Some(SubscriptionEvent::Done { status, .. }) => return status,
+                    Some(_) => {}
+                    None => panic!("subscription ended without PUBLISH_DONE"),
+                }
+            }
+        })
+        .await;
+        assert_eq!(
+            got,
+            vec![Bytes::from_static(b"first"), Bytes::from_static(b"last")],
+            "{mode:?}"
+        );
+        assert_eq!(status, moqt::error::publish_done::TRACK_ENDED);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publisher_leaving_sends_publish_done() {
     let relay = TestRelay::start().await;

@@ -15,7 +15,45 @@ use web_transport_quinn::Session;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::session::SessionHandle;
-use crate::track::{Joined, Track};
+use crate::track::{Joined, Track, TrackStats};
+
+/// A read-only picture of the relay at one moment, for dashboards
+/// ([`Relay::snapshot`]).
+#[derive(Debug, Clone, Default)]
+pub struct RelaySnapshot {
+    /// Namespaces published with PUBLISH_NAMESPACE, sorted.
+    pub namespaces: Vec<NamespaceSnapshot>,
+    /// Tracks at the relay (subscribed upstream or pushed with PUBLISH), sorted by name.
+    pub tracks: Vec<TrackSnapshot>,
+    /// Established sessions.
+    pub sessions: usize,
+}
+
+/// One published namespace.
+#[derive(Debug, Clone)]
+pub struct NamespaceSnapshot {
+    /// The namespace.
+    pub namespace: TrackNamespace,
+    /// The publishing session's relay-wide id.
+    pub session: u64,
+}
+
+/// One track.
+#[derive(Debug, Clone)]
+pub struct TrackSnapshot {
+    /// Full name.
+    pub name: FullTrackName,
+    /// Relay-wide id (also the Track Alias used downstream).
+    pub id: u64,
+    /// How it gets its objects.
+    pub origin: Origin,
+    /// Downstream subscriptions holding it.
+    pub subscribers: usize,
+    /// Objects and bytes received.
+    pub stats: TrackStats,
+    /// Whether the upstream ended.
+    pub ended: bool,
+}
 
 /// A request failure to report with REQUEST_ERROR.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -518,6 +556,44 @@ impl Relay {
         }
     }
 
+    /// Namespaces, tracks and their counters at this moment. Takes the
+    /// registry lock once, then each track's lock in turn (never both).
+    pub fn snapshot(&self) -> RelaySnapshot {
+        let (mut namespaces, entries, sessions) = {
+            let st = self.lock();
+            let ns: Vec<NamespaceSnapshot> = st
+                .namespaces
+                .iter()
+                .map(|(n, s)| NamespaceSnapshot {
+                    namespace: n.clone(),
+                    session: s.id,
+                })
+                .collect();
+            let entries: Vec<Arc<TrackEntry>> = st.tracks.values().cloned().collect();
+            (ns, entries, st.sessions.len())
+        };
+        namespaces.sort_by(|a, b| a.namespace.cmp(&b.namespace));
+        let mut tracks: Vec<TrackSnapshot> = entries
+            .iter()
+            .map(|e| TrackSnapshot {
+                name: e.track.name.clone(),
+                id: e.track.id,
+                origin: e.origin,
+                subscribers: e.subscribers.load(Relaxed),
+                stats: e.track.stats(),
+                ended: e.track.is_ended(),
+            })
+            .collect();
+        tracks.sort_by(|a, b| {
+            (&a.name.namespace, &a.name.name).cmp(&(&b.name.namespace, &b.name.name))
+        });
+        RelaySnapshot {
+            namespaces,
+            tracks,
+            sessions,
+        }
+    }
+
     /// A live track by name, without subscribing upstream (for FETCH and TRACK_STATUS).
     pub fn find_track(&self, name: &FullTrackName) -> Option<Arc<TrackEntry>> {
         let st = self.lock();
@@ -525,5 +601,32 @@ impl Relay {
             .get(name)
             .filter(|e| matches!(*e.ready.borrow(), Some(Ok(()))))
             .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn snapshot_lists_tracks_sorted_with_counters() {
+        let relay = Relay::new(Config::default());
+        for name in ["video", "audio"] {
+            let t = Arc::new(Track::new(
+                FullTrackName::new("live/demo", name),
+                relay.next_id(),
+                relay.config.clone(),
+                relay.metrics.clone(),
+            ));
+            relay.publish_track(t).unwrap();
+        }
+        let s = relay.snapshot();
+        let names: Vec<_> = s.tracks.iter().map(|t| t.name.name.clone()).collect();
+        assert_eq!(names, ["audio", "video"]);
+        assert!(s.tracks.iter().all(|t| t.origin == Origin::Published
+            && t.subscribers == 0
+            && t.stats.objects == 0
+            && !t.ended));
+        assert!(s.namespaces.is_empty());
     }
 }

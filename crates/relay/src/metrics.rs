@@ -16,6 +16,9 @@ pub struct Metrics {
     pub setup_timeouts: AtomicU64,
     /// Data streams stopped because their header did not come in time.
     pub stream_header_timeouts: AtomicU64,
+    /// Tracks ended by PUBLISH_DONE before all the data streams its Stream
+    /// Count announced had arrived and been read (after a grace period).
+    pub publish_done_streams_missing: AtomicU64,
     /// Connections refused by a session limit, by which one.
     pub sessions_refused_half_open: AtomicU64,
     /// Sessions refused at SETUP because `max_sessions` were open.
@@ -88,6 +91,13 @@ impl Metrics {
             "Data streams stopped because their type or header did not arrive in time.",
             "counter",
             self.stream_header_timeouts.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "publish_done_streams_missing_total",
+            "Tracks ended by PUBLISH_DONE before all the data streams it counted had arrived (after a grace period).",
+            "counter",
+            self.publish_done_streams_missing.load(Relaxed) as i128,
             "",
         );
         g(

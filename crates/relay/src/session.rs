@@ -265,24 +265,46 @@ impl SessionHandle {
         let me = self.clone();
         let relay = relay.clone();
         tokio::spawn(async move {
-            let status = tokio::select! {
+            let (status, streams) = tokio::select! {
                 m = reader.next() => match m {
-                    Ok(Message::PublishDone(d)) => d.status,
-                    Ok(Message::GoAway(_)) => publish_done::GOING_AWAY,
-                    _ => publish_done::TRACK_ENDED,
+                    Ok(Message::PublishDone(d)) => (d.status, Some(d.stream_count)),
+                    Ok(Message::GoAway(_)) => (publish_done::GOING_AWAY, None),
+                    _ => (publish_done::TRACK_ENDED, None),
                 },
                 _ = entry.cancel.notified() => {
                     let _ = send.reset(reset::CANCELLED);
                     reader.stop(reset::CANCELLED);
-                    publish_done::TRACK_ENDED
+                    (publish_done::TRACK_ENDED, None)
                 }
-                _ = me.session.closed() => publish_done::TRACK_ENDED,
+                _ = me.session.closed() => (publish_done::TRACK_ENDED, None),
             };
+            if let Some(n) = streams {
+                settle(&relay, &entry.track, n).await;
+            }
             me.aliases.lock().expect("aliases").remove(&ok.track_alias);
             relay.drop_entry(&entry);
             entry.track.end(status);
         });
         Ok(())
+    }
+}
+
+/// How long PUBLISH_DONE waits for the data streams its Stream Count
+/// announces: objects still in flight when it overtakes them are delivered,
+/// and a publisher that counts wrong delays the end by this much at most.
+const PUBLISH_DONE_GRACE: Duration = Duration::from_secs(2);
+
+/// Waits until the upstream's data streams named by PUBLISH_DONE's Stream
+/// Count have arrived and been read, or [`PUBLISH_DONE_GRACE`] passed.
+async fn settle(relay: &Relay, track: &Track, stream_count: u64) {
+    if !track
+        .upstream_settled(stream_count, PUBLISH_DONE_GRACE)
+        .await
+    {
+        relay
+            .metrics
+            .publish_done_streams_missing
+            .fetch_add(1, Relaxed);
     }
 }
 
@@ -597,6 +619,9 @@ async fn on_subgroup(
         let _ = stream.stop(reset::CANCELLED);
         return Ok(());
     };
+    // Open until this handler returns, however it returns: PUBLISH_DONE
+    // waits for the streams it counts.
+    let _counted = track.upstream_stream();
     let default_priority = track.info().default_priority;
     let priority = header.priority.unwrap_or(default_priority);
     let max = relay.config.max_object_size;
@@ -1583,7 +1608,10 @@ async fn on_publish(
     let _ = write_message(&mut send, &ok).await;
     let (status, result) = loop {
         match reader.next().await {
-            Ok(Message::PublishDone(d)) => break (d.status, Ok(())),
+            Ok(Message::PublishDone(d)) => {
+                settle(relay, &entry.track, d.stream_count).await;
+                break (d.status, Ok(()));
+            }
             Ok(Message::RequestOk(_)) => continue,
             Ok(other) => {
                 break (

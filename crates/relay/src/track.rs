@@ -83,6 +83,65 @@ struct Inner {
     cache: VecDeque<CachedGroup>,
     cache_bytes: usize,
     info: TrackInfo,
+    rate: RateMeter,
+}
+
+/// Counts a track's objects and bytes per whole second, for
+/// [`Track::stats`]: the counts of the last complete second.
+#[derive(Debug, Default)]
+struct RateMeter {
+    /// The second (since the track's first object) being counted, plus one
+    /// (0: nothing counted yet).
+    second: u64,
+    objects: u64,
+    bytes: u64,
+    /// Counts of the second before `second` (zero when it had none).
+    last_objects: u64,
+    last_bytes: u64,
+    /// Totals since the track was created.
+    total_objects: u64,
+    total_bytes: u64,
+}
+
+impl RateMeter {
+    /// Rolls the buckets forward to `second` (1-based).
+    fn roll(&mut self, second: u64) {
+        if second != self.second {
+            if second == self.second + 1 {
+                self.last_objects = self.objects;
+                self.last_bytes = self.bytes;
+            } else {
+                self.last_objects = 0;
+                self.last_bytes = 0;
+            }
+            self.objects = 0;
+            self.bytes = 0;
+            self.second = second;
+        }
+    }
+
+    fn add(&mut self, second: u64, bytes: u64) {
+        self.roll(second);
+        self.objects += 1;
+        self.bytes += bytes;
+        self.total_objects += 1;
+        self.total_bytes += bytes;
+    }
+}
+
+/// What a track did lately, for dashboards ([`Track::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TrackStats {
+    /// Objects received in the last complete second.
+    pub objects_per_sec: u64,
+    /// Payload bytes received in the last complete second.
+    pub bytes_per_sec: u64,
+    /// Objects received since the track was created.
+    pub objects: u64,
+    /// Payload bytes received since the track was created.
+    pub bytes: u64,
+    /// Largest Location seen.
+    pub largest: Option<Location>,
 }
 
 /// Keeps a subscriber's [`DatagramSink`] registered with its track.
@@ -125,6 +184,23 @@ pub struct Track {
     publisher: AtomicU64,
     config: Arc<Config>,
     metrics: Arc<Metrics>,
+    /// When the track was created: the origin of its rate meter's seconds.
+    created: Instant,
+    /// Upstream data streams: (opened, finished). PUBLISH_DONE's Stream
+    /// Count is checked against these before the track ends, so streams
+    /// still in flight when it arrives are not cut off.
+    streams: watch::Sender<(u64, u64)>,
+}
+
+/// Counts one upstream data stream of a track as open until dropped.
+pub struct UpstreamStream {
+    streams: watch::Sender<(u64, u64)>,
+}
+
+impl Drop for UpstreamStream {
+    fn drop(&mut self) {
+        self.streams.send_modify(|(_, finished)| *finished += 1);
+    }
 }
 
 /// A subscriber's view of a track at the moment it joined.
@@ -155,6 +231,43 @@ impl Track {
             publisher: AtomicU64::new(0),
             config,
             metrics,
+            created: Instant::now(),
+            streams: watch::channel((0, 0)).0,
+        }
+    }
+
+    /// Counts an upstream data stream (subgroup or fetch) as open until the
+    /// returned guard is dropped.
+    pub fn upstream_stream(&self) -> UpstreamStream {
+        self.streams.send_modify(|(opened, _)| *opened += 1);
+        UpstreamStream {
+            streams: self.streams.clone(),
+        }
+    }
+
+    /// Waits, at most `grace`, until the upstream has opened `stream_count`
+    /// data streams (PUBLISH_DONE's Stream Count) and every one it opened
+    /// has been read to its end. Returns whether they all came.
+    pub async fn upstream_settled(&self, stream_count: u64, grace: std::time::Duration) -> bool {
+        let mut rx = self.streams.subscribe();
+        let settled =
+            rx.wait_for(|&(opened, finished)| opened >= stream_count && finished >= opened);
+        let done = matches!(tokio::time::timeout(grace, settled).await, Ok(Ok(_)));
+        done
+    }
+
+    /// Objects and bytes received: totals, and the counts of the last
+    /// complete second (zero when no object came in that second).
+    pub fn stats(&self) -> TrackStats {
+        let second = self.created.elapsed().as_secs() + 1;
+        let mut g = self.inner.lock().expect("track lock");
+        g.rate.roll(second);
+        TrackStats {
+            objects_per_sec: g.rate.last_objects,
+            bytes_per_sec: g.rate.last_bytes,
+            objects: g.rate.total_objects,
+            bytes: g.rate.total_bytes,
+            largest: g.largest,
         }
     }
 
@@ -235,6 +348,12 @@ impl Track {
         let object = Arc::new(object);
         let mut g = self.inner.lock().expect("track lock");
         let loc = object.location();
+        let second = object
+            .received
+            .saturating_duration_since(self.created)
+            .as_secs()
+            + 1;
+        g.rate.add(second, object.payload.len() as u64);
         if g.largest.is_none_or(|l| loc > l) {
             g.largest = Some(loc);
         }
@@ -409,6 +528,35 @@ mod tests {
             received: Instant::now(),
             datagram: Default::default(),
         }
+    }
+
+    /// Objects are counted per whole second since the track was created;
+    /// `stats` reports the last complete second (zero after a silent one).
+    #[test]
+    fn stats_count_the_last_complete_second() {
+        let t = track(Config::default());
+        let at = |secs_ms: u64, id: u64| {
+            let mut o = obj(0, id, 10);
+            o.received = t.created + std::time::Duration::from_millis(secs_ms);
+            o
+        };
+        for i in 0..5 {
+            t.publish(at(100 + i, i));
+        }
+        let mut g = t.inner.lock().unwrap();
+        // Still in the first second: nothing complete yet.
+        g.rate.roll(1);
+        assert_eq!((g.rate.last_objects, g.rate.total_objects), (0, 5));
+        // The second second: the first one (5 objects, 50 bytes) is complete.
+        g.rate.roll(2);
+        assert_eq!((g.rate.last_objects, g.rate.last_bytes), (5, 50));
+        // A silent second in between: zero.
+        g.rate.roll(4);
+        assert_eq!(g.rate.last_objects, 0);
+        drop(g);
+        let s = t.stats();
+        assert_eq!((s.objects, s.bytes), (5, 50));
+        assert_eq!(s.largest, Some(Location::new(0, 4)));
     }
 
     fn track(cfg: Config) -> Track {

@@ -110,6 +110,8 @@ pub struct Api {
     /// Makes stream client ids unguessable by MQTT clients (which could
     /// otherwise take their sessions over).
     nonce: u64,
+    /// The dashboard and player pages, once [`Api::serve_web`] set them.
+    web: std::sync::OnceLock<super::web::Web>,
     /// Counters.
     pub metrics: ApiMetrics,
 }
@@ -141,8 +143,16 @@ impl Api {
             subscribers: AtomicUsize::new(0),
             next_stream: AtomicU64::new(1),
             nonce,
+            web: std::sync::OnceLock::new(),
             metrics: ApiMetrics::default(),
         })
+    }
+
+    /// Serves the dashboard and the player (see [`super::web`]) beside the
+    /// API's routes, on every transport of this API. A second call is
+    /// ignored.
+    pub fn serve_web(&self, web: super::web::Web) {
+        let _ = self.web.set(web);
     }
 
     /// The limits.
@@ -191,6 +201,13 @@ impl Api {
     async fn dispatch(self: &Arc<Self>, req: Request<Bytes>) -> Resp {
         let (parts, body) = req.into_parts();
         let method = parts.method;
+        if let Some(r) = self
+            .web
+            .get()
+            .and_then(|w| w.handle(&method, parts.uri.path()))
+        {
+            return r;
+        }
         match route(parts.uri.path()) {
             Route::NotFound => error(StatusCode::NOT_FOUND, "no such route"),
             Route::Time => match method {

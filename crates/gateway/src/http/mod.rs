@@ -23,6 +23,9 @@
 //! - [`h3`]: HTTP/3 on the relay's UDP port (ALPN `h3`, beside WebTransport;
 //!   `quichub_net::h3` does the framing), with 0-RTT.
 //!
+//! - [`web`]: the dashboard (`/`) and the player (`/watch/{broadcast}`)
+//!   pages, when [`Api::serve_web`] enables them.
+//!
 //! The wire contract (routes, status codes, headers, framing) is documented
 //! in `docs/http-api.md`.
 
@@ -31,5 +34,6 @@ pub mod h3;
 pub mod route;
 pub mod sse;
 pub mod tcp;
+pub mod web;
 
 pub use api::{Api, ApiBody, ApiConfig};
