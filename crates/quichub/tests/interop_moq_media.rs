@@ -333,7 +333,9 @@ fn assert_same_audio(input: &Path, output: &Path, what: &str) {
     );
 }
 
-/// ffmpeg → `moq import fmp4` → quichub relay → `quichub sub --output`.
+/// ffmpeg → `moq import fmp4` → quichub relay → `quichub sub --output`, and
+/// at the same time → `moq export fmp4` (quichub as the relay between two
+/// moq-dev clients).
 fn moq_publishes(bin: &Path, scheme: &str) {
     let dir = Dir::new(&format!("import-{scheme}"));
     let input = dir.path("in.mp4");
@@ -349,6 +351,16 @@ fn moq_publishes(bin: &Path, scheme: &str) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let moq_out = dir.path("moq-out.mp4");
+    let mut export = Proc(
+        moq(bin, &dir, &url(scheme, port), &broadcast)
+            .args(["export", "fmp4"])
+            .stdout(std::fs::File::create(&moq_out).unwrap())
+            .stderr(std::fs::File::create(dir.path("moq-export.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_secs(1));
     // `-re` feeds moq in real time, as a live encoder would; `-c copy`
     // keeps the pictures bit for bit.
     let mut ffmpeg = Command::new("ffmpeg")
@@ -381,14 +393,26 @@ fn moq_publishes(bin: &Path, scheme: &str) {
     let published = wait_for(&mut publisher.0, Duration::from_secs(40));
     let _ = ffmpeg.wait();
     let sub = sub.wait_with_output().unwrap();
+    let exported = wait_for(&mut export.0, Duration::from_secs(10));
     let sub_log = String::from_utf8_lossy(&sub.stderr);
     let logs = format!(
-        "--- moq\n{}\n--- quichub sub\n{sub_log}\n--- relay\n{}",
+        "--- moq import\n{}\n--- moq export\n{}\n--- quichub sub\n{sub_log}\n--- relay\n{}",
         dir.log("moq.log"),
+        dir.log("moq-export.log"),
         dir.log("relay.log")
     );
     assert!(published, "moq import did not end with its input\n{logs}");
+    assert!(
+        exported,
+        "moq export did not end with the broadcast\n{logs}"
+    );
     assert!(sub.status.success(), "quichub sub failed\n{logs}");
+    // moq-mux publishes both catalogs (hang `catalog.json`, MSF `catalog`,
+    // cmaf packaging); quichub sub takes whichever the relay answers first.
+    assert!(
+        sub_log.contains("catalog: hang") || sub_log.contains("catalog: MSF"),
+        "{logs}"
+    );
     // moq-mux names the renditions `0.m4s` (video) and `1.m4s` (audio).
     assert!(
         sub_log.contains(&format!("0.m4s {FRAMES} frames")),
@@ -397,6 +421,9 @@ fn moq_publishes(bin: &Path, scheme: &str) {
     let what = format!("moq import over {scheme}");
     assert_same_pictures(&input, &out, &what);
     assert_same_audio(&input, &out, &what);
+    let what = format!("moq import → quichub → moq export over {scheme}");
+    assert_same_pictures(&input, &moq_out, &what);
+    assert_same_audio(&input, &moq_out, &what);
 }
 
 /// `quichub pub --format FORMAT --mode MODE` → quichub relay → `moq export fmp4`.
