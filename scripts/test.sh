@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of quichub on a fresh machine: installs the independent MoQT
-# implementation used by the interop tests (moq-dev's moq-relay and moq-clock,
-# from crates.io, into ~/.cache/quichub/tools; about 25 minutes on 2 cores the first time,
-# instant afterwards), the third-party MQTT/HTTP clients (mosquitto from
+# implementation used by the interop tests (moq-dev's moq-relay, moq-clock and
+# moq-cli's `moq`, from crates.io, into ~/.cache/quichub/tools; about an hour on
+# 2 cores the first time, instant afterwards), the third-party MQTT/HTTP clients (mosquitto from
 # Debian, paho-mqtt and aioquic from PyPI), ffmpeg (Debian) for the media
 # tests and what the web tests need (Chromium from Debian, web/node_modules
 # with npm ci), then the whole workspace's test suite.
