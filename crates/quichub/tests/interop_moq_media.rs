@@ -4,9 +4,13 @@
 //! over raw QUIC (`moqt://`, ALPN `moqt-18`) and WebTransport (`https://`):
 //!
 //! ```text
-//! ffmpeg -re … -f mp4 - | moq import fmp4 ──moqt-18──► quichub relay ──► quichub sub --output out.mp4
-//! quichub pub --format hang|hang-cmaf ──► quichub relay ──moqt-18──► moq export fmp4 > out.mp4
+//! ffmpeg -re … -f mp4 - | moq import fmp4 ──moqt-18──► quichub relay ─┬─► quichub sub --output out.mp4
+//!                                                                     └─moqt-18──► moq export fmp4 > out.mp4
+//! quichub pub --format hang|hang-cmaf [--mode announce] ──► quichub relay ──moqt-18──► moq export fmp4
 //! ```
+//!
+//! What works and what does not (MSF, ffmpeg's `frag_every_frame`) is in
+//! `crates/moqt/INTEROP.md`.
 //!
 //! ffprobe counts the frames of each output and `ffmpeg -f framemd5` checks
 //! that every picture decodes to the same bytes as the input's.
