@@ -93,25 +93,44 @@ pub struct Subscription {
     send: SendStream,
     reader: Option<MessageReader>,
     session: ClientSession,
-    pending_done: Option<(u64, u64)>,
+    /// PUBLISH_DONE's status and Stream Count, and until when to wait for
+    /// the streams it counts.
+    pending_done: Option<(u64, u64, tokio::time::Instant)>,
+    /// Subgroup streams of this subscription that have ended.
+    streams_ended: u64,
 }
+
+/// How long a subscriber waits, after PUBLISH_DONE, for the data streams it
+/// counts (as the relay does upstream).
+pub const DONE_GRACE: Duration = Duration::from_secs(2);
 
 impl Subscription {
     /// The next event; `None` once the subscription is over and drained.
+    ///
+    /// PUBLISH_DONE travels on the request stream and can overtake the data
+    /// streams it counts: once it has come, events keep flowing until as
+    /// many subgroup streams as its Stream Count have ended (or
+    /// [`DONE_GRACE`] has passed), and only then is it reported.
     pub async fn next(&mut self) -> Option<SubscriptionEvent> {
-        if let Some((status, stream_count)) = self.pending_done {
-            // PUBLISH_DONE came: drain what is still queued, then report it once.
-            if let Ok(ev) = self.rx.try_recv() {
-                return Some(ev);
-            }
-            self.pending_done = None;
-            self.reader = None;
-            return Some(SubscriptionEvent::Done {
-                status,
-                stream_count,
-            });
-        }
         loop {
+            if let Some((status, stream_count, deadline)) = self.pending_done {
+                let ev = if self.streams_ended < stream_count {
+                    tokio::time::timeout_at(deadline, self.rx.recv())
+                        .await
+                        .ok()
+                        .flatten()
+                } else {
+                    self.rx.try_recv().ok()
+                };
+                if let Some(ev) = ev {
+                    return Some(self.count(ev));
+                }
+                self.pending_done = None;
+                return Some(SubscriptionEvent::Done {
+                    status,
+                    stream_count,
+                });
+            }
             let control = async {
                 match self.reader.as_mut() {
                     Some(r) => r.next().await,
@@ -120,26 +139,26 @@ impl Subscription {
             };
             tokio::select! {
                 biased;
-                ev = self.rx.recv() => return ev,
+                ev = self.rx.recv() => return ev.map(|ev| self.count(ev)),
                 m = control => match m {
                     Ok(Message::PublishDone(d)) => {
                         self.reader = None;
-                        // Objects already in flight may still arrive: give them a moment.
-                        let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
-                        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, self.rx.recv()).await {
-                            if let SubscriptionEvent::Object(_) = ev {
-                                // Put it back in order: deliver it now, Done next time.
-                                self.pending_done = Some((d.status, d.stream_count));
-                                return Some(ev);
-                            }
-                        }
-                        return Some(SubscriptionEvent::Done { status: d.status, stream_count: d.stream_count });
+                        let deadline = tokio::time::Instant::now() + DONE_GRACE;
+                        self.pending_done = Some((d.status, d.stream_count, deadline));
                     }
                     Ok(_) => {}
                     Err(_) => self.reader = None,
                 }
             }
         }
+    }
+
+    /// Counts the subgroup streams that ended, for PUBLISH_DONE's Stream Count.
+    fn count(&mut self, ev: SubscriptionEvent) -> SubscriptionEvent {
+        if let SubscriptionEvent::SubgroupEnd { .. } = ev {
+            self.streams_ended += 1;
+        }
+        ev
     }
 
     /// Sends REQUEST_UPDATE with new parameters and waits for the answer.
@@ -213,6 +232,7 @@ impl ClientSession {
                     reader: Some(reader),
                     session: self.clone(),
                     pending_done: None,
+                    streams_ended: 0,
                 })
             }
             Message::RequestError(e) => bail!(
@@ -452,6 +472,7 @@ pub(crate) fn on_publish(
             reader: Some(reader),
             session: ClientSession::from_inner(inner2.clone()),
             pending_done: None,
+            streams_ended: 0,
         };
         let _ = inner2.publishes_tx.send((p.track, sub));
     });

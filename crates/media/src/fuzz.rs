@@ -74,7 +74,15 @@ pub fn fuzz_catalog(data: &[u8]) {
         // by an ulp: serde_json's fast float parsing is not exact).
         let names = |c: &Catalog| {
             c.renditions()
-                .map(|(k, n, r)| (k, n.clone(), r.codec.clone(), r.description.clone(), r.container.kind()))
+                .map(|(k, n, r)| {
+                    (
+                        k,
+                        n.clone(),
+                        r.codec.clone(),
+                        r.description.clone(),
+                        r.container.kind(),
+                    )
+                })
                 .collect::<Vec<_>>()
         };
         assert_eq!(names(&again), names(&c));
