@@ -4,7 +4,7 @@
 #     WebTransport) and ffmpeg (makes the test clips), with apt-get (as root,
 #     or through sudo), when missing;
 #   - web/node_modules from web/package-lock.json with `npm ci` (esbuild,
-#     uPlot, playwright-core; npm's cache kept in ~/.cache/quichub/npm).
+#     uPlot, playwright-core, @moq/watch; npm's cache kept in ~/.cache/quichub/npm).
 # Idempotent; Node.js and npm must be installed.
 set -euo pipefail
 

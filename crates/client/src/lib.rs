@@ -17,7 +17,7 @@ pub use namespace::NamespaceSubscription;
 pub use publish::{LocalTrack, SubgroupWriter, TrackMode};
 pub use session::{ClientSession, ConnectOptions, NamespaceHandle};
 pub use subscribe::{
-    FetchResult, ReceivedObject, SubscribeOptions, Subscription, SubscriptionEvent,
+    FetchResult, ReceivedObject, SubscribeOptions, Subscription, SubscriptionEvent, DONE_GRACE,
 };
 
 pub use quichub_net::tls::Verify;

@@ -93,39 +93,39 @@ pub struct Subscription {
     send: SendStream,
     reader: Option<MessageReader>,
     session: ClientSession,
-    /// PUBLISH_DONE's status and Stream Count, and how long to wait for
+    /// PUBLISH_DONE's status and Stream Count, and until when to wait for
     /// the streams it counts.
     pending_done: Option<(u64, u64, tokio::time::Instant)>,
-    /// Data streams of this subscription that have ended (FIN or reset).
+    /// Subgroup streams of this subscription that have ended.
     streams_ended: u64,
 }
 
-/// How long, after PUBLISH_DONE, the data streams its Stream Count names
-/// may take to end (it can overtake them); as long as the relay waits for
-/// its own upstream's.
-const PUBLISH_DONE_GRACE: Duration = Duration::from_secs(2);
+/// How long a subscriber waits, after PUBLISH_DONE, for the data streams it
+/// counts (as the relay does upstream).
+pub const DONE_GRACE: Duration = Duration::from_secs(2);
 
 impl Subscription {
     /// The next event; `None` once the subscription is over and drained.
+    ///
+    /// PUBLISH_DONE travels on the request stream and can overtake the data
+    /// streams it counts: once it has come, events keep flowing until as
+    /// many subgroup streams as its Stream Count have ended (or
+    /// [`DONE_GRACE`] has passed), and only then is it reported.
     pub async fn next(&mut self) -> Option<SubscriptionEvent> {
         loop {
             if let Some((status, stream_count, deadline)) = self.pending_done {
-                // PUBLISH_DONE came: deliver what is queued and what is still
-                // coming on the streams its Stream Count names (until they
-                // have all ended, or the grace is up), then report it once.
-                let ev = if self.streams_ended >= stream_count {
-                    self.rx.try_recv().ok()
-                } else {
+                let ev = if self.streams_ended < stream_count {
                     tokio::time::timeout_at(deadline, self.rx.recv())
                         .await
                         .ok()
                         .flatten()
+                } else {
+                    self.rx.try_recv().ok()
                 };
                 if let Some(ev) = ev {
                     return Some(self.count(ev));
                 }
                 self.pending_done = None;
-                self.reader = None;
                 return Some(SubscriptionEvent::Done {
                     status,
                     stream_count,
@@ -143,7 +143,7 @@ impl Subscription {
                 m = control => match m {
                     Ok(Message::PublishDone(d)) => {
                         self.reader = None;
-                        let deadline = tokio::time::Instant::now() + PUBLISH_DONE_GRACE;
+                        let deadline = tokio::time::Instant::now() + DONE_GRACE;
                         self.pending_done = Some((d.status, d.stream_count, deadline));
                     }
                     Ok(_) => {}
@@ -153,7 +153,7 @@ impl Subscription {
         }
     }
 
-    /// Counts the data streams that end as their ends are handed out.
+    /// Counts the subgroup streams that ended, for PUBLISH_DONE's Stream Count.
     fn count(&mut self, ev: SubscriptionEvent) -> SubscriptionEvent {
         if let SubscriptionEvent::SubgroupEnd { .. } = ev {
             self.streams_ended += 1;

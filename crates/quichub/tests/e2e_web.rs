@@ -73,6 +73,10 @@ struct Relay {
     child: Child,
     quic: u16,
     http: String,
+    /// `host:port` of `/metrics` (only from [`start_relay_observed`]).
+    metrics: Option<String>,
+    /// The relay's log (stderr; only from [`start_relay_observed`]).
+    log: Option<std::sync::Arc<std::sync::Mutex<String>>>,
 }
 
 impl Drop for Relay {
@@ -83,13 +87,22 @@ impl Drop for Relay {
 }
 
 fn start_relay() -> Relay {
+    spawn_relay(false)
+}
+
+/// A relay with its metrics on and its log (stderr) collected.
+fn start_relay_observed() -> Relay {
+    spawn_relay(true)
+}
+
+fn spawn_relay(observed: bool) -> Relay {
     let mut child = Command::new(BIN)
         .args([
             "relay",
             "--bind",
             "127.0.0.1:0",
             "--metrics",
-            "off",
+            if observed { "127.0.0.1:0" } else { "off" },
             "--mqtt",
             "off",
             "--http",
@@ -98,9 +111,26 @@ fn start_relay() -> Relay {
             "off",
         ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(if observed {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
         .spawn()
         .expect("spawn relay");
+    let log = observed.then(|| {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (stderr, sink) = (child.stderr.take().unwrap(), log.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        log
+    });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let port_of = |line: &str| -> String {
         line.split_whitespace()
@@ -108,13 +138,15 @@ fn start_relay() -> Relay {
             .unwrap_or_else(|| panic!("no address in {line:?}"))
             .to_string()
     };
-    let (mut quic, mut http) = (None, None);
-    while quic.is_none() || http.is_none() {
+    let (mut quic, mut http, mut metrics) = (None, None, None);
+    while quic.is_none() || http.is_none() || (observed && metrics.is_none()) {
         let line = lines.next().expect("relay output ended").unwrap();
         if line.starts_with("quichub relay listening") {
             quic = Some(port_of(&line).rsplit(':').next().unwrap().parse().unwrap());
         } else if line.starts_with("http tcp") {
             http = Some(port_of(&line));
+        } else if let Some(url) = line.strip_prefix("metrics http://") {
+            metrics = url.strip_suffix("/metrics").map(str::to_string);
         }
     }
     std::thread::spawn(move || for _ in lines {});
@@ -122,6 +154,8 @@ fn start_relay() -> Relay {
         child,
         quic: quic.unwrap(),
         http: http.unwrap(),
+        metrics,
+        log,
     }
 }
 
@@ -282,6 +316,32 @@ async fn player_decodes_a_cmaf_broadcast() {
     assert_eq!(r["stats"]["decodeErrors"], 0, "{r}");
 }
 
+/// What a user feeds `quichub pub --broadcast`: `secs` seconds of H.264
+/// baseline and Opus from ffmpeg, in fragmented MP4 (one fragment a frame),
+/// written to `dir/in.mp4`.
+fn ingest_clip(dir: &Path, secs: u32) -> PathBuf {
+    let input = dir.join("in.mp4");
+    let ok = Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-y"])
+        .args(["-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30"])
+        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
+        .args(["-t", &secs.to_string()])
+        .args(["-c:v", "libx264", "-profile:v", "baseline", "-g", "30"])
+        .args([
+            "-pix_fmt", "yuv420p", "-c:a", "libopus", "-b:a", "64k", "-f", "mp4",
+        ])
+        .args([
+            "-movflags",
+            "cmaf+separate_moof+delay_moov+skip_trailer+frag_every_frame",
+        ])
+        .arg(&input)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "ffmpeg failed");
+    input
+}
+
 /// The ingest path a user runs: ffmpeg writes fragmented MP4 (H.264
 /// baseline and Opus) into `quichub pub --broadcast`, which stamps the
 /// catalog's clock; the built-in player plays it and shows the latency from
@@ -295,33 +355,7 @@ async fn player_plays_what_quichub_pub_ingests_from_ffmpeg() {
     let home = format!("http://{}/", relay.http);
     let dir = out_dir().join("ingest");
     std::fs::create_dir_all(&dir).unwrap();
-    let input = dir.join("in.mp4");
-    let ok = Command::new("ffmpeg")
-        .args(["-hide_banner", "-loglevel", "error", "-y"])
-        .args(["-f", "lavfi", "-i", "testsrc2=size=640x360:rate=30"])
-        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
-        .args([
-            "-t",
-            "12",
-            "-c:v",
-            "libx264",
-            "-profile:v",
-            "baseline",
-            "-g",
-            "30",
-        ])
-        .args([
-            "-pix_fmt", "yuv420p", "-c:a", "libopus", "-b:a", "64k", "-f", "mp4",
-        ])
-        .args([
-            "-movflags",
-            "cmaf+separate_moof+delay_moov+skip_trailer+frag_every_frame",
-        ])
-        .arg(&input)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "ffmpeg failed");
+    let input = ingest_clip(&dir, 12);
     let url = format!("moqt://127.0.0.1:{}/", relay.quic);
     let mut publisher = Command::new(BIN)
         .args(["pub", &url, "--broadcast", "live/ingest", "--input"])
@@ -349,6 +383,112 @@ async fn player_plays_what_quichub_pub_ingests_from_ffmpeg() {
     assert_eq!(r["stats"]["decodeErrors"], 0, "{r}");
     let latency = r["latencyMs"].as_i64().expect("latency shown in ms");
     assert!((0..1000).contains(&latency), "latency {latency} ms: {r}");
+}
+
+/// `quichub_protocol_violations_total` from the relay's `/metrics`.
+async fn protocol_violations(relay: &Relay) -> u64 {
+    let (_, _, body) = http_get(relay.metrics.clone().unwrap(), "/metrics").await;
+    body.lines()
+        .find_map(|l| l.strip_prefix("quichub_protocol_violations_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no quichub_protocol_violations_total in {body}"))
+}
+
+/// moq-dev's `<moq-watch>` (npm `@moq/watch` 0.4.6, pinned in
+/// `web/package.json`, with its `@moq/net` 0.2.8) does not play a
+/// draft-18 relay's broadcast yet; this pins how far it gets, so the day
+/// that changes this test fails and `crates/moqt/INTEROP.md` ("@moq/watch")
+/// gets updated. ffmpeg → `quichub pub --broadcast` → relay, then in one
+/// Chromium: quichub's player plays the broadcast; `<moq-watch>` negotiates
+/// `moqt-18` over WebTransport (certificate pinned with
+/// `serverCertificateHashes`), exchanges SETUP and sends SUBSCRIBE_NAMESPACE,
+/// then waits for an announcement that never comes (`quichub pub` uses
+/// PUBLISH, not PUBLISH_NAMESPACE); with `reload="false"` its SUBSCRIBE
+/// writes SUBSCRIBER_PRIORITY (a uint8) as a 2-byte varint, which the relay
+/// reads as unknown parameter 0x1b21 and closes that session with
+/// PROTOCOL_VIOLATION, while the player and the other `<moq-watch>` session
+/// go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moq_watch_reaches_the_relay_and_fails_cleanly() {
+    if prerequisites(true).is_none() {
+        return;
+    }
+    if !web_dir().join("node_modules/@moq/watch").is_dir() {
+        let why = "missing web/node_modules/@moq/watch (run `npm ci` in web/)";
+        if std::env::var("QUICHUB_WEB_TESTS").as_deref() == Ok("1") {
+            panic!("QUICHUB_WEB_TESTS=1 but {why}");
+        }
+        println!("SKIPPED: {why}");
+        return;
+    }
+    let relay = start_relay_observed();
+    let dir = out_dir().join("moq-watch");
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = ingest_clip(&dir, 40);
+    let url = format!("moqt://127.0.0.1:{}/", relay.quic);
+    let mut publisher = Command::new(BIN)
+        .args(["pub", &url, "--broadcast", "live/moq-watch", "--input"])
+        .arg(&input)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let violations_before = protocol_violations(&relay).await;
+    let args = [
+        relay.http.clone(),
+        relay.quic.to_string(),
+        "live/moq-watch".to_string(),
+        dir.to_str().unwrap().to_string(),
+    ];
+    let (ok, r) = tokio::task::spawn_blocking(move || {
+        node(
+            "moq-watch.mjs",
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+    })
+    .await
+    .unwrap();
+    let violations = protocol_violations(&relay).await - violations_before;
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+    println!("moq-watch: {}", serde_json::to_string_pretty(&r).unwrap());
+    println!("screenshots: {}", dir.display());
+    assert!(ok, "moq-watch.mjs failed: {r}");
+
+    // What works: WebTransport with the moqt-18 subprotocol, SETUP, and
+    // SUBSCRIBE_NAMESPACE; the session stays up.
+    let (w, c, p) = (&r["watch"], &r["watchNoReload"], &r["player"]);
+    assert_eq!(w["alpnLogged"], true, "no moqt-18 negotiated: {w}");
+    assert_eq!(w["state"]["connection"], "connected", "{w}");
+    assert_eq!(w["state"]["version"], "moq-transport-18", "{w}");
+    assert_eq!(w["subscribeNamespaceLogged"], true, "{w}");
+    // What does not, pinned. A broadcast that starts to play (or a catalog
+    // that arrives) means @moq/watch or quichub changed: update INTEROP.md
+    // and make this a playback test.
+    let changed = "@moq/watch got further than INTEROP.md says: update it";
+    assert_eq!(w["state"]["broadcast"], "offline", "{changed}: {w}");
+    assert_eq!(w["state"]["catalog"], false, "{changed}: {w}");
+    assert_eq!(w["state"]["videoFrames"], 0, "{changed}: {w}");
+    assert_eq!(c["alpnLogged"], true, "{c}");
+    assert_eq!(c["subscribeWritten"], true, "{c}");
+    assert_eq!(c["subscribeError"], true, "{changed}: {c}");
+    assert_eq!(c["state"]["catalog"], false, "{changed}: {c}");
+    assert_eq!(c["state"]["videoFrames"], 0, "{changed}: {c}");
+    assert!(violations >= 1, "no PROTOCOL_VIOLATION counted: {r}");
+    let log = relay.log.as_ref().unwrap().lock().unwrap().clone();
+    assert!(
+        log.contains("code=ProtocolViolation reason=unknown message parameter 0x1b21"),
+        "{changed}: the relay did not close on SUBSCRIBER_PRIORITY as a varint:\n{log}"
+    );
+    // Cleanly: the other sessions on the relay are unharmed.
+    assert_eq!(w["stateAfter"]["connection"], "connected", "{w}");
+    let (before, after) = (
+        p["framesBefore"].as_u64().unwrap(),
+        p["framesAfter"].as_u64().unwrap(),
+    );
+    assert!(after > before + 30, "the player stalled: {p}");
+    assert_eq!(p["stats"]["decodeErrors"], 0, "{p}");
 }
 
 /// The committed bundle (`web/dist`, embedded in the binary) is what

@@ -1,0 +1,108 @@
+// moq-dev's <moq-watch> (npm @moq/watch, pinned in package.json) against a
+// quichub relay, beside quichub's own player on the same broadcast:
+//   node test/moq-watch.mjs RELAY_HTTP QUIC_PORT BROADCAST OUT_DIR
+// Bundles test/moq-watch/entry.js with esbuild into OUT_DIR, serves it on
+// 127.0.0.1 (a secure context), and opens three pages in one Chromium:
+//   A. quichub's player (RELAY_HTTP/watch/BROADCAST), which must play;
+//   B. <moq-watch> as shipped (reload on: it waits for the broadcast to be
+//      announced through SUBSCRIBE_NAMESPACE before subscribing);
+//   C. <moq-watch reload="false"> (subscribes to catalog.json at once).
+// Prints one JSON line with what each page saw (see crates/moqt/INTEROP.md,
+// "@moq/watch"); the Rust test (e2e_web.rs) asserts on it. Exits 0 when the
+// script itself ran; the verdict is the Rust test's.
+import { launch, report, waitFor } from './browser.mjs';
+import * as esbuild from 'esbuild';
+import http from 'node:http';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const [relayHttp, quicPort, name, outDir] = process.argv.slice(2);
+const bundle = join(outDir, 'moq-watch.js');
+await esbuild.build({
+  entryPoints: [new URL('./moq-watch/entry.js', import.meta.url).pathname],
+  bundle: true,
+  format: 'esm',
+  target: 'chrome120',
+  outfile: bundle,
+  logLevel: 'warning',
+});
+const hash = (await (await fetch(`http://${relayHttp}/certificate.sha256`)).text()).trim();
+const server = http.createServer((req, res) => {
+  if (req.url.startsWith('/moq-watch.js')) {
+    res.setHeader('content-type', 'text/javascript');
+    res.end(readFileSync(bundle));
+    return;
+  }
+  res.setHeader('content-type', 'text/html');
+  res.end('<!doctype html><html><body><script type="module" src="/moq-watch.js"></script></body></html>');
+});
+await new Promise((r) => server.listen(0, '127.0.0.1', r));
+const watchUrl = (reload) => {
+  const q = new URLSearchParams({ url: `https://127.0.0.1:${quicPort}/`, name, hash });
+  if (reload !== undefined) q.set('reload', reload);
+  return `http://127.0.0.1:${server.address().port}/?${q}`;
+};
+
+const browser = await launch();
+const result = {};
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+async function open(url, logs) {
+  const page = await browser.newPage({ viewport: { width: 800, height: 500 } });
+  page.on('console', (m) => logs.push(`${m.type()}: ${m.text()}`));
+  page.on('pageerror', (e) => logs.push(`pageerror: ${e.message}`));
+  await page.goto(url);
+  return page;
+}
+const hasLog = (logs, re) => logs.some((l) => re.test(l));
+async function untilLog(logs, re, ms) {
+  const end = Date.now() + ms;
+  while (!hasLog(logs, re)) {
+    if (Date.now() > end) return false;
+    await sleep(100);
+  }
+  return true;
+}
+try {
+  // A: quichub's player, playing before the others arrive.
+  const a = { logs: [] };
+  result.player = a;
+  const pa = await open(`http://${relayHttp}/watch/${name}`, a.logs);
+  await waitFor(pa, () => window.quichubPlayer && window.quichubPlayer.stats.renderedFrames > 10, null, 20000, 'player frames');
+  a.framesBefore = await pa.evaluate(() => window.quichubPlayer.stats.renderedFrames);
+
+  // B: <moq-watch> as shipped.
+  const b = { logs: [] };
+  result.watch = b;
+  const pb = await open(watchUrl(), b.logs);
+  b.alpnLogged = await untilLog(b.logs, /negotiated ALPN: moqt-18/, 10000);
+  b.subscribeNamespaceLogged = await untilLog(b.logs, /subscribe_namespace written/, 5000);
+  await sleep(3000);
+  b.state = await pb.evaluate(() => window.moqWatchState());
+  await pb.screenshot({ path: join(outDir, 'moq-watch.png') });
+
+  // C: <moq-watch reload="false">: its SUBSCRIBE reaches the relay.
+  const c = { logs: [] };
+  result.watchNoReload = c;
+  const pc = await open(watchUrl('false'), c.logs);
+  c.alpnLogged = await untilLog(c.logs, /negotiated ALPN: moqt-18/, 10000);
+  c.subscribeWritten = await untilLog(c.logs, /subscribe written: .*track=catalog\.json/, 5000);
+  c.subscribeError = await untilLog(c.logs, /subscribe error: .*track=catalog\.json/, 5000);
+  await sleep(1500);
+  c.state = await pc.evaluate(() => window.moqWatchState());
+  await pc.screenshot({ path: join(outDir, 'moq-watch-no-reload.png') });
+  await pc.close();
+
+  // The other sessions outlived C's: A still plays, B is still connected.
+  await sleep(1500);
+  a.framesAfter = await pa.evaluate(() => window.quichubPlayer.stats.renderedFrames);
+  a.stats = await pa.evaluate(() => window.quichubPlayer.stats);
+  await pa.screenshot({ path: join(outDir, 'moq-watch-beside-player.png') });
+  b.stateAfter = await pb.evaluate(() => window.moqWatchState());
+  report(result);
+} catch (e) {
+  result.error = String(e);
+  report(result, false);
+} finally {
+  await browser.close();
+  server.close();
+}

@@ -1,0 +1,36 @@
+// The page of test/moq-watch.mjs: moq-dev's <moq-watch> element (npm
+// @moq/watch, pinned in package.json), pointed at a quichub relay.
+// Query: url (https://HOST:QUIC_PORT/), name (the broadcast), hash (the
+// relay certificate's SHA-256 in hex, for serverCertificateHashes), reload
+// (the element's attribute: "false" subscribes without waiting for the
+// broadcast to be announced).
+import '@moq/watch/element';
+
+const q = new URLSearchParams(location.search);
+const el = document.createElement('moq-watch');
+// Read at each connection attempt: pin the self-signed certificate, and no
+// WebSocket fallback (quichub has none; it would only add noise).
+el.connection.webtransport = { serverCertificateHashes: [{ algorithm: 'sha-256', value: q.get('hash') }] };
+el.connection.websocket = { enabled: false };
+el.setAttribute('name', q.get('name'));
+el.setAttribute('visible', 'always');
+el.setAttribute('muted', '');
+if (q.get('reload')) el.setAttribute('reload', q.get('reload'));
+const canvas = document.createElement('canvas');
+canvas.width = 640;
+canvas.height = 360;
+el.appendChild(canvas);
+document.body.appendChild(el);
+el.setAttribute('url', q.get('url'));
+
+// What the test reads, from the element's signals.
+window.moqWatchState = () => {
+  const est = el.connection.established.peek();
+  return {
+    connection: el.connection.status.peek(),
+    version: est ? String(est.version) : null,
+    broadcast: el.broadcast.out.status.peek(),
+    catalog: !!el.broadcast.out.catalog.peek(),
+    videoFrames: el.video.out.stats.peek()?.frameCount ?? 0,
+  };
+};
