@@ -285,7 +285,9 @@ class Player {
     stats.audioBytes += o.payload.length;
     this.bytesWindow.push([performance.now(), o.payload.length]);
     const { timestamp, data } = decodeFrame(this.audio, o.payload);
-    this.noteArrival(timestamp);
+    // Fetched objects (the current group, from the relay's cache) are old
+    // by design: they must not set how far behind live playout runs.
+    if (!o.fetched) this.noteArrival(timestamp);
     if (this.audioDecoder.state === 'closed') this.audioDecoder = this.newAudioDecoder(this.audio);
     this.audioDecoder.decode(new EncodedAudioChunk({ type: 'key', timestamp, data }));
   }
