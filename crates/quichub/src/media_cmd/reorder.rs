@@ -1,0 +1,151 @@
+//! Objects back in (Group, Object ID) order across subgroup streams.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+/// Puts objects back in (Group, Object ID) order. They arrive on one
+/// stream per subgroup, and QUIC orders nothing across streams: the first
+/// objects of group N+1 can overtake the last of group N, and frame-type
+/// subgroups interleave. A gap is waited for until the streams of its group
+/// have all ended, or for [`REORDER_WAIT`], then skipped.
+#[derive(Default)]
+pub(super) struct Reorder<T> {
+    /// The position expected next: (group, object).
+    next: Option<(u64, u64)>,
+    held: BTreeMap<(u64, u64), T>,
+    /// Bytes in `held`.
+    held_bytes: usize,
+    /// Subgroup streams of each group still open.
+    open: HashMap<u64, HashSet<u64>>,
+    /// Groups all of whose streams have ended.
+    ended: HashSet<u64>,
+    /// Since when the head of `held` waits on a gap.
+    stuck_since: Option<std::time::Instant>,
+    /// Objects that came after their place was given up.
+    pub(super) late: u64,
+}
+
+/// How long a gap is waited for.
+pub(super) const REORDER_WAIT: Duration = Duration::from_millis(500);
+/// Most objects held behind a gap.
+const MAX_HELD: usize = 256;
+/// Most bytes held behind a gap: a publisher's objects can be large.
+const MAX_HELD_BYTES: usize = 64 << 20;
+
+/// What [`Reorder`] holds: something with a size in bytes.
+pub(super) trait Held {
+    fn len(&self) -> usize;
+}
+
+impl Held for Bytes {
+    fn len(&self) -> usize {
+        Bytes::len(self)
+    }
+}
+
+impl<T: Held> Reorder<T> {
+    /// Takes an object (`subgroup` `None` for one fetched from the cache)
+    /// and returns the payloads now in order, each with whether it starts
+    /// its group.
+    pub(super) fn object(
+        &mut self,
+        group: u64,
+        subgroup: Option<u64>,
+        object: u64,
+        payload: T,
+    ) -> Vec<(bool, T)> {
+        if self.next.is_some_and(|n| (group, object) < n) {
+            self.late += 1;
+            return Vec::new();
+        }
+        if let Some(sg) = subgroup {
+            self.open.entry(group).or_default().insert(sg);
+        }
+        self.held_bytes += payload.len();
+        if let Some(old) = self.held.insert((group, object), payload) {
+            self.held_bytes -= old.len();
+        }
+        self.release(false)
+    }
+
+    /// A subgroup stream ended.
+    pub(super) fn subgroup_end(&mut self, group: u64, subgroup: u64) -> Vec<(bool, T)> {
+        if let Some(open) = self.open.get_mut(&group) {
+            open.remove(&subgroup);
+            if open.is_empty() {
+                self.open.remove(&group);
+                self.ended.insert(group);
+            }
+        }
+        self.release(false)
+    }
+
+    /// Releases what is in order; with `flush`, everything.
+    pub(super) fn release(&mut self, flush: bool) -> Vec<(bool, T)> {
+        let mut out = Vec::new();
+        while let Some((&(g, o), _)) = self.held.first_key_value() {
+            let in_order = match self.next {
+                None => true,
+                Some((ng, no)) => {
+                    (g, o) == (ng, no) || (g > ng && o == 0 && self.ended.contains(&ng))
+                }
+            };
+            let give_up = flush
+                || self.held.len() > MAX_HELD
+                || self.held_bytes > MAX_HELD_BYTES
+                || self
+                    .stuck_since
+                    .is_some_and(|t| t.elapsed() >= REORDER_WAIT);
+            if !in_order && !give_up {
+                self.stuck_since.get_or_insert_with(std::time::Instant::now);
+                break;
+            }
+            self.stuck_since = None;
+            if let Some(p) = self.held.remove(&(g, o)) {
+                self.held_bytes -= p.len();
+                out.push((o == 0, p));
+            }
+            if let Some((ng, _)) = self.next {
+                if g > ng {
+                    // Groups left behind are done with, whatever their streams say.
+                    self.ended.retain(|&e| e >= g);
+                    self.open.retain(|&k, _| k >= g);
+                }
+            }
+            self.next = Some((g, o + 1));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reorder_waits_for_the_previous_group_to_end() {
+        let mut r = Reorder::default();
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        let p = |v: Vec<(bool, Bytes)>| v.into_iter().map(|(_, p)| p).collect::<Vec<_>>();
+        assert_eq!(p(r.object(0, Some(0), 0, b("0.0"))), vec![b("0.0")]);
+        // Group 1 overtakes the end of group 0: held.
+        assert!(r.object(1, Some(0), 0, b("1.0")).is_empty());
+        assert_eq!(p(r.object(0, Some(0), 1, b("0.1"))), vec![b("0.1")]);
+        // Group 0's stream ends: group 1 may go.
+        assert_eq!(p(r.subgroup_end(0, 0)), vec![b("1.0")]);
+        // Frame-type subgroups: object 2 (subgroup 2) before 1 (subgroup 1).
+        assert!(r.object(1, Some(2), 2, b("1.2")).is_empty());
+        assert_eq!(
+            p(r.object(1, Some(1), 1, b("1.1"))),
+            vec![b("1.1"), b("1.2")]
+        );
+        // Late objects of a group already passed are dropped and counted.
+        assert!(r.object(0, Some(0), 2, b("late")).is_empty());
+        assert_eq!(r.late, 1);
+        // A gap never filled is given up at the flush.
+        assert!(r.object(1, Some(0), 4, b("1.4")).is_empty());
+        assert_eq!(p(r.release(true)), vec![b("1.4")]);
+    }
+}
