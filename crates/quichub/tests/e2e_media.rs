@@ -6,6 +6,9 @@
 //! Without ffmpeg these tests pass with a note, unless `QUICHUB_MEDIA_TESTS=1`
 //! (set by `scripts/test.sh`), where a missing ffmpeg fails them.
 
+mod common;
+
+use common::media::{count_frames, picture_md5s, run};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -50,20 +53,6 @@ impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn run(prog: &str, args: &[&str]) -> Output {
-    let out = Command::new(prog)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {prog}: {e}"));
-    assert!(
-        out.status.success(),
-        "{prog} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// ffmpeg's test pattern and a sine, `secs` long, H.264 (GOP 30, B frames)
@@ -193,30 +182,6 @@ fn publish(relay: &Relay, broadcast: &str, input: &Path, extra: &[&str]) -> Outp
         .expect("run pub")
 }
 
-/// (codec, frames decoded) per stream.
-fn count_frames(path: &Path) -> Vec<(String, usize)> {
-    let out = run(
-        "ffprobe",
-        &[
-            "-loglevel",
-            "error",
-            "-count_frames",
-            "-show_entries",
-            "stream=codec_name,nb_read_frames",
-            "-of",
-            "csv=p=0",
-            path.to_str().unwrap(),
-        ],
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (c, n) = l.split_once(',')?;
-            Some((c.to_string(), n.trim().parse().ok()?))
-        })
-        .collect()
-}
-
 /// (pts, dts, keyframe) of every video packet, in file order.
 fn video_packets(path: &Path) -> Vec<(i64, i64, bool)> {
     let out = run(
@@ -241,29 +206,6 @@ fn video_packets(path: &Path) -> Vec<(i64, i64, bool)> {
             let dts = f.next()?.parse().ok()?;
             Some((pts, dts, f.next()?.starts_with('K')))
         })
-        .collect()
-}
-
-/// The md5 of every decoded picture, in presentation order.
-fn picture_md5s(path: &Path) -> Vec<String> {
-    let out = run(
-        "ffmpeg",
-        &[
-            "-loglevel",
-            "error",
-            "-i",
-            path.to_str().unwrap(),
-            "-map",
-            "0:v",
-            "-f",
-            "framemd5",
-            "-",
-        ],
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(',').next().map(|s| s.trim().to_string()))
         .collect()
 }
 

@@ -18,9 +18,12 @@
 //! sets `QUICHUB_MOQ_DEV_BIN`, so a missing tool (or ffmpeg) fails the test
 //! there instead of skipping it.
 
+mod common;
+
+use common::media::{count_frames, picture_md5s, run};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use quichub_net::tls::Identity;
@@ -97,20 +100,6 @@ impl Drop for Dir {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
-}
-
-fn run(prog: &str, args: &[&str]) -> Output {
-    let out = Command::new(prog)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {prog}: {e}"));
-    assert!(
-        out.status.success(),
-        "{prog} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// ffmpeg's test pattern and a sine, H.264 (GOP 30, B frames) and AAC, as
@@ -228,53 +217,6 @@ fn wait_for(child: &mut Child, limit: Duration) -> bool {
     let _ = child.kill();
     let _ = child.wait();
     false
-}
-
-/// (codec, frames decoded) per stream.
-fn count_frames(path: &Path) -> Vec<(String, usize)> {
-    let out = run(
-        "ffprobe",
-        &[
-            "-loglevel",
-            "error",
-            "-count_frames",
-            "-show_entries",
-            "stream=codec_name,nb_read_frames",
-            "-of",
-            "csv=p=0",
-            path.to_str().unwrap(),
-        ],
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (c, n) = l.split_once(',')?;
-            Some((c.to_string(), n.trim().parse().ok()?))
-        })
-        .collect()
-}
-
-/// The md5 of every decoded picture, in presentation order.
-fn picture_md5s(path: &Path) -> Vec<String> {
-    let out = run(
-        "ffmpeg",
-        &[
-            "-loglevel",
-            "error",
-            "-i",
-            path.to_str().unwrap(),
-            "-map",
-            "0:v",
-            "-f",
-            "framemd5",
-            "-",
-        ],
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(',').next().map(|s| s.trim().to_string()))
-        .collect()
 }
 
 /// Every picture of the input, decoded identically from the output.
