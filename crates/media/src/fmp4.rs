@@ -307,7 +307,7 @@ impl Fmp4Demuxer {
                 // A first-sample flag override only exists in the Inherited
                 // form's model; mp4-atom folds it into the first explicit entry.
                 for (duration, size, flags, cts) in entries {
-                    let end = offset + u64::from(size);
+                    let end = offset.saturating_add(u64::from(size));
                     if offset < body_start || end > body_end {
                         return Err(Error::malformed(
                             "trun",
@@ -319,7 +319,11 @@ impl Fmp4Demuxer {
                     let from = (offset - body_start) as usize;
                     let data = body.slice(from..from + size as usize);
                     let ts = track.info.timescale;
-                    let pts = dts as i64 + cts - track.edit_offset;
+                    // Peer-chosen times: saturate rather than overflow.
+                    let dts_signed = i64::try_from(dts).unwrap_or(i64::MAX);
+                    let pts = dts_signed
+                        .saturating_add(cts)
+                        .saturating_sub(track.edit_offset);
                     let keyframe = match track.info.kind {
                         crate::TrackKind::Audio => true,
                         crate::TrackKind::Video => flags & NON_SYNC == 0,
@@ -327,7 +331,7 @@ impl Fmp4Demuxer {
                     self.out.push_back(Event::Frame(Frame {
                         track: id,
                         pts: to_micros(pts, ts),
-                        dts: to_micros(dts as i64 - track.edit_offset, ts),
+                        dts: to_micros(dts_signed.saturating_sub(track.edit_offset), ts),
                         duration: to_micros(duration.into(), ts).clamp(0, u32::MAX.into()) as u32,
                         keyframe,
                         // ffmpeg leaves sample_is_depended_on unset in
@@ -336,7 +340,7 @@ impl Fmp4Demuxer {
                             || is_disposable(&track.info.codec, &data, track.info.nal_length_size),
                         data,
                     }));
-                    dts += u64::from(duration);
+                    dts = dts.saturating_add(u64::from(duration));
                     offset = end;
                 }
             }

@@ -159,7 +159,7 @@ impl Fragmenter {
                         duration: Some(duration),
                         size: Some(size),
                         flags: Some(flags),
-                        cts: Some(pts - dts.max(0)),
+                        cts: Some(pts.saturating_sub(dts.max(0))),
                     }]),
                 }],
                 ..Default::default()

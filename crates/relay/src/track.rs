@@ -236,8 +236,8 @@ impl Track {
         }
     }
 
-    /// Counts an upstream data stream (subgroup or fetch) as open until the
-    /// returned guard is dropped.
+    /// Counts an upstream subgroup stream as open until the returned guard
+    /// is dropped.
     pub fn upstream_stream(&self) -> UpstreamStream {
         self.streams.send_modify(|(opened, _)| *opened += 1);
         UpstreamStream {
@@ -252,6 +252,7 @@ impl Track {
         let mut rx = self.streams.subscribe();
         let settled =
             rx.wait_for(|&(opened, finished)| opened >= stream_count && finished >= opened);
+        // Bound to a local: the future borrows `rx`, which must outlive it.
         let done = matches!(tokio::time::timeout(grace, settled).await, Ok(Ok(_)));
         done
     }

@@ -346,7 +346,8 @@ pub async fn subscribe(
         let frame_us = c
             .framerate
             .filter(|f| *f > 0.0)
-            .map_or(33_333, |f| (1e6 / f) as i64);
+            // A catalog's framerate is peer input: 1 to 1000 frames per second.
+            .map_or(33_333, |f| (1e6 / f).clamp(1_000.0, 1_000_000.0) as i64);
         let configured = sample_entry(&info).is_ok();
         eprintln!("rendition {}: {} ({})", c.name, info.codec, describe(&info));
         outputs.push((
@@ -544,8 +545,8 @@ pub async fn subscribe(
                 // Output time starts at the first frame's decode time, so
                 // no decode time is negative.
                 let base = *first_dts.get_or_insert(f.dts);
-                f.dts -= base;
-                f.pts -= base;
+                f.dts = f.dts.saturating_sub(base);
+                f.pts = f.pts.saturating_sub(base);
                 let frag = fragmenter.fragment(&o.info, &f)?;
                 match out.write_all(&frag).and_then(|_| out.flush()) {
                     Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
@@ -675,12 +676,13 @@ fn decode_object(o: &mut Output, starts_group: bool, obj: Obj) -> anyhow::Result
 fn timed_frame(o: &mut Output, pts: i64, keyframe: bool, data: Bytes) -> Frame {
     let dts = match (o.info.kind, o.last_dts) {
         (TrackKind::Audio, _) => pts,
-        (TrackKind::Video, None) => pts - 2 * o.frame_us,
+        (TrackKind::Video, None) => pts.saturating_sub(2 * o.frame_us),
         (TrackKind::Video, Some(last)) => {
-            let next = last + o.frame_us;
-            let anchor = pts - 2 * o.frame_us;
-            if keyframe && (next - anchor).abs() > o.frame_us / 2 {
-                anchor.max(last + 1)
+            // Timestamps are peer input: saturate rather than overflow.
+            let next = last.saturating_add(o.frame_us);
+            let anchor = pts.saturating_sub(2 * o.frame_us);
+            if keyframe && next.abs_diff(anchor) > (o.frame_us / 2) as u64 {
+                anchor.max(last.saturating_add(1))
             } else {
                 next
             }
