@@ -1,0 +1,48 @@
+//! The `[auth]` section of quichub's configuration.
+
+use std::path::PathBuf;
+
+/// What authenticates peers and what anonymous peers may do. The default
+/// configures nothing: see [`AuthConfig::configured`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// JWT verification key for tokens without a `kid` (a JWK JSON file, a
+    /// PEM public key, or a raw HMAC secret file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+    /// Directory of JWT verification keys, one file per `kid` (the file name
+    /// without extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_dir: Option<PathBuf>,
+    /// JWKS file (`{"keys": [...]}`), keys chosen by `kid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwks: Option<PathBuf>,
+    /// Namespace/topic path prefixes anyone may publish and subscribe to
+    /// without credentials (moq-relay's `public`), e.g. `"anon"`.
+    pub public: Vec<String>,
+    /// Path prefixes anyone may subscribe to (not publish) without credentials.
+    pub public_read: Vec<String>,
+    /// mosquitto `password_file` (`mosquitto_passwd` output, used unchanged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    /// mosquitto `acl_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acl_file: Option<PathBuf>,
+    /// Whether clients without credentials are accepted. Unset: only on
+    /// loopback listeners while nothing else is configured (mosquitto 2's
+    /// safe default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_anonymous: Option<bool>,
+}
+
+impl AuthConfig {
+    /// Whether any credential source (keys, password file, ACL file) is set.
+    pub fn configured(&self) -> bool {
+        self.key.is_some()
+            || self.key_dir.is_some()
+            || self.jwks.is_some()
+            || self.password_file.is_some()
+            || self.acl_file.is_some()
+    }
+}
