@@ -3,7 +3,8 @@
 #   - Debian's mosquitto-clients (mosquitto_pub, mosquitto_sub), curl (the HTTP
 #     API tests, HTTP/1.1 and HTTP/2) and the mosquitto
 #     broker (the benchmark's baseline), with apt-get (as root, or through sudo);
-#   - paho-mqtt and aioquic from PyPI, pinned, into a virtual environment at
+#   - paho-mqtt, aioquic and PyJWT (an independent JWT implementation for the
+#     auth tests) from PyPI, pinned, into a virtual environment at
 #     $QUICHUB_TOOLS/py (default ~/.cache/quichub/tools/py);
 #   - two MQTT-over-QUIC clients from crates.io, pinned, into $QUICHUB_TOOLS/bin:
 #     `mqttv5` (crate mqttv5-cli: single-stream mode over quics://) and
@@ -18,6 +19,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
 PAHO_VERSION="2.1.0"
 AIOQUIC_VERSION="1.2.0"
+PYJWT_VERSION="2.10.1"
 
 if ! command -v mosquitto_pub >/dev/null || ! command -v mosquitto >/dev/null || ! command -v curl >/dev/null; then
 	SUDO=""
@@ -34,15 +36,15 @@ if ! command -v mosquitto_pub >/dev/null || ! command -v mosquitto >/dev/null ||
 fi
 
 PY="$TOOLS/py/bin/python"
-if ! "$PY" -c "import paho.mqtt, aioquic" 2>/dev/null ||
+if ! "$PY" -c "import paho.mqtt, aioquic, jwt" 2>/dev/null ||
 	[ "$("$PY" -c 'import paho.mqtt; print(paho.mqtt.__version__)' 2>/dev/null)" != "$PAHO_VERSION" ]; then
-	echo "install-mqtt-tools: python venv with paho-mqtt $PAHO_VERSION, aioquic $AIOQUIC_VERSION in $TOOLS/py" >&2
+	echo "install-mqtt-tools: python venv with paho-mqtt $PAHO_VERSION, aioquic $AIOQUIC_VERSION, PyJWT $PYJWT_VERSION in $TOOLS/py" >&2
 	mkdir -p "$TOOLS"
 	python3 -m venv "$TOOLS/py"
 	"$TOOLS/py/bin/pip" install -q --disable-pip-version-check \
-		"paho-mqtt==$PAHO_VERSION" "aioquic==$AIOQUIC_VERSION"
+		"paho-mqtt==$PAHO_VERSION" "aioquic==$AIOQUIC_VERSION" "PyJWT==$PYJWT_VERSION"
 fi
-echo "install-mqtt-tools: mosquitto $(mosquitto -h 2>/dev/null | head -1 | awk '{print $3}'), $("$PY" -c 'import paho.mqtt, aioquic; print("paho-mqtt", paho.mqtt.__version__, "aioquic", aioquic.__version__)')" >&2
+echo "install-mqtt-tools: mosquitto $(mosquitto -h 2>/dev/null | head -1 | awk '{print $3}'), $("$PY" -c 'import paho.mqtt, aioquic; import jwt; print("paho-mqtt", paho.mqtt.__version__, "aioquic", aioquic.__version__, "PyJWT", jwt.__version__)')" >&2
 
 # --- MQTT over QUIC clients (crates.io) ---
 MQTTV5_CLI_VERSION="0.29.10"
