@@ -10,6 +10,7 @@
 //! - [`message`]: every control message.
 //! - [`data`]: subgroup streams, datagrams, fetch streams, padding.
 //! - [`session`]: SETUP validation, request-ID rules, control-stream framing.
+//! - [`token`]: the AUTHORIZATION TOKEN structure and the per-session token cache.
 //! - `fuzz` (feature `fuzz`): the bodies of the fuzz targets in `crates/moqt/fuzz/`.
 #![warn(missing_docs)]
 
@@ -22,6 +23,7 @@ pub mod message;
 pub mod names;
 pub mod params;
 pub mod session;
+pub mod token;
 
 pub use coding::{KeyValue, KvValue, Location};
 pub use error::{DecodeError, SessionErrorCode};
