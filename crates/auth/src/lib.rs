@@ -15,6 +15,7 @@
 
 pub mod config;
 mod error;
+pub mod passwd;
 pub mod path;
 
 pub use config::AuthConfig;
