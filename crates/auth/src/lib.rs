@@ -13,6 +13,7 @@
 //!   ((`mqtt`, `a`, `b`), `c`), see [`path`]).
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod config;
 mod error;
 pub mod passwd;
