@@ -16,6 +16,7 @@
 pub mod acl;
 pub mod config;
 mod error;
+pub mod jwt;
 pub mod passwd;
 pub mod path;
 
