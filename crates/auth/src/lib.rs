@@ -14,12 +14,14 @@
 #![warn(missing_docs)]
 
 pub mod acl;
+mod auth;
 pub mod config;
 mod error;
 pub mod jwt;
 pub mod passwd;
 pub mod path;
 
+pub use auth::{Auth, Identity, Method, JWT_USERNAME};
 pub use config::AuthConfig;
 pub use error::AuthError;
 
