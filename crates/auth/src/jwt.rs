@@ -646,9 +646,11 @@ pub fn generate(alg: Algorithm, kid: Option<&str>) -> Result<GeneratedKey, AuthE
                 Some(serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": x})),
             )
         }
-        other => return Err(AuthError::Key(format!(
+        other => {
+            return Err(AuthError::Key(format!(
             "cannot generate {other:?} keys: make one with `openssl genpkey` and use the PEM file"
-        ))),
+        )))
+        }
     };
     Ok(GeneratedKey {
         private: with_common(private, &["sign", "verify"]),
