@@ -315,3 +315,50 @@ fn jwt_shape() {
     assert!(!looks_like_jwt(b"a.b.c.d"));
     assert!(!looks_like_jwt(b"a b.c.d"));
 }
+
+/// A token whose HMAC is computed by openssl, not jsonwebtoken (skipped
+/// without openssl).
+#[test]
+fn hs256_token_signed_by_openssl() {
+    let secret = [0x5a_u8; 32];
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let input = format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#),
+        URL_SAFE_NO_PAD.encode(br#"{"root":"demo","get":"","exp":1800000600}"#)
+    );
+    let mut child = match std::process::Command::new("openssl")
+        .args([
+            "dgst",
+            "-sha256",
+            "-mac",
+            "HMAC",
+            "-macopt",
+            &format!("hexkey:{hex}"),
+            "-binary",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(_) => {
+            eprintln!("openssl not installed: skipped");
+            return;
+        }
+    };
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let token = format!("{input}.{}", URL_SAFE_NO_PAD.encode(&out.stdout));
+    let k = key(&serde_json::json!({"kty": "oct", "alg": "HS256", "k": b64(&secret)}));
+    let c = k.verify(&token, now()).unwrap();
+    assert_eq!(c.root, "demo");
+    assert_eq!(c.get, [""]);
+}
