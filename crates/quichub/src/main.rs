@@ -1,5 +1,5 @@
 //! `quichub`: the one binary. Subcommands: `relay`, `pub`, `sub`, `demo`,
-//! `interop-client`, the benchmarks, `netem`, `lab`, `completions`. Logic
+//! `interop-client`, the benchmarks, `netem`, `lab`, `token`, `completions`. Logic
 //! lives in the crates; this file parses arguments.
 
 mod bench_cmd;
@@ -16,6 +16,7 @@ mod mqtt_bench;
 mod packaging;
 mod pubsub;
 mod relay_cmd;
+mod token_cmd;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -69,6 +70,8 @@ enum Command {
     /// What connections cost a running relay: memory per idle connection, and
     /// under a flood of handshakes that never complete.
     BenchConn(conn_bench::BenchConnArgs),
+    /// Make JWT keys, sign and verify tokens (moq-token compatible).
+    Token(token_cmd::TokenArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     ///
     /// E.g. `quichub completions bash > /usr/share/bash-completion/completions/quichub`.
@@ -150,6 +153,7 @@ fn main() -> std::process::ExitCode {
             completions(a.shell, &mut std::io::stdout());
             return std::process::ExitCode::SUCCESS;
         }
+        Command::Token(a) => return exit(token_cmd::run(a)),
         other => other,
     };
     let rt = match cli.threads {
@@ -177,7 +181,7 @@ fn main() -> std::process::ExitCode {
             Command::BenchMedia(a) => media_bench::run(a).await.map(|_| 0),
             Command::BenchMqtt(a) => mqtt_bench::run(a).await.map(|_| 0),
             Command::BenchConn(a) => conn_bench::run(a).await.map(|_| 0),
-            Command::Netem(_) | Command::Lab(_) | Command::Completions(_) => {
+            Command::Netem(_) | Command::Lab(_) | Command::Completions(_) | Command::Token(_) => {
                 unreachable!("handled above")
             }
         }

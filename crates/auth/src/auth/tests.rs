@@ -1,0 +1,334 @@
+use std::path::PathBuf;
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::*;
+use crate::jwt::{generate, Algorithm, Claims, Key};
+
+fn now() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+}
+
+fn ns(fields: &[&str]) -> Vec<Bytes> {
+    fields
+        .iter()
+        .map(|f| Bytes::copy_from_slice(f.as_bytes()))
+        .collect()
+}
+
+struct Fixture {
+    dir: PathBuf,
+    key: Key,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.dir).ok();
+    }
+}
+
+const ACL: &str = "\
+topic read anon/#
+user alice
+topic readwrite sensors/#
+topic deny sensors/secret
+user carol
+topic read sensors/+/temp
+pattern write devices/%c/#
+";
+
+const PASSWD: &str = "alice:$7$101$8aiMLZg0sQaLcxss$BSmGVBrcLcOx5POja/gA8si6UUPIzxlogfo6QdP9pFHvrwROhbrbnrr0nTxIWuuYWwdmVk/yvtSD9H5adSAKzA==\n";
+
+fn fixture(name: &str, with_acl: bool, f: impl FnOnce(&mut AuthConfig)) -> (Fixture, Auth) {
+    let dir = std::env::temp_dir().join(format!("quichub-auth-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let g = generate(Algorithm::HS256, None).unwrap();
+    std::fs::write(dir.join("key.jwk"), g.private.to_string()).unwrap();
+    std::fs::write(dir.join("passwd"), PASSWD).unwrap();
+    std::fs::write(dir.join("acl"), ACL).unwrap();
+    let mut cfg = AuthConfig {
+        key: Some(dir.join("key.jwk")),
+        password_file: Some(dir.join("passwd")),
+        acl_file: with_acl.then(|| dir.join("acl")),
+        ..AuthConfig::default()
+    };
+    f(&mut cfg);
+    let auth = Auth::load(&cfg).unwrap();
+    let key = Key::from_jwk(&g.private).unwrap();
+    (Fixture { dir, key }, auth)
+}
+
+fn token(key: &Key, c: Claims) -> String {
+    key.sign(&c, None).unwrap()
+}
+
+#[test]
+fn nothing_configured_allows_everything() {
+    let auth = Auth::load(&AuthConfig::default()).unwrap();
+    assert!(!auth.configured());
+    let id = auth.anonymous("c").unwrap();
+    assert!(id.unrestricted());
+    assert!(id.may_track(Access::Write, &ns(&["any"]), Some(b"thing")));
+    assert!(id.may_filter("#"));
+    let id = auth.password("u", b"whatever", "c").unwrap();
+    assert_eq!(id.name(), Some("u"));
+    assert!(id.may_topic(Access::Write, "x/y"));
+    assert!(!id.may_topic(Access::Write, "$SYS/broker/load"));
+    let strict = Auth::load(&AuthConfig {
+        allow_anonymous: Some(false),
+        ..AuthConfig::default()
+    })
+    .unwrap();
+    assert!(matches!(
+        strict.anonymous("c"),
+        Err(AuthError::NoCredentials)
+    ));
+}
+
+#[test]
+fn jwt_prefixes_on_path_boundaries_for_moqt_and_mqtt() {
+    let (fx, auth) = fixture("jwt", false, |_| {});
+    let t = token(
+        &fx.key,
+        Claims {
+            root: "demo".into(),
+            put: vec!["bbb".into()],
+            get: vec!["".into()],
+            exp: Some(1_800_000_600),
+            ..Claims::default()
+        },
+    );
+    let id = auth.jwt(&t, now()).unwrap();
+    assert_eq!(id.method(), Method::Jwt);
+    assert_eq!(
+        id.expires(),
+        Some(UNIX_EPOCH + Duration::from_secs(1_800_000_600))
+    );
+    assert!(id.may_prefix(Access::Write, &ns(&["demo", "bbb"])));
+    assert!(id.may_prefix(Access::Write, &ns(&["demo", "bbb", "x"])));
+    assert!(id.may_track(Access::Write, &ns(&["demo"]), Some(b"bbb")));
+    assert!(!id.may_prefix(Access::Write, &ns(&["demo", "bbbx"])));
+    assert!(!id.may_prefix(Access::Write, &ns(&["demo"])));
+    assert!(id.may_prefix(Access::Read, &ns(&["demo"])));
+    assert!(!id.may_prefix(Access::Read, &ns(&["other"])));
+    assert!(!id.may_topic(Access::Read, "demo/bbb"));
+    assert!(matches!(
+        auth.jwt(&t, now() + Duration::from_secs(601)),
+        Err(AuthError::Expired)
+    ));
+
+    // A `put` prefix mqtt/sensors lets an MQTT client publish sensors/#.
+    let t = token(
+        &fx.key,
+        Claims {
+            put: vec!["mqtt/sensors".into()],
+            get: vec!["mqtt/sensors/+".into(), "mqtt/a//b".into()],
+            ..Claims::default()
+        },
+    );
+    let id = auth
+        .password_at(JWT_USERNAME, t.as_bytes(), "c1", now())
+        .unwrap();
+    assert_eq!(id.client_id(), Some("c1"));
+    assert!(id.may_topic(Access::Write, "sensors/room1/temp"));
+    assert!(id.may_topic(Access::Write, "sensors"));
+    assert!(!id.may_topic(Access::Write, "sensorsx/a"));
+    assert!(!id.may_topic(Access::Read, "sensors/a"));
+    assert!(id.may_track(Access::Write, &ns(&["mqtt", "sensors"]), Some(b"temp")));
+    assert!(!id.may_track(Access::Write, &ns(&["mqtt"]), Some(b"other")));
+    // '+' in a claim is literal, not a wildcard.
+    assert!(!id.may_filter("sensors/+/#"));
+    assert!(!id.may_filter("sensors/x"));
+    // "a//b" normalises to a/b.
+    assert!(id.may_filter("a/b/#"));
+    // An empty user name works as well; a password file user does not.
+    assert!(auth.password_at("", t.as_bytes(), "c1", now()).is_ok());
+    assert!(matches!(
+        auth.password_at("bob", t.as_bytes(), "c1", now()),
+        Err(AuthError::BadCredentials)
+    ));
+    // A wrongly signed JWT as password is a JWT failure.
+    let other = Key::from_jwk(&generate(Algorithm::HS256, None).unwrap().private).unwrap();
+    let bad = token(
+        &other,
+        Claims {
+            get: vec!["".into()],
+            ..Claims::default()
+        },
+    );
+    assert!(matches!(
+        auth.password_at("jwt", bad.as_bytes(), "c", now()),
+        Err(AuthError::BadSignature)
+    ));
+}
+
+#[test]
+fn jwt_filters_need_a_covering_get_prefix() {
+    let (fx, auth) = fixture("filters", false, |_| {});
+    let t = token(
+        &fx.key,
+        Claims {
+            get: vec!["mqtt/sensors".into()],
+            ..Claims::default()
+        },
+    );
+    let id = auth.jwt(&t, now()).unwrap();
+    for f in ["sensors", "sensors/#", "sensors/+", "sensors/a/+/b"] {
+        assert!(id.may_filter(f), "{f}");
+    }
+    for f in ["#", "+/x", "sensorsx", "+"] {
+        assert!(!id.may_filter(f), "{f}");
+    }
+    // Empty levels map to \0 fields both ways.
+    let t = token(
+        &fx.key,
+        Claims {
+            get: vec!["mqtt/a/\0".into()],
+            ..Claims::default()
+        },
+    );
+    let id = auth.jwt(&t, now()).unwrap();
+    assert!(id.may_topic(Access::Read, "a//b"));
+    assert!(id.may_track(Access::Read, &ns(&["mqtt", "a", "\0"]), Some(b"b")));
+}
+
+#[test]
+fn passwords_and_acl_rules_across_protocols() {
+    let (fx, auth) = fixture("acl", true, |_| {});
+    assert!(matches!(
+        auth.password("alice", b"wrong", "c"),
+        Err(AuthError::BadCredentials)
+    ));
+    assert!(matches!(
+        auth.password("nobody", b"s3cret", "c"),
+        Err(AuthError::BadCredentials)
+    ));
+    let alice = auth.password("alice", b"s3cret", "dev1").unwrap();
+    assert_eq!(alice.method(), Method::Password);
+    assert!(!alice.unrestricted());
+    assert!(alice.may_topic(Access::Write, "sensors/room1/temp"));
+    assert!(!alice.may_topic(Access::Write, "sensors/secret"));
+    assert!(!alice.may_topic(Access::Write, "other"));
+    assert!(alice.may_filter("sensors/#"));
+    assert!(!alice.may_filter("#"));
+    // The same rules for MoQT tracks under (mqtt, sensors, ...).
+    assert!(alice.may_track(
+        Access::Write,
+        &ns(&["mqtt", "sensors", "room1"]),
+        Some(b"temp")
+    ));
+    assert!(alice.may_track(Access::Write, &ns(&["mqtt"]), Some(b"sensors")));
+    assert!(!alice.may_track(Access::Write, &ns(&["mqtt", "sensors"]), Some(b"secret")));
+    assert!(!alice.may_track(Access::Write, &ns(&["media", "sensors"]), Some(b"x")));
+    assert!(alice.may_prefix(Access::Write, &ns(&["mqtt", "sensors", "room1"])));
+    // (mqtt, sensors) holds sensors/secret, which is denied.
+    assert!(!alice.may_prefix(Access::Read, &ns(&["mqtt", "sensors"])));
+    // Patterns: %c is the MQTT client id.
+    assert!(alice.may_topic(Access::Write, "devices/dev1/x"));
+    assert!(!alice.may_topic(Access::Write, "devices/dev2/x"));
+
+    // A JWT whose sub is alice gets alice's rules (and no client id).
+    let t = token(
+        &fx.key,
+        Claims {
+            sub: Some("alice".into()),
+            ..Claims::default()
+        },
+    );
+    let id = auth.jwt(&t, now()).unwrap();
+    assert_eq!(id.name(), Some("alice"));
+    assert!(id.may_track(Access::Write, &ns(&["mqtt", "sensors"]), Some(b"x")));
+    assert!(!id.may_track(Access::Write, &ns(&["mqtt", "other"]), Some(b"x")));
+    assert!(!id.may_topic(Access::Write, "devices/dev1/x"));
+    // A deny rule wins over a JWT grant.
+    let t = token(
+        &fx.key,
+        Claims {
+            sub: Some("alice".into()),
+            put: vec!["mqtt".into()],
+            ..Claims::default()
+        },
+    );
+    let id = auth.jwt(&t, now()).unwrap();
+    assert!(id.may_topic(Access::Write, "anything"));
+    assert!(!id.may_topic(Access::Write, "sensors/secret"));
+
+    // Certificates use the name as the user.
+    let carol = auth.certificate("carol", "c").unwrap();
+    assert!(carol.may_filter("sensors/+/temp"));
+    assert!(!carol.may_filter("sensors/#"));
+    assert!(!carol.may_topic(Access::Write, "sensors/a/temp"));
+}
+
+#[test]
+fn anonymous_clients() {
+    // ACL anonymous rules + public prefixes.
+    let (_fx, auth) = fixture("anon", true, |c| {
+        c.public = vec!["open".into()];
+        c.public_read = vec!["news".into()];
+    });
+    let id = auth.anonymous("c").unwrap();
+    assert_eq!(id.method(), Method::Anonymous);
+    assert!(id.may_topic(Access::Read, "anon/x"));
+    assert!(!id.may_topic(Access::Write, "anon/x"));
+    assert!(id.may_prefix(Access::Write, &ns(&["open", "room"])));
+    assert!(id.may_prefix(Access::Read, &ns(&["news"])));
+    assert!(!id.may_prefix(Access::Write, &ns(&["news"])));
+    assert!(!id.may_prefix(Access::Read, &ns(&["newsx"])));
+    assert!(id.may_topic(Access::Write, "devices/c/state"));
+
+    // Configured without anything for anonymous clients: refused.
+    let (_fx, auth) = fixture("anon2", false, |_| {});
+    assert!(matches!(auth.anonymous("c"), Err(AuthError::NoCredentials)));
+    // Unless explicitly allowed (and then they may do nothing).
+    let (_fx, auth) = fixture("anon3", false, |c| c.allow_anonymous = Some(true));
+    let id = auth.anonymous("c").unwrap();
+    assert!(!id.may_topic(Access::Read, "x"));
+    // Or explicitly refused despite public prefixes.
+    let (_fx, auth) = fixture("anon4", false, |c| {
+        c.public = vec!["".into()];
+        c.allow_anonymous = Some(false);
+    });
+    assert!(auth.anonymous("c").is_err());
+}
+
+#[test]
+fn password_users_without_acl_file_may_do_everything() {
+    let (_fx, auth) = fixture("noacl", false, |_| {});
+    let id = auth.password("alice", b"s3cret", "c").unwrap();
+    assert!(id.unrestricted());
+    assert!(id.may_filter("#"));
+}
+
+#[test]
+fn reasons_are_labels() {
+    let (fx, auth) = fixture("reasons", false, |_| {});
+    let e = auth.jwt("garbage", now()).unwrap_err();
+    assert_eq!(e.reason(), "malformed");
+    let t = token(
+        &fx.key,
+        Claims {
+            get: vec!["".into()],
+            exp: Some(1),
+            ..Claims::default()
+        },
+    );
+    assert_eq!(auth.jwt(&t, now()).unwrap_err().reason(), "expired");
+    let e = Auth::load(&AuthConfig {
+        acl_file: Some(fx.dir.join("missing")),
+        ..AuthConfig::default()
+    })
+    .unwrap_err();
+    assert_eq!(e.reason(), "io");
+    std::fs::write(fx.dir.join("bad.acl"), "user a\ntopic nope x\n").unwrap();
+    let e = Auth::load(&AuthConfig {
+        acl_file: Some(fx.dir.join("bad.acl")),
+        ..AuthConfig::default()
+    })
+    .unwrap_err();
+    assert_eq!(e.reason(), "config");
+    assert!(
+        e.to_string()
+            .ends_with("bad.acl:2: unknown access \"nope\" (read, write, readwrite, deny)"),
+        "{e}"
+    );
+}
