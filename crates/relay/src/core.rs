@@ -3,6 +3,8 @@
 //! held across an `.await`; per-track hot-path state lives in [`Track`].
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,7 +16,6 @@ use web_transport_quinn::Session;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::session::SessionHandle;
 use crate::track::{Joined, Track, TrackStats};
 
 /// A read-only picture of the relay at one moment, for dashboards
@@ -53,6 +54,29 @@ pub struct TrackSnapshot {
     pub stats: TrackStats,
     /// Whether the upstream ended.
     pub ended: bool,
+}
+
+/// A boxed future, for the [`Peer`] methods the registry calls through `dyn`.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// What the registry needs of a session: its id, and for a session that
+/// published a namespace, a way to subscribe upstream. Implemented by the
+/// session module, so the registry names no session type (and the session
+/// module stays the only one that speaks MoQT on the wire).
+pub(crate) trait Peer: Send + Sync {
+    /// The session's relay-wide id.
+    fn id(&self) -> u64;
+
+    /// Subscribes upstream to `entry`'s track on this (publisher's) session;
+    /// resolves once the publisher accepted (SUBSCRIBE_OK) or refused.
+    fn subscribe_upstream(
+        self: Arc<Self>,
+        relay: Arc<Relay>,
+        entry: Arc<TrackEntry>,
+    ) -> BoxFuture<Result<(), Refusal>>;
+
+    /// Sends GOAWAY on the session's control stream (shutdown).
+    fn send_goaway(self: Arc<Self>, timeout_ms: u64) -> BoxFuture<()>;
 }
 
 /// A request failure to report with REQUEST_ERROR.
@@ -124,11 +148,11 @@ struct TrackSub {
 
 #[derive(Default)]
 struct State {
-    namespaces: HashMap<TrackNamespace, Arc<SessionHandle>>,
+    namespaces: HashMap<TrackNamespace, Arc<dyn Peer>>,
     tracks: HashMap<FullTrackName, Arc<TrackEntry>>,
     ns_subs: HashMap<u64, NsSub>,
     track_subs: HashMap<u64, TrackSub>,
-    sessions: HashMap<u64, Arc<SessionHandle>>,
+    sessions: HashMap<u64, Arc<dyn Peer>>,
 }
 
 /// The relay's shared state.
@@ -166,12 +190,12 @@ impl Relay {
     }
 
     /// Registers a session; `false` when the session limit is reached.
-    pub fn add_session(&self, s: Arc<SessionHandle>) -> bool {
+    pub(crate) fn add_session(&self, s: Arc<dyn Peer>) -> bool {
         let mut st = self.lock();
         if st.sessions.len() >= self.config.max_sessions {
             return false;
         }
-        st.sessions.insert(s.id, s);
+        st.sessions.insert(s.id(), s);
         true
     }
 
@@ -204,7 +228,7 @@ impl Relay {
             let ns: Vec<_> = st
                 .namespaces
                 .iter()
-                .filter(|(_, s)| s.id == id)
+                .filter(|(_, s)| s.id() == id)
                 .map(|(n, _)| n.clone())
                 .collect();
             for n in &ns {
@@ -232,8 +256,13 @@ impl Relay {
     }
 
     /// Sessions, for GOAWAY on shutdown.
-    pub fn sessions(&self) -> Vec<Arc<SessionHandle>> {
+    pub(crate) fn sessions(&self) -> Vec<Arc<dyn Peer>> {
         self.lock().sessions.values().cloned().collect()
+    }
+
+    /// How many sessions are established (SETUP done, not yet closed).
+    pub fn session_count(&self) -> usize {
+        self.lock().sessions.len()
     }
 
     /// Signals shutdown to every session task.
@@ -247,15 +276,15 @@ impl Relay {
     }
 
     /// PUBLISH_NAMESPACE: `session` serves tracks under `ns`.
-    pub fn publish_namespace(
+    pub(crate) fn publish_namespace(
         &self,
         ns: TrackNamespace,
-        session: Arc<SessionHandle>,
+        session: Arc<dyn Peer>,
     ) -> Result<(), Refusal> {
         {
             let mut st = self.lock();
             if let Some(existing) = st.namespaces.get(&ns) {
-                if existing.id != session.id {
+                if existing.id() != session.id() {
                     // Latest publisher wins: a reconnecting publisher replaces its stale session.
                     tracing::info!(%ns, "namespace re-published by another session");
                 }
@@ -272,7 +301,7 @@ impl Relay {
         let removed = {
             let mut st = self.lock();
             match st.namespaces.get(ns) {
-                Some(s) if s.id == session_id => {
+                Some(s) if s.id() == session_id => {
                     st.namespaces.remove(ns);
                     true
                 }
@@ -293,16 +322,6 @@ impl Relay {
         // dropped (its stream is reset) rather than queued for without bound.
         st.ns_subs
             .retain(|_, sub| !ns.has_prefix(&sub.prefix) || sub.tx.try_send(ev.clone()).is_ok());
-    }
-
-    /// The publisher session for the longest published namespace prefixing `name`'s.
-    pub fn publisher_for(&self, ns: &TrackNamespace) -> Option<Arc<SessionHandle>> {
-        let st = self.lock();
-        st.namespaces
-            .iter()
-            .filter(|(n, _)| ns.has_prefix(n))
-            .max_by_key(|(n, _)| n.fields().len())
-            .map(|(_, s)| s.clone())
     }
 
     /// SUBSCRIBE_NAMESPACE: registers interest; returns the namespaces already
@@ -502,7 +521,7 @@ impl Relay {
         let relay = self.clone();
         let e = entry.clone();
         tokio::spawn(async move {
-            let outcome = publisher.subscribe_upstream(&relay, e.clone()).await;
+            let outcome = publisher.subscribe_upstream(relay.clone(), e.clone()).await;
             if let Err(r) = outcome {
                 relay.drop_entry(&e);
                 e.ready.send_replace(Some(Err(r)));
@@ -566,7 +585,7 @@ impl Relay {
                 .iter()
                 .map(|(n, s)| NamespaceSnapshot {
                     namespace: n.clone(),
-                    session: s.id,
+                    session: s.id(),
                 })
                 .collect();
             let entries: Vec<Arc<TrackEntry>> = st.tracks.values().cloned().collect();

@@ -19,7 +19,7 @@ use quichub_net::Transport;
 use tokio::sync::{watch, Notify};
 use web_transport_quinn::{RecvStream, SendStream, Session};
 
-use crate::core::{Relay, TrackEntry};
+use crate::core::{BoxFuture, Peer, Refusal, Relay, TrackEntry};
 use crate::track::Track;
 
 mod fetch;
@@ -168,7 +168,7 @@ impl SessionHandle {
     }
 
     /// Sends GOAWAY on our control stream (for shutdown).
-    pub async fn send_goaway(&self, timeout_ms: u64) {
+    async fn goaway(&self, timeout_ms: u64) {
         if self.goaway_sent.swap(true, Relaxed) {
             return;
         }
@@ -181,6 +181,24 @@ impl SessionHandle {
         if let Some(s) = self.control.lock().await.as_mut() {
             let _ = write_message(s, &msg).await;
         }
+    }
+}
+
+impl Peer for SessionHandle {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn subscribe_upstream(
+        self: Arc<Self>,
+        relay: Arc<Relay>,
+        entry: Arc<TrackEntry>,
+    ) -> BoxFuture<Result<(), Refusal>> {
+        Box::pin(async move { self.open_upstream(&relay, entry).await })
+    }
+
+    fn send_goaway(self: Arc<Self>, timeout_ms: u64) -> BoxFuture<()> {
+        Box::pin(async move { self.goaway(timeout_ms).await })
     }
 }
 
@@ -322,7 +340,7 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
             _ = h.session.closed() => break Ok(()),
             r = shutdown.changed() => {
                 if r.is_err() || *shutdown.borrow() {
-                    h.send_goaway(relay.config.goaway_timeout_ms).await;
+                    h.goaway(relay.config.goaway_timeout_ms).await;
                     // Stop watching; the session ends when the peer leaves or the
                     // endpoint closes after the drain timeout.
                     shutdown = watch::channel(false).1;

@@ -19,7 +19,7 @@ impl SessionHandle {
     /// Subscribes upstream to `entry`'s track on this (publisher's) session.
     /// Returns once SUBSCRIBE_OK arrives; a task then watches for PUBLISH_DONE
     /// and for the relay cancelling the subscription.
-    pub async fn subscribe_upstream(
+    pub(super) async fn open_upstream(
         self: &Arc<Self>,
         relay: &Arc<Relay>,
         entry: Arc<TrackEntry>,
