@@ -135,7 +135,8 @@ pub struct Accepted {
     pub session: Session,
     /// Raw QUIC or WebTransport.
     pub transport: Transport,
-    /// The CONNECT URL's path for WebTransport (raw QUIC sends PATH in SETUP).
+    /// The CONNECT URL's path and query (`/moq?jwt=...`) for WebTransport (raw
+    /// QUIC sends PATH in SETUP).
     pub path: Option<String>,
     /// Peer address.
     pub remote: SocketAddr,
@@ -483,7 +484,11 @@ async fn h3_established(
                 })
             }
         };
-    let path = request.url.path().to_string();
+    // Path and query: the query may carry credentials (`?jwt=`).
+    let path = match request.url.query() {
+        Some(q) => format!("{}?{q}", request.url.path()),
+        None => request.url.path().to_string(),
+    };
     let offered = request.protocols.clone();
     // A client that offers subprotocols must offer ours; one that offers none
     // (older browsers) gets moqt-18 by the URL's say-so.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use moqt::error::request_error;
@@ -14,6 +14,7 @@ use moqt::{FullTrackName, TrackNamespace};
 use tokio::sync::{mpsc, watch, Notify};
 use web_transport_quinn::Session;
 
+use crate::access::{AllowAll, Authorizer};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::track::{Joined, Track, TrackStats};
@@ -165,11 +166,17 @@ pub struct Relay {
     ids: AtomicU64,
     changed: Notify,
     shutdown: watch::Sender<bool>,
+    authorizer: RwLock<Arc<dyn Authorizer>>,
 }
 
 impl Relay {
-    /// A new, empty relay.
+    /// A new, empty relay that lets every session do everything.
     pub fn new(config: Config) -> Arc<Self> {
+        Self::with_authorizer(config, Arc::new(AllowAll))
+    }
+
+    /// A new, empty relay whose sessions get their permissions from `authorizer`.
+    pub fn with_authorizer(config: Config, authorizer: Arc<dyn Authorizer>) -> Arc<Self> {
         Arc::new(Self {
             config: Arc::new(config),
             metrics: Arc::default(),
@@ -177,7 +184,20 @@ impl Relay {
             ids: AtomicU64::new(1),
             changed: Notify::new(),
             shutdown: watch::channel(false).0,
+            authorizer: RwLock::new(authorizer),
         })
+    }
+
+    /// Replaces the authorizer (for example after the auth configuration was
+    /// reloaded). Sessions set up from now on use it; established sessions
+    /// keep the access they were given at SETUP.
+    pub fn set_authorizer(&self, authorizer: Arc<dyn Authorizer>) {
+        *self.authorizer.write().expect("authorizer lock") = authorizer;
+    }
+
+    /// The authorizer sessions set up now use.
+    pub(crate) fn authorizer(&self) -> Arc<dyn Authorizer> {
+        self.authorizer.read().expect("authorizer lock").clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

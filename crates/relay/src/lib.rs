@@ -9,6 +9,7 @@
 //! TOO_FAR_BEHIND); it never slows the publisher or the others.
 //!
 //! Modules:
+//! - [`access`]: the authorisation hooks (who may do what, per session and request).
 //! - [`config`]: limits and defaults.
 //! - [`object`]: objects and track events as they flow through the relay.
 //! - [`track`]: per-track state: fan-out ring, cache of recent groups, largest location.
@@ -19,6 +20,7 @@
 //! - [`metrics`]: counters and their Prometheus rendering.
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod config;
 pub mod core;
 pub mod endpoint;

@@ -4,13 +4,14 @@
 //! PUBLISH for SUBSCRIBE_TRACKS) towards the peer.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use moqt::error::request_error;
-use moqt::message::{GoAway, Message, RequestError};
+use moqt::message::{setup_option, FetchKind, GoAway, Message, RequestError, Setup};
 use moqt::session::{check_client_setup, make_setup, ControlState, RequestIds, Role, SessionError};
 use moqt::{Location, SessionErrorCode, TrackNamespace};
 use quichub_net::io::{write_message, EarlyDatagrams, MessageReader, ReadError};
@@ -19,6 +20,7 @@ use quichub_net::Transport;
 use tokio::sync::{watch, Notify};
 use web_transport_quinn::{RecvStream, SendStream, Session};
 
+use crate::access::{AllowAll, ConnectInfo, Operation, SessionAccess};
 use crate::core::{BoxFuture, Peer, Refusal, Relay, TrackEntry};
 use crate::track::Track;
 
@@ -53,6 +55,12 @@ pub struct SessionHandle {
     pub session: Session,
     /// Raw QUIC or WebTransport.
     pub transport: Transport,
+    /// The peer's address.
+    remote: SocketAddr,
+    /// WebTransport: the CONNECT URL's path and query.
+    path: Option<String>,
+    /// What the session may do, set at SETUP by the relay's authorizer.
+    access: OnceLock<Arc<dyn SessionAccess>>,
     request_ids: Mutex<RequestIds>,
     /// Track Aliases the peer chose for tracks it publishes to us.
     aliases: Mutex<HashMap<u64, Arc<Track>>>,
@@ -120,11 +128,21 @@ fn read_err(e: ReadError) -> SessionError {
 }
 
 impl SessionHandle {
-    fn new(id: u64, session: Session, transport: Transport) -> Self {
+    fn new(id: u64, accepted: Accepted) -> Self {
+        let Accepted {
+            session,
+            transport,
+            path,
+            remote,
+            ..
+        } = accepted;
         Self {
             id,
             session,
             transport,
+            remote,
+            path,
+            access: OnceLock::new(),
             request_ids: Mutex::new(RequestIds::new(Role::Server)),
             aliases: Mutex::default(),
             alias_added: Notify::new(),
@@ -156,6 +174,33 @@ impl SessionHandle {
         }
         tracing::info!(session = self.id, code = ?e.code, reason = %e.reason, "closing session");
         self.session.close(e.code.code(), e.reason.as_bytes());
+    }
+
+    /// What the session may do: [`AllowAll`] until SETUP set it (no request
+    /// is served before SETUP).
+    fn access(&self) -> &dyn SessionAccess {
+        match self.access.get() {
+            Some(a) => a.as_ref(),
+            None => &AllowAll,
+        }
+    }
+
+    /// What the authorizer is told about this session, from its SETUP.
+    fn connect_info(&self, setup: &Setup) -> ConnectInfo {
+        let path = match self.transport {
+            Transport::WebTransport => self.path.clone(),
+            // A PATH that is not UTF-8 names nothing an authorizer could match.
+            Transport::Quic => setup
+                .path()
+                .and_then(|p| String::from_utf8(p.to_vec()).ok()),
+        };
+        ConnectInfo {
+            path,
+            remote: self.remote,
+            setup_token: setup
+                .bytes_option(setup_option::AUTHORIZATION_TOKEN)
+                .cloned(),
+        }
     }
 
     fn next_request_id(&self) -> u64 {
@@ -204,14 +249,8 @@ impl Peer for SessionHandle {
 
 /// Serves one accepted session until it closes.
 pub async fn serve(relay: Arc<Relay>, accepted: Accepted) {
-    let Accepted {
-        session, transport, ..
-    } = accepted;
-    let handle = Arc::new(SessionHandle::new(
-        relay.next_id(),
-        session.clone(),
-        transport,
-    ));
+    let session = accepted.session.clone();
+    let handle = Arc::new(SessionHandle::new(relay.next_id(), accepted));
     // A full relay says so before its SETUP, so the client's connect fails
     // (checked again when the client's SETUP arrives).
     if relay.sessions_full() {
@@ -323,6 +362,18 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
     let setup_deadline = tokio::time::sleep(setup_timeout);
     tokio::pin!(setup_deadline);
     let mut setup_pending = true;
+    // The session's credentials expire: known once SETUP gave it its access.
+    let expiry = async {
+        h.wait_setup().await;
+        match h.access().expires() {
+            Some(at) => {
+                let left = at.duration_since(SystemTime::now()).unwrap_or_default();
+                tokio::time::sleep(left).await
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(expiry);
     let outcome = loop {
         tokio::select! {
             e = fail_rx.recv() => if let Some(e) = e { break Err(e) },
@@ -335,6 +386,12 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
                 break Err(SessionError {
                     code: SessionErrorCode::ControlMessageTimeout,
                     reason: format!("no CLIENT_SETUP within {} ms", setup_timeout.as_millis()),
+                });
+            }
+            () = &mut expiry => {
+                break Err(SessionError {
+                    code: SessionErrorCode::ExpiredAuthToken,
+                    reason: "authorization expired".into(),
                 });
             }
             _ = h.session.closed() => break Ok(()),
@@ -371,6 +428,9 @@ async fn on_control(
         if let Message::Setup(s) = &m {
             check_client_setup(s, h.transport == Transport::WebTransport)?;
             tracing::debug!(session = h.id, implementation = ?s.implementation(), "SETUP");
+            // Before the session takes a slot: a refused one never counts.
+            let access = relay.authorizer().connect(&h.connect_info(s))?;
+            let _ = h.access.set(access);
             establish(relay, h)?;
             h.setup.send_replace(true);
         }
@@ -456,6 +516,10 @@ async fn on_request(
         .await;
         return Ok(());
     }
+    if let Err(r) = authorize(h, &first) {
+        reply_error(&mut send, Some(&slot), r.code, &r.reason).await;
+        return Ok(());
+    }
     match first {
         Message::Subscribe(m) => on_subscribe(relay, &slot, h, send, reader, m).await,
         Message::TrackStatus(m) => on_track_status(relay, h, &slot, send, m).await,
@@ -470,4 +534,67 @@ async fn on_request(
         Message::Publish(m) => on_publish(relay, &slot, h, send, reader, m).await,
         _ => unreachable!("opens_request_stream checked"),
     }
+}
+
+/// The authorisation point: every request the peer opens passes here, after
+/// the request limits and before its handler, and is refused with the
+/// session access's [`Refusal`] (REQUEST_ERROR) if it may not be made.
+fn authorize(h: &SessionHandle, m: &Message) -> Result<(), Refusal> {
+    let joined;
+    let op = match m {
+        Message::PublishNamespace(m) => Operation::PublishNamespace {
+            namespace: &m.namespace,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::Publish(m) => Operation::Publish {
+            track: &m.track,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::Subscribe(m) => Operation::Subscribe {
+            track: &m.track,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::SubscribeNamespace(m) => Operation::SubscribeNamespace {
+            prefix: &m.namespace,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::SubscribeTracks(m) => Operation::SubscribeTracks {
+            prefix: &m.namespace,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::TrackStatus(m) => Operation::TrackStatus {
+            track: &m.track,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::Fetch(f) => {
+            let track = match &f.kind {
+                FetchKind::Standalone { track, .. } => track,
+                FetchKind::RelativeJoining {
+                    joining_request_id, ..
+                }
+                | FetchKind::AbsoluteJoining {
+                    joining_request_id, ..
+                } => {
+                    joined = h
+                        .subscriptions
+                        .lock()
+                        .expect("subs")
+                        .get(joining_request_id)
+                        .map(|s| s.entry.track.name.clone());
+                    match &joined {
+                        Some(t) => t,
+                        // Joins nothing, so reads nothing: the handler
+                        // answers INVALID_JOINING_REQUEST_ID.
+                        None => return Ok(()),
+                    }
+                }
+            };
+            Operation::Fetch {
+                track,
+                tokens: &f.params.authorization_tokens,
+            }
+        }
+        _ => return Ok(()),
+    };
+    h.access().authorize(&op)
 }
