@@ -303,3 +303,40 @@ pub(super) fn on_datagram(relay: &Arc<Relay>, h: &SessionHandle, d: Bytes) -> Re
     });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_len_counts_header_and_payload_before_the_payload_arrives() {
+        // Object ID delta 0, payload length 3, payload.
+        assert_eq!(object_len(b"\x00\x03abc", false, 100).unwrap(), 5);
+        assert_eq!(object_len(b"\x00\x03a", false, 100).unwrap(), 5);
+        // With an (empty) properties field.
+        assert_eq!(object_len(b"\x00\x00\x02xy", true, 100).unwrap(), 5);
+        // An empty payload carries an Object Status instead.
+        assert_eq!(object_len(b"\x00\x00\x03", false, 100).unwrap(), 3);
+    }
+
+    #[test]
+    fn object_len_needs_the_whole_header_and_keeps_the_size_limit() {
+        assert!(matches!(
+            object_len(b"", false, 100),
+            Err(DecodeError::Short)
+        ));
+        assert!(matches!(
+            object_len(b"\x00", false, 100),
+            Err(DecodeError::Short)
+        ));
+        // Status missing after a zero length.
+        assert!(matches!(
+            object_len(b"\x00\x00", false, 100),
+            Err(DecodeError::Short)
+        ));
+        assert!(matches!(
+            object_len(b"\x00\x0b", false, 10),
+            Err(DecodeError::TooLong)
+        ));
+    }
+}

@@ -598,3 +598,27 @@ fn authorize(h: &SessionHandle, m: &Message) -> Result<(), Refusal> {
     };
     h.access().authorize(&op)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_starting_with_a_dot_are_reserved() {
+        let ns = TrackNamespace::from_path;
+        assert!(reserved_namespace(&ns(".well-known/x")));
+        assert!(reserved_namespace(&ns(".")));
+        assert!(!reserved_namespace(&ns("live/.hidden")));
+        assert!(!reserved_namespace(&ns("live")));
+        assert!(!reserved_namespace(&TrackNamespace::default()));
+    }
+
+    #[test]
+    fn read_errors_become_protocol_violations_or_decode_errors() {
+        for e in [ReadError::Truncated, ReadError::Finished] {
+            assert_eq!(read_err(e).code, SessionErrorCode::ProtocolViolation);
+        }
+        let e = read_err(ReadError::Decode(moqt::DecodeError::Short));
+        assert_eq!(e, SessionError::from(moqt::DecodeError::Short));
+    }
+}

@@ -213,3 +213,24 @@ pub(super) async fn on_subscribe_tracks(
     let _ = send.finish();
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_check_refuses_prefixes_of_each_other_and_keeps_the_rest() {
+        let map = Mutex::new(HashMap::new());
+        let ns = TrackNamespace::from_path;
+        assert!(overlap_check(&map, 1, &ns("live/a")));
+        // A prefix of one already held, one under it, and the same one.
+        assert!(!overlap_check(&map, 2, &ns("live")));
+        assert!(!overlap_check(&map, 3, &ns("live/a/b")));
+        assert!(!overlap_check(&map, 4, &ns("live/a")));
+        // Siblings do not overlap.
+        assert!(overlap_check(&map, 5, &ns("live/b")));
+        let held = map.lock().unwrap();
+        assert_eq!(held.len(), 2);
+        assert!(held.contains_key(&1) && held.contains_key(&5));
+    }
+}

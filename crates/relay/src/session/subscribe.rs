@@ -325,3 +325,97 @@ pub(super) async fn on_track_status(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use moqt::params::SubscriptionFilter;
+    use moqt::{GroupOrder, KeyValue, KvValue};
+
+    use super::*;
+
+    fn int(kind: u64, v: u64) -> KeyValue {
+        KeyValue {
+            kind,
+            value: KvValue::Int(v),
+        }
+    }
+
+    #[test]
+    fn settings_default_to_the_tracks_and_the_drafts() {
+        let info = TrackInfo::default();
+        let s = settings_from(&Parameters::default(), &info, Some(Location::new(4, 2)));
+        assert_eq!(s.subscriber_priority, 128);
+        assert_eq!(s.group_order, GroupOrder::Ascending);
+        assert_eq!(s.start, Location::default());
+        assert_eq!(s.end_group, None);
+        assert!(s.forward);
+        assert_eq!(s.object_timeout, None);
+        assert_eq!(s.subgroup_timeout, None);
+    }
+
+    #[test]
+    fn settings_take_the_request_then_the_track_properties() {
+        // Track: descending, object timeout 500 ms, subgroup timeout 0 (none).
+        let info = TrackInfo::from_properties(vec![int(0x22, 2), int(0x02, 500), int(0x06, 0)]);
+        let params = Parameters {
+            subscriber_priority: Some(7),
+            forward: Some(false),
+            subscription_filter: Some(SubscriptionFilter::NextGroupStart),
+            subgroup_delivery_timeout: Some(900),
+            ..Default::default()
+        };
+        let s = settings_from(&params, &info, Some(Location::new(4, 2)));
+        assert_eq!(s.subscriber_priority, 7);
+        assert_eq!(s.group_order, GroupOrder::Descending);
+        assert_eq!(s.start, Location::new(5, 0));
+        assert!(!s.forward);
+        assert_eq!(s.object_timeout, Some(Duration::from_millis(500)));
+        assert_eq!(s.subgroup_timeout, Some(Duration::from_millis(900)));
+        assert_eq!(track_prop(&info, 0x06), None);
+
+        let ranged = Parameters {
+            subscription_filter: Some(SubscriptionFilter::AbsoluteRange {
+                start: Location::new(2, 1),
+                end_group_delta: 3,
+            }),
+            group_order: Some(GroupOrder::Ascending),
+            ..Default::default()
+        };
+        let s = settings_from(&ranged, &info, None);
+        assert_eq!((s.start, s.end_group), (Location::new(2, 1), Some(5)));
+        assert_eq!(s.group_order, GroupOrder::Ascending);
+    }
+
+    #[test]
+    fn an_update_changes_only_what_it_names() {
+        let info = TrackInfo::default();
+        let mut s = settings_from(&Parameters::default(), &info, None);
+        apply_update(
+            &mut s,
+            &Parameters {
+                forward: Some(false),
+                object_delivery_timeout: Some(50),
+                ..Default::default()
+            },
+            None,
+        );
+        assert!(!s.forward);
+        assert_eq!(s.object_timeout, Some(Duration::from_millis(50)));
+        assert_eq!(s.subscriber_priority, 128);
+        apply_update(
+            &mut s,
+            &Parameters {
+                subscriber_priority: Some(1),
+                subgroup_delivery_timeout: Some(60),
+                subscription_filter: Some(SubscriptionFilter::LargestObject),
+                ..Default::default()
+            },
+            Some(Location::new(9, 3)),
+        );
+        assert_eq!(s.subscriber_priority, 1);
+        assert_eq!(s.start, Location::new(9, 4));
+        assert_eq!(s.end_group, None);
+        assert_eq!(s.subgroup_timeout, Some(Duration::from_millis(60)));
+        assert!(!s.forward, "unchanged");
+    }
+}
