@@ -117,20 +117,20 @@ pub struct TrackEntry {
     /// How it is fed.
     pub origin: Origin,
     /// `None` while the upstream subscription is pending.
-    pub ready: watch::Sender<Option<Result<(), Refusal>>>,
+    pub(crate) ready: watch::Sender<Option<Result<(), Refusal>>>,
     /// Downstream subscriptions holding the track.
     pub subscribers: AtomicUsize,
     /// Wakes the upstream task to cancel the upstream subscription.
-    pub cancel: Notify,
+    pub(crate) cancel: Notify,
 }
 
 /// Namespace and track announcements queued per SUBSCRIBE_NAMESPACE or
 /// SUBSCRIBE_TRACKS before the subscriber is dropped for not keeping up.
-pub const EVENT_QUEUE: usize = 1024;
+pub(crate) const EVENT_QUEUE: usize = 1024;
 
 /// Namespace announcements sent to SUBSCRIBE_NAMESPACE subscribers.
 #[derive(Debug, Clone)]
-pub enum NamespaceEvent {
+pub(crate) enum NamespaceEvent {
     /// A namespace became available.
     Added(TrackNamespace),
     /// A namespace was withdrawn.
@@ -220,13 +220,13 @@ impl Relay {
     }
 
     /// Whether `max_sessions` sessions are open.
-    pub fn sessions_full(&self) -> bool {
+    pub(crate) fn sessions_full(&self) -> bool {
         self.lock().sessions.len() >= self.config.max_sessions
     }
 
     /// Takes a half-open slot (a connection that has not sent SETUP yet);
     /// `false` when `max_half_open_sessions` are already waiting.
-    pub fn try_half_open(&self) -> bool {
+    pub(crate) fn try_half_open(&self) -> bool {
         let n = self.metrics.sessions_half_open.fetch_add(1, Relaxed);
         if n >= self.config.max_half_open_sessions as i64 {
             self.metrics.sessions_half_open.fetch_sub(1, Relaxed);
@@ -236,12 +236,12 @@ impl Relay {
     }
 
     /// Gives back a slot taken by [`Relay::try_half_open`].
-    pub fn end_half_open(&self) {
+    pub(crate) fn end_half_open(&self) {
         self.metrics.sessions_half_open.fetch_sub(1, Relaxed);
     }
 
     /// Forgets a session and everything it published.
-    pub fn remove_session(&self, id: u64) {
+    pub(crate) fn remove_session(&self, id: u64) {
         let (withdrawn, ended): (Vec<TrackNamespace>, Vec<Arc<TrackEntry>>) = {
             let mut st = self.lock();
             st.sessions.remove(&id);
@@ -317,7 +317,7 @@ impl Relay {
     }
 
     /// Withdraws a namespace if `session` still owns it.
-    pub fn unpublish_namespace(&self, ns: &TrackNamespace, session_id: u64) {
+    pub(crate) fn unpublish_namespace(&self, ns: &TrackNamespace, session_id: u64) {
         let removed = {
             let mut st = self.lock();
             match st.namespaces.get(ns) {
@@ -346,7 +346,7 @@ impl Relay {
 
     /// SUBSCRIBE_NAMESPACE: registers interest; returns the namespaces already
     /// published under `prefix` and a channel of later changes.
-    pub fn subscribe_namespace(
+    pub(crate) fn subscribe_namespace(
         &self,
         id: u64,
         prefix: TrackNamespace,
@@ -365,7 +365,7 @@ impl Relay {
     }
 
     /// Ends a namespace subscription.
-    pub fn unsubscribe_namespace(&self, id: u64) {
+    pub(crate) fn unsubscribe_namespace(&self, id: u64) {
         self.lock().ns_subs.remove(&id);
     }
 
@@ -388,7 +388,7 @@ impl Relay {
     }
 
     /// Ends a SUBSCRIBE_TRACKS.
-    pub fn unsubscribe_tracks(&self, id: u64) {
+    pub(crate) fn unsubscribe_tracks(&self, id: u64) {
         self.lock().track_subs.remove(&id);
     }
 
@@ -451,7 +451,7 @@ impl Relay {
     ///
     /// The subscriber joins the track's fan-out before the upstream answers, so
     /// the first objects after SUBSCRIBE_OK cannot slip past it.
-    pub async fn acquire_track(
+    pub(crate) async fn acquire_track(
         self: &Arc<Self>,
         name: &FullTrackName,
         rendezvous: Duration,
@@ -552,7 +552,7 @@ impl Relay {
 
     /// A downstream subscriber is done with a track; the last one out of a
     /// relay-subscribed track cancels the upstream subscription.
-    pub fn release_track(&self, entry: &Arc<TrackEntry>) {
+    pub(crate) fn release_track(&self, entry: &Arc<TrackEntry>) {
         if entry.subscribers.fetch_sub(1, Relaxed) == 1 && entry.origin == Origin::Subscribed {
             let removed = {
                 let mut st = self.lock();
@@ -578,7 +578,7 @@ impl Relay {
     }
 
     /// Removes an entry whose upstream failed or ended.
-    pub fn drop_entry(&self, entry: &Arc<TrackEntry>) {
+    pub(crate) fn drop_entry(&self, entry: &Arc<TrackEntry>) {
         let removed = {
             let mut st = self.lock();
             match st.tracks.get(&entry.track.name) {

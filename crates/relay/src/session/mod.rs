@@ -38,7 +38,7 @@ use publish::on_publish;
 use subscribe::{on_subscribe, on_track_status};
 
 /// Our MOQT_IMPLEMENTATION string.
-pub const IMPLEMENTATION: &str = concat!("quichub/", env!("CARGO_PKG_VERSION"));
+pub(crate) const IMPLEMENTATION: &str = concat!("quichub/", env!("CARGO_PKG_VERSION"));
 
 /// A downstream subscription's facts needed by a Joining FETCH.
 struct SubInfo {
@@ -48,13 +48,13 @@ struct SubInfo {
 }
 
 /// State shared by the tasks of one session.
-pub struct SessionHandle {
+pub(crate) struct SessionHandle {
     /// Relay-wide id.
-    pub id: u64,
+    pub(crate) id: u64,
     /// The transport session.
-    pub session: Session,
+    pub(crate) session: Session,
     /// Raw QUIC or WebTransport.
-    pub transport: Transport,
+    pub(crate) transport: Transport,
     /// The peer's address.
     remote: SocketAddr,
     /// WebTransport: the CONNECT URL's path and query.
@@ -162,7 +162,7 @@ impl SessionHandle {
     }
 
     /// Closes the session with a session error.
-    pub fn fail(&self, relay: &Relay, e: &SessionError) {
+    pub(crate) fn fail(&self, relay: &Relay, e: &SessionError) {
         if let Some(reason) = self.session.close_reason() {
             // The peer (or the endpoint) closed first: what failed was a read
             // on a connection already gone, not a violation by the peer.
@@ -248,7 +248,7 @@ impl Peer for SessionHandle {
 }
 
 /// Serves one accepted session until it closes.
-pub async fn serve(relay: Arc<Relay>, accepted: Accepted) {
+pub(crate) async fn serve(relay: Arc<Relay>, accepted: Accepted) {
     let session = accepted.session.clone();
     let handle = Arc::new(SessionHandle::new(relay.next_id(), accepted));
     // A full relay says so before its SETUP, so the client's connect fails
