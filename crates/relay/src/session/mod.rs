@@ -2,6 +2,16 @@
 //! subscribers and the subscriber towards its publishers, so this module speaks
 //! both roles: it answers requests the peer opens, and opens SUBSCRIBE (and
 //! PUBLISH for SUBSCRIBE_TRACKS) towards the peer.
+//!
+//! This module holds the session's lifecycle (accept, SETUP, limits, GOAWAY,
+//! expiry) and the request dispatch with its one authorisation point
+//! ([`authorize`]); each concern has its own part:
+//! - `ingest`: data from publishers (subgroup streams, datagrams, early datagrams);
+//! - `upstream`: SUBSCRIBE sent towards publishers (the [`Peer`] side core calls);
+//! - `subscribe`: downstream SUBSCRIBE, REQUEST_UPDATE, delivery, TRACK_STATUS;
+//! - `fetch`: FETCH from the cache;
+//! - `namespace`: PUBLISH_NAMESPACE, SUBSCRIBE_NAMESPACE, SUBSCRIBE_TRACKS;
+//! - `publish`: PUBLISH from peers, and towards SUBSCRIBE_TRACKS subscribers.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
