@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use moqt::error::request_error;
-use moqt::message::{Message, NamespaceRequest};
+use moqt::message::{Message, NamespaceRequest, RequestUpdate};
 use moqt::session::SessionError;
 use moqt::{FullTrackName, Parameters, SessionErrorCode, TrackNamespace};
 use quichub_client::{ClientSession, ConnectOptions, Verify};
@@ -182,6 +182,34 @@ async fn a_refused_request_gets_unauthorized_and_nothing_else_changes() {
             .await
             .unwrap();
         assert_eq!(error_code(&r), Some(request_error::DOES_NOT_EXIST), "{r:?}");
+
+        // Moving a SUBSCRIBE_NAMESPACE onto a refused prefix ends it.
+        let (mut send, recv) = b.session().open_bi().await.unwrap();
+        let m = Message::SubscribeNamespace(NamespaceRequest {
+            request_id: b.next_request_id(),
+            namespace: TrackNamespace::from_path("open"),
+            params: Parameters::default(),
+        });
+        write_message(&mut send, &m).await.unwrap();
+        let mut reader = MessageReader::new(recv, &[]);
+        let r = reader.next().await.unwrap();
+        assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
+        let update = Message::RequestUpdate(RequestUpdate {
+            request_id: b.next_request_id(),
+            params: Parameters {
+                track_namespace_prefix: Some(TrackNamespace::from_path("secret")),
+                ..Default::default()
+            },
+        });
+        write_message(&mut send, &update).await.unwrap();
+        let r = loop {
+            match reader.next().await.unwrap() {
+                // The open namespace `a` published may be announced first.
+                Message::Namespace(_) => continue,
+                other => break other,
+            }
+        };
+        assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
 
         // A third session is unaffected too.
         let c = h.client("moqt", "/moq").await.unwrap();

@@ -13,6 +13,7 @@ use web_transport_quinn::SendStream;
 
 use super::publish::spawn_publish_downstream;
 use super::{reply_error, reserved_namespace, RequestSlot, Result, SessionHandle};
+use crate::access::Operation;
 use crate::core::{NamespaceEvent, Relay};
 
 pub(super) async fn on_publish_namespace(
@@ -140,6 +141,20 @@ pub(super) async fn on_subscribe_namespace(
                 }
                 msg = reader.next() => match msg {
                     Ok(Message::RequestUpdate(u)) => {
+                        // A new prefix is a new request for what it names:
+                        // authorised like SUBSCRIBE_NAMESPACE; a refusal ends
+                        // the request (it announced the old prefix only).
+                        if let Some(p) = &u.params.track_namespace_prefix {
+                            let op = Operation::SubscribeNamespace {
+                                prefix: p,
+                                tokens: &u.params.authorization_tokens,
+                            };
+                            if let Err(r) = h.access().authorize(&op) {
+                                h.request_ids.lock().expect("ids").accept_peer(u.request_id)?;
+                                reply_error(&mut send, None, r.code, &r.reason).await;
+                                return Ok(());
+                            }
+                        }
                         ack_update(h, &mut send, &u).await?;
                         if let Some(p) = u.params.track_namespace_prefix {
                             prefix = p;
