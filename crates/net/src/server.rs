@@ -135,8 +135,8 @@ pub struct Accepted {
     pub session: Session,
     /// Raw QUIC or WebTransport.
     pub transport: Transport,
-    /// The CONNECT URL's path and query for WebTransport (raw QUIC sends
-    /// PATH in SETUP).
+    /// The CONNECT URL's path and query (`/moq?jwt=...`) for WebTransport (raw
+    /// QUIC sends PATH in SETUP).
     pub path: Option<String>,
     /// Peer address.
     pub remote: SocketAddr,
@@ -484,7 +484,7 @@ async fn h3_established(
                 })
             }
         };
-    // Path and query: tokens travel as `?jwt=` (moq-dev's relay convention).
+    // Path and query: the query may carry credentials (`?jwt=`).
     let path = match request.url.query() {
         Some(q) => format!("{}?{q}", request.url.path()),
         None => request.url.path().to_string(),

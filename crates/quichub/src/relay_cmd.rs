@@ -460,7 +460,7 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
     }
     eprintln!(
         "shutting down: GOAWAY sent to {} sessions",
-        r.relay.sessions().len()
+        r.relay.session_count()
     );
     quichub_relay::endpoint::shutdown(&r.relay, &r.server).await;
     Ok(())

@@ -3,8 +3,10 @@
 //! held across an `.await`; per-track hot-path state lives in [`Track`].
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use moqt::error::request_error;
@@ -12,9 +14,9 @@ use moqt::{FullTrackName, TrackNamespace};
 use tokio::sync::{mpsc, watch, Notify};
 use web_transport_quinn::Session;
 
+use crate::access::{AllowAll, Authorizer};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::session::SessionHandle;
 use crate::track::{Joined, Track, TrackStats};
 
 /// A read-only picture of the relay at one moment, for dashboards
@@ -55,6 +57,29 @@ pub struct TrackSnapshot {
     pub ended: bool,
 }
 
+/// A boxed future, for the [`Peer`] methods the registry calls through `dyn`.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// What the registry needs of a session: its id, and for a session that
+/// published a namespace, a way to subscribe upstream. Implemented by the
+/// session module, so the registry names no session type (and the session
+/// module stays the only one that speaks MoQT on the wire).
+pub(crate) trait Peer: Send + Sync {
+    /// The session's relay-wide id.
+    fn id(&self) -> u64;
+
+    /// Subscribes upstream to `entry`'s track on this (publisher's) session;
+    /// resolves once the publisher accepted (SUBSCRIBE_OK) or refused.
+    fn subscribe_upstream(
+        self: Arc<Self>,
+        relay: Arc<Relay>,
+        entry: Arc<TrackEntry>,
+    ) -> BoxFuture<Result<(), Refusal>>;
+
+    /// Sends GOAWAY on the session's control stream (shutdown).
+    fn send_goaway(self: Arc<Self>, timeout_ms: u64) -> BoxFuture<()>;
+}
+
 /// A request failure to report with REQUEST_ERROR.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -92,20 +117,20 @@ pub struct TrackEntry {
     /// How it is fed.
     pub origin: Origin,
     /// `None` while the upstream subscription is pending.
-    pub ready: watch::Sender<Option<Result<(), Refusal>>>,
+    pub(crate) ready: watch::Sender<Option<Result<(), Refusal>>>,
     /// Downstream subscriptions holding the track.
     pub subscribers: AtomicUsize,
     /// Wakes the upstream task to cancel the upstream subscription.
-    pub cancel: Notify,
+    pub(crate) cancel: Notify,
 }
 
 /// Namespace and track announcements queued per SUBSCRIBE_NAMESPACE or
 /// SUBSCRIBE_TRACKS before the subscriber is dropped for not keeping up.
-pub const EVENT_QUEUE: usize = 1024;
+pub(crate) const EVENT_QUEUE: usize = 1024;
 
 /// Namespace announcements sent to SUBSCRIBE_NAMESPACE subscribers.
 #[derive(Debug, Clone)]
-pub enum NamespaceEvent {
+pub(crate) enum NamespaceEvent {
     /// A namespace became available.
     Added(TrackNamespace),
     /// A namespace was withdrawn.
@@ -124,11 +149,11 @@ struct TrackSub {
 
 #[derive(Default)]
 struct State {
-    namespaces: HashMap<TrackNamespace, Arc<SessionHandle>>,
+    namespaces: HashMap<TrackNamespace, Arc<dyn Peer>>,
     tracks: HashMap<FullTrackName, Arc<TrackEntry>>,
     ns_subs: HashMap<u64, NsSub>,
     track_subs: HashMap<u64, TrackSub>,
-    sessions: HashMap<u64, Arc<SessionHandle>>,
+    sessions: HashMap<u64, Arc<dyn Peer>>,
 }
 
 /// The relay's shared state.
@@ -141,11 +166,17 @@ pub struct Relay {
     ids: AtomicU64,
     changed: Notify,
     shutdown: watch::Sender<bool>,
+    authorizer: RwLock<Arc<dyn Authorizer>>,
 }
 
 impl Relay {
-    /// A new, empty relay.
+    /// A new, empty relay that lets every session do everything.
     pub fn new(config: Config) -> Arc<Self> {
+        Self::with_authorizer(config, Arc::new(AllowAll))
+    }
+
+    /// A new, empty relay whose sessions get their permissions from `authorizer`.
+    pub fn with_authorizer(config: Config, authorizer: Arc<dyn Authorizer>) -> Arc<Self> {
         Arc::new(Self {
             config: Arc::new(config),
             metrics: Arc::default(),
@@ -153,7 +184,20 @@ impl Relay {
             ids: AtomicU64::new(1),
             changed: Notify::new(),
             shutdown: watch::channel(false).0,
+            authorizer: RwLock::new(authorizer),
         })
+    }
+
+    /// Replaces the authorizer (for example after the auth configuration was
+    /// reloaded). Sessions set up from now on use it; established sessions
+    /// keep the access they were given at SETUP.
+    pub fn set_authorizer(&self, authorizer: Arc<dyn Authorizer>) {
+        *self.authorizer.write().expect("authorizer lock") = authorizer;
+    }
+
+    /// The authorizer sessions set up now use.
+    pub(crate) fn authorizer(&self) -> Arc<dyn Authorizer> {
+        self.authorizer.read().expect("authorizer lock").clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -166,23 +210,23 @@ impl Relay {
     }
 
     /// Registers a session; `false` when the session limit is reached.
-    pub fn add_session(&self, s: Arc<SessionHandle>) -> bool {
+    pub(crate) fn add_session(&self, s: Arc<dyn Peer>) -> bool {
         let mut st = self.lock();
         if st.sessions.len() >= self.config.max_sessions {
             return false;
         }
-        st.sessions.insert(s.id, s);
+        st.sessions.insert(s.id(), s);
         true
     }
 
     /// Whether `max_sessions` sessions are open.
-    pub fn sessions_full(&self) -> bool {
+    pub(crate) fn sessions_full(&self) -> bool {
         self.lock().sessions.len() >= self.config.max_sessions
     }
 
     /// Takes a half-open slot (a connection that has not sent SETUP yet);
     /// `false` when `max_half_open_sessions` are already waiting.
-    pub fn try_half_open(&self) -> bool {
+    pub(crate) fn try_half_open(&self) -> bool {
         let n = self.metrics.sessions_half_open.fetch_add(1, Relaxed);
         if n >= self.config.max_half_open_sessions as i64 {
             self.metrics.sessions_half_open.fetch_sub(1, Relaxed);
@@ -192,19 +236,19 @@ impl Relay {
     }
 
     /// Gives back a slot taken by [`Relay::try_half_open`].
-    pub fn end_half_open(&self) {
+    pub(crate) fn end_half_open(&self) {
         self.metrics.sessions_half_open.fetch_sub(1, Relaxed);
     }
 
     /// Forgets a session and everything it published.
-    pub fn remove_session(&self, id: u64) {
+    pub(crate) fn remove_session(&self, id: u64) {
         let (withdrawn, ended): (Vec<TrackNamespace>, Vec<Arc<TrackEntry>>) = {
             let mut st = self.lock();
             st.sessions.remove(&id);
             let ns: Vec<_> = st
                 .namespaces
                 .iter()
-                .filter(|(_, s)| s.id == id)
+                .filter(|(_, s)| s.id() == id)
                 .map(|(n, _)| n.clone())
                 .collect();
             for n in &ns {
@@ -232,8 +276,13 @@ impl Relay {
     }
 
     /// Sessions, for GOAWAY on shutdown.
-    pub fn sessions(&self) -> Vec<Arc<SessionHandle>> {
+    pub(crate) fn sessions(&self) -> Vec<Arc<dyn Peer>> {
         self.lock().sessions.values().cloned().collect()
+    }
+
+    /// How many sessions are established (SETUP done, not yet closed).
+    pub fn session_count(&self) -> usize {
+        self.lock().sessions.len()
     }
 
     /// Signals shutdown to every session task.
@@ -247,15 +296,15 @@ impl Relay {
     }
 
     /// PUBLISH_NAMESPACE: `session` serves tracks under `ns`.
-    pub fn publish_namespace(
+    pub(crate) fn publish_namespace(
         &self,
         ns: TrackNamespace,
-        session: Arc<SessionHandle>,
+        session: Arc<dyn Peer>,
     ) -> Result<(), Refusal> {
         {
             let mut st = self.lock();
             if let Some(existing) = st.namespaces.get(&ns) {
-                if existing.id != session.id {
+                if existing.id() != session.id() {
                     // Latest publisher wins: a reconnecting publisher replaces its stale session.
                     tracing::info!(%ns, "namespace re-published by another session");
                 }
@@ -268,11 +317,11 @@ impl Relay {
     }
 
     /// Withdraws a namespace if `session` still owns it.
-    pub fn unpublish_namespace(&self, ns: &TrackNamespace, session_id: u64) {
+    pub(crate) fn unpublish_namespace(&self, ns: &TrackNamespace, session_id: u64) {
         let removed = {
             let mut st = self.lock();
             match st.namespaces.get(ns) {
-                Some(s) if s.id == session_id => {
+                Some(s) if s.id() == session_id => {
                     st.namespaces.remove(ns);
                     true
                 }
@@ -295,19 +344,9 @@ impl Relay {
             .retain(|_, sub| !ns.has_prefix(&sub.prefix) || sub.tx.try_send(ev.clone()).is_ok());
     }
 
-    /// The publisher session for the longest published namespace prefixing `name`'s.
-    pub fn publisher_for(&self, ns: &TrackNamespace) -> Option<Arc<SessionHandle>> {
-        let st = self.lock();
-        st.namespaces
-            .iter()
-            .filter(|(n, _)| ns.has_prefix(n))
-            .max_by_key(|(n, _)| n.fields().len())
-            .map(|(_, s)| s.clone())
-    }
-
     /// SUBSCRIBE_NAMESPACE: registers interest; returns the namespaces already
     /// published under `prefix` and a channel of later changes.
-    pub fn subscribe_namespace(
+    pub(crate) fn subscribe_namespace(
         &self,
         id: u64,
         prefix: TrackNamespace,
@@ -326,7 +365,7 @@ impl Relay {
     }
 
     /// Ends a namespace subscription.
-    pub fn unsubscribe_namespace(&self, id: u64) {
+    pub(crate) fn unsubscribe_namespace(&self, id: u64) {
         self.lock().ns_subs.remove(&id);
     }
 
@@ -349,7 +388,7 @@ impl Relay {
     }
 
     /// Ends a SUBSCRIBE_TRACKS.
-    pub fn unsubscribe_tracks(&self, id: u64) {
+    pub(crate) fn unsubscribe_tracks(&self, id: u64) {
         self.lock().track_subs.remove(&id);
     }
 
@@ -412,7 +451,7 @@ impl Relay {
     ///
     /// The subscriber joins the track's fan-out before the upstream answers, so
     /// the first objects after SUBSCRIBE_OK cannot slip past it.
-    pub async fn acquire_track(
+    pub(crate) async fn acquire_track(
         self: &Arc<Self>,
         name: &FullTrackName,
         rendezvous: Duration,
@@ -502,7 +541,7 @@ impl Relay {
         let relay = self.clone();
         let e = entry.clone();
         tokio::spawn(async move {
-            let outcome = publisher.subscribe_upstream(&relay, e.clone()).await;
+            let outcome = publisher.subscribe_upstream(relay.clone(), e.clone()).await;
             if let Err(r) = outcome {
                 relay.drop_entry(&e);
                 e.ready.send_replace(Some(Err(r)));
@@ -513,7 +552,7 @@ impl Relay {
 
     /// A downstream subscriber is done with a track; the last one out of a
     /// relay-subscribed track cancels the upstream subscription.
-    pub fn release_track(&self, entry: &Arc<TrackEntry>) {
+    pub(crate) fn release_track(&self, entry: &Arc<TrackEntry>) {
         if entry.subscribers.fetch_sub(1, Relaxed) == 1 && entry.origin == Origin::Subscribed {
             let removed = {
                 let mut st = self.lock();
@@ -539,7 +578,7 @@ impl Relay {
     }
 
     /// Removes an entry whose upstream failed or ended.
-    pub fn drop_entry(&self, entry: &Arc<TrackEntry>) {
+    pub(crate) fn drop_entry(&self, entry: &Arc<TrackEntry>) {
         let removed = {
             let mut st = self.lock();
             match st.tracks.get(&entry.track.name) {
@@ -566,7 +605,7 @@ impl Relay {
                 .iter()
                 .map(|(n, s)| NamespaceSnapshot {
                     namespace: n.clone(),
-                    session: s.id,
+                    session: s.id(),
                 })
                 .collect();
             let entries: Vec<Arc<TrackEntry>> = st.tracks.values().cloned().collect();

@@ -134,7 +134,7 @@ pub async fn shutdown(relay: &Arc<Relay>, server: &Server) {
     }
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(relay.config.goaway_timeout_ms);
-    while tokio::time::Instant::now() < deadline && !relay.sessions().is_empty() {
+    while tokio::time::Instant::now() < deadline && relay.session_count() > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     server.close(0, b"relay shutting down");

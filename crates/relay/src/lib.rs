@@ -9,23 +9,26 @@
 //! TOO_FAR_BEHIND); it never slows the publisher or the others.
 //!
 //! Modules:
+//! - [`access`]: the authorisation hooks (who may do what, per session and request).
 //! - [`config`]: limits and defaults.
 //! - [`object`]: objects and track events as they flow through the relay.
 //! - [`track`]: per-track state: fan-out ring, cache of recent groups, largest location.
 //! - [`core`]: the registry of namespaces, tracks and namespace subscriptions.
-//! - [`session`]: one MoQT session (either role) speaking to the core.
-//! - [`forward`]: delivery of one subscription's objects to one session.
+//! - `session` (private): one MoQT session (either role) speaking to the core,
+//!   split by concern: ingest, upstream, subscribe, fetch, namespace, publish.
+//! - `forward` (private): delivery of one subscription's objects to one session.
 //! - [`sink`]: direct fan-out of datagram objects.
 //! - [`metrics`]: counters and their Prometheus rendering.
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod config;
 pub mod core;
 pub mod endpoint;
-pub mod forward;
+mod forward;
 pub mod metrics;
 pub mod object;
-pub mod session;
+mod session;
 pub mod sink;
 pub mod track;
 

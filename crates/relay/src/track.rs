@@ -33,7 +33,7 @@ struct CachedGroup {
 pub const MAX_TRACK_PROPERTIES: usize = 16 * 1024;
 
 /// Whether a set of Track Properties fits [`MAX_TRACK_PROPERTIES`].
-pub fn properties_fit(properties: &[KeyValue]) -> bool {
+pub(crate) fn properties_fit(properties: &[KeyValue]) -> bool {
     moqt::coding::kvps_len(properties) <= MAX_TRACK_PROPERTIES
 }
 
@@ -60,7 +60,7 @@ impl Default for TrackInfo {
 
 impl TrackInfo {
     /// Reads the relay-relevant Track Properties.
-    pub fn from_properties(properties: Vec<KeyValue>) -> Self {
+    pub(crate) fn from_properties(properties: Vec<KeyValue>) -> Self {
         let mut info = TrackInfo::default();
         for kv in &properties {
             if let moqt::KvValue::Int(v) = kv.value {
@@ -238,7 +238,7 @@ impl Track {
 
     /// Counts an upstream subgroup stream as open until the returned guard
     /// is dropped.
-    pub fn upstream_stream(&self) -> UpstreamStream {
+    pub(crate) fn upstream_stream(&self) -> UpstreamStream {
         self.streams.send_modify(|(opened, _)| *opened += 1);
         UpstreamStream {
             streams: self.streams.clone(),
@@ -248,7 +248,11 @@ impl Track {
     /// Waits, at most `grace`, until the upstream has opened `stream_count`
     /// data streams (PUBLISH_DONE's Stream Count) and every one it opened
     /// has been read to its end. Returns whether they all came.
-    pub async fn upstream_settled(&self, stream_count: u64, grace: std::time::Duration) -> bool {
+    pub(crate) async fn upstream_settled(
+        &self,
+        stream_count: u64,
+        grace: std::time::Duration,
+    ) -> bool {
         let mut rx = self.streams.subscribe();
         let settled =
             rx.wait_for(|&(opened, finished)| opened >= stream_count && finished >= opened);
@@ -273,7 +277,7 @@ impl Track {
     }
 
     /// Sets what the publisher said about the track (SUBSCRIBE_OK or PUBLISH).
-    pub fn set_info(&self, info: TrackInfo, largest: Option<Location>) {
+    pub(crate) fn set_info(&self, info: TrackInfo, largest: Option<Location>) {
         let mut g = self.inner.lock().expect("track lock");
         g.info = info;
         if largest > g.largest {
@@ -282,12 +286,12 @@ impl Track {
     }
 
     /// Records which session feeds the track.
-    pub fn set_publisher_session(&self, id: u64) {
+    pub(crate) fn set_publisher_session(&self, id: u64) {
         self.publisher.store(id, Relaxed);
     }
 
     /// The session feeding the track, once known.
-    pub fn publisher_session(&self) -> Option<u64> {
+    pub(crate) fn publisher_session(&self) -> Option<u64> {
         match self.publisher.load(Relaxed) {
             0 => None,
             id => Some(id),
@@ -295,7 +299,7 @@ impl Track {
     }
 
     /// Track facts.
-    pub fn info(&self) -> TrackInfo {
+    pub(crate) fn info(&self) -> TrackInfo {
         self.inner.lock().expect("track lock").info.clone()
     }
 
@@ -499,7 +503,7 @@ impl Track {
     }
 
     /// Drops the cache (when the track is removed).
-    pub fn clear_cache(&self) {
+    pub(crate) fn clear_cache(&self) {
         let mut g = self.inner.lock().expect("track lock");
         self.metrics
             .cache_bytes

@@ -1,0 +1,237 @@
+//! Authorisation hooks. The relay asks an [`Authorizer`] once per session, at
+//! SETUP, for the session's [`SessionAccess`]; the session then asks that
+//! object before each request it serves ([`Operation`]) and closes itself
+//! when the access [expires](SessionAccess::expires).
+//!
+//! The relay knows nothing of tokens or ACLs: an authorizer (the hub's, built
+//! from the auth configuration) decides. Without one every session may do
+//! everything ([`AllowAll`]), which is the relay's behaviour when no auth is
+//! configured.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use moqt::session::SessionError;
+use moqt::{FullTrackName, TrackNamespace};
+
+use crate::core::Refusal;
+
+/// What is known of a session when its SETUP arrives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectInfo {
+    /// WebTransport: the CONNECT URL's path and query (`/moq?jwt=...`).
+    /// Raw QUIC: the PATH setup option, if the client sent one (a PATH that is
+    /// not UTF-8 counts as none).
+    pub path: Option<String>,
+    /// The peer's address.
+    pub remote: SocketAddr,
+    /// The AUTHORIZATION TOKEN setup option (the raw Token structure), if any.
+    pub setup_token: Option<Bytes>,
+}
+
+/// A request a session asks to make, as the authorizer sees it: the message
+/// kind, what it names and the AUTHORIZATION_TOKEN parameters it carried (raw
+/// Token structures, in order; empty when none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Operation<'a> {
+    /// PUBLISH_NAMESPACE: the session offers every track under `namespace`.
+    PublishNamespace {
+        /// The namespace published.
+        namespace: &'a TrackNamespace,
+        /// AUTHORIZATION_TOKEN values.
+        tokens: &'a [Bytes],
+    },
+    /// PUBLISH: the session pushes one track.
+    Publish {
+        /// The track pushed.
+        track: &'a FullTrackName,
+        /// AUTHORIZATION_TOKEN values.
+        tokens: &'a [Bytes],
+    },
+    /// SUBSCRIBE to one track.
+    Subscribe {
+        /// The track subscribed to.
+        track: &'a FullTrackName,
+        /// AUTHORIZATION_TOKEN values.
+        tokens: &'a [Bytes],
+    },
+    /// SUBSCRIBE_NAMESPACE: announcements of namespaces under `prefix`.
+    SubscribeNamespace {
+        /// The namespace prefix.
+        prefix: &'a TrackNamespace,
+        /// AUTHORIZATION_TOKEN values.
+        tokens: &'a [Bytes],
+    },
+    /// SUBSCRIBE_TRACKS: every track published under `prefix`, pushed to the
+    /// session with PUBLISH.
+    SubscribeTracks {
+        /// The namespace prefix.
+        prefix: &'a TrackNamespace,
+        /// AUTHORIZATION_TOKEN values.
+        tokens: &'a [Bytes],
+    },
+    /// FETCH: a standalone fetch's track, or for a joining fetch the track of
+    /// the subscription it joins.
+    Fetch {
+        /// The track fetched from.
+        track: &'a FullTrackName,
+        /// AUTHORIZATION_TOKEN values.
+        tokens: &'a [Bytes],
+    },
+    /// TRACK_STATUS of one track.
+    TrackStatus {
+        /// The track asked about.
+        track: &'a FullTrackName,
+        /// AUTHORIZATION_TOKEN values.
+        tokens: &'a [Bytes],
+    },
+}
+
+impl<'a> Operation<'a> {
+    /// The namespace named: the track's namespace, or the namespace (prefix)
+    /// of a namespace-level request.
+    pub fn namespace(&self) -> &'a TrackNamespace {
+        match *self {
+            Operation::PublishNamespace { namespace, .. } => namespace,
+            Operation::SubscribeNamespace { prefix, .. }
+            | Operation::SubscribeTracks { prefix, .. } => prefix,
+            Operation::Publish { track, .. }
+            | Operation::Subscribe { track, .. }
+            | Operation::Fetch { track, .. }
+            | Operation::TrackStatus { track, .. } => &track.namespace,
+        }
+    }
+
+    /// The track name for a track-level request; `None` for a namespace-level
+    /// one (which covers every track under its namespace).
+    pub fn track_name(&self) -> Option<&'a [u8]> {
+        match *self {
+            Operation::Publish { track, .. }
+            | Operation::Subscribe { track, .. }
+            | Operation::Fetch { track, .. }
+            | Operation::TrackStatus { track, .. } => Some(&track.name[..]),
+            _ => None,
+        }
+    }
+
+    /// The request's AUTHORIZATION_TOKEN parameter values.
+    pub fn tokens(&self) -> &'a [Bytes] {
+        match *self {
+            Operation::PublishNamespace { tokens, .. }
+            | Operation::Publish { tokens, .. }
+            | Operation::Subscribe { tokens, .. }
+            | Operation::SubscribeNamespace { tokens, .. }
+            | Operation::SubscribeTracks { tokens, .. }
+            | Operation::Fetch { tokens, .. }
+            | Operation::TrackStatus { tokens, .. } => tokens,
+        }
+    }
+
+    /// Whether the request publishes (PUBLISH, PUBLISH_NAMESPACE); every other
+    /// kind reads.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Operation::PublishNamespace { .. } | Operation::Publish { .. }
+        )
+    }
+}
+
+/// One session's permissions, made by an [`Authorizer`] at SETUP.
+pub trait SessionAccess: Send + Sync {
+    /// Allows `op` or refuses it; a refusal is answered with REQUEST_ERROR
+    /// carrying the refusal's code (normally
+    /// [`request_error::UNAUTHORIZED`](moqt::error::request_error::UNAUTHORIZED))
+    /// and reason, and affects no other request.
+    fn authorize(&self, op: &Operation<'_>) -> Result<(), Refusal>;
+
+    /// When the session's credentials stop being valid: the session is closed
+    /// with EXPIRED_AUTH_TOKEN then. `None`: never. Asked once, at SETUP.
+    fn expires(&self) -> Option<SystemTime> {
+        None
+    }
+}
+
+/// Decides, per session, what it may do.
+pub trait Authorizer: Send + Sync {
+    /// The access of a session whose SETUP just arrived, or the session error
+    /// to close it with (for example UNAUTHORIZED, MALFORMED_AUTH_TOKEN or
+    /// EXPIRED_AUTH_TOKEN).
+    fn connect(&self, info: &ConnectInfo) -> Result<Arc<dyn SessionAccess>, SessionError>;
+}
+
+/// Every session may do everything: the relay without auth.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAll;
+
+impl SessionAccess for AllowAll {
+    fn authorize(&self, _op: &Operation<'_>) -> Result<(), Refusal> {
+        Ok(())
+    }
+}
+
+impl Authorizer for AllowAll {
+    fn connect(&self, _info: &ConnectInfo) -> Result<Arc<dyn SessionAccess>, SessionError> {
+        Ok(Arc::new(AllowAll))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_names_namespace_track_and_tokens() {
+        let track = FullTrackName::new("live/demo", "video");
+        let tokens = [Bytes::from_static(b"\x03\x00t")];
+        let sub = Operation::Subscribe {
+            track: &track,
+            tokens: &tokens,
+        };
+        assert_eq!(sub.namespace(), &track.namespace);
+        assert_eq!(sub.track_name(), Some(&b"video"[..]));
+        assert_eq!(sub.tokens(), &tokens);
+        assert!(!sub.is_write());
+
+        let ns = TrackNamespace::from_path("live");
+        let pn = Operation::PublishNamespace {
+            namespace: &ns,
+            tokens: &[],
+        };
+        assert_eq!(pn.namespace(), &ns);
+        assert_eq!(pn.track_name(), None);
+        assert!(pn.tokens().is_empty());
+        assert!(pn.is_write());
+        assert!(Operation::Publish {
+            track: &track,
+            tokens: &[]
+        }
+        .is_write());
+        assert!(!Operation::SubscribeTracks {
+            prefix: &ns,
+            tokens: &[]
+        }
+        .is_write());
+    }
+
+    #[test]
+    fn allow_all_allows_and_never_expires() {
+        let info = ConnectInfo {
+            path: None,
+            remote: "127.0.0.1:1".parse().unwrap(),
+            setup_token: None,
+        };
+        let access = AllowAll.connect(&info).unwrap();
+        let ns = TrackNamespace::from_path("anything");
+        assert!(access
+            .authorize(&Operation::SubscribeNamespace {
+                prefix: &ns,
+                tokens: &[]
+            })
+            .is_ok());
+        assert_eq!(access.expires(), None);
+    }
+}

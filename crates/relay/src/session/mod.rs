@@ -1,0 +1,634 @@
+//! One MoQT session at the relay. The relay is the publisher towards its
+//! subscribers and the subscriber towards its publishers, so this module speaks
+//! both roles: it answers requests the peer opens, and opens SUBSCRIBE (and
+//! PUBLISH for SUBSCRIBE_TRACKS) towards the peer.
+//!
+//! This module holds the session's lifecycle (accept, SETUP, limits, GOAWAY,
+//! expiry) and the request dispatch with its one authorisation point
+//! ([`authorize`]); each concern has its own part:
+//! - `ingest`: data from publishers (subgroup streams, datagrams, early datagrams);
+//! - `upstream`: SUBSCRIBE sent towards publishers (the [`Peer`] side core calls);
+//! - `subscribe`: downstream SUBSCRIBE, REQUEST_UPDATE, delivery, TRACK_STATUS;
+//! - `fetch`: FETCH from the cache;
+//! - `namespace`: PUBLISH_NAMESPACE, SUBSCRIBE_NAMESPACE, SUBSCRIBE_TRACKS;
+//! - `publish`: PUBLISH from peers, and towards SUBSCRIBE_TRACKS subscribers.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use moqt::error::request_error;
+use moqt::message::{setup_option, FetchKind, GoAway, Message, RequestError, Setup};
+use moqt::session::{check_client_setup, make_setup, ControlState, RequestIds, Role, SessionError};
+use moqt::{Location, SessionErrorCode, TrackNamespace};
+use quichub_net::io::{write_message, EarlyDatagrams, MessageReader, ReadError};
+use quichub_net::server::Accepted;
+use quichub_net::Transport;
+use tokio::sync::{watch, Notify};
+use web_transport_quinn::{RecvStream, SendStream, Session};
+
+use crate::access::{AllowAll, ConnectInfo, Operation, SessionAccess};
+use crate::core::{BoxFuture, Peer, Refusal, Relay, TrackEntry};
+use crate::track::Track;
+
+mod fetch;
+mod ingest;
+mod namespace;
+mod publish;
+mod subscribe;
+mod upstream;
+
+use fetch::on_fetch;
+use ingest::{on_datagram, on_uni};
+use namespace::{on_publish_namespace, on_subscribe_namespace, on_subscribe_tracks};
+use publish::on_publish;
+use subscribe::{on_subscribe, on_track_status};
+
+/// Our MOQT_IMPLEMENTATION string.
+pub(crate) const IMPLEMENTATION: &str = concat!("quichub/", env!("CARGO_PKG_VERSION"));
+
+/// A downstream subscription's facts needed by a Joining FETCH.
+struct SubInfo {
+    entry: Arc<TrackEntry>,
+    joining: Option<Location>,
+    forward: bool,
+}
+
+/// State shared by the tasks of one session.
+pub(crate) struct SessionHandle {
+    /// Relay-wide id.
+    pub(crate) id: u64,
+    /// The transport session.
+    pub(crate) session: Session,
+    /// Raw QUIC or WebTransport.
+    pub(crate) transport: Transport,
+    /// The peer's address.
+    remote: SocketAddr,
+    /// WebTransport: the CONNECT URL's path and query.
+    path: Option<String>,
+    /// What the session may do, set at SETUP by the relay's authorizer.
+    access: OnceLock<Arc<dyn SessionAccess>>,
+    request_ids: Mutex<RequestIds>,
+    /// Track Aliases the peer chose for tracks it publishes to us.
+    aliases: Mutex<HashMap<u64, Arc<Track>>>,
+    alias_added: Notify,
+    early_datagrams: Mutex<EarlyDatagrams>,
+    control: tokio::sync::Mutex<Option<SendStream>>,
+    setup: watch::Sender<bool>,
+    control_seen: AtomicBool,
+    /// Holds a half-open slot of the relay until SETUP arrives.
+    half_open: AtomicBool,
+    /// Counted in `max_sessions` (SETUP arrived and was admitted).
+    established: AtomicBool,
+    open_requests: AtomicUsize,
+    subscriptions: Mutex<HashMap<u64, SubInfo>>,
+    /// Tracks this session subscribes to (one subscription per track, §5.1).
+    subscribed: Mutex<std::collections::HashSet<moqt::FullTrackName>>,
+    ns_prefixes: Mutex<HashMap<u64, TrackNamespace>>,
+    track_prefixes: Mutex<HashMap<u64, TrackNamespace>>,
+    goaway_sent: AtomicBool,
+}
+
+/// Holds a track name in [`SessionHandle`]'s subscribed set until dropped.
+struct Reservation<'a> {
+    set: &'a Mutex<std::collections::HashSet<moqt::FullTrackName>>,
+    name: moqt::FullTrackName,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.set.lock().expect("subscribed").remove(&self.name);
+    }
+}
+
+/// Counts an open request for the request limit; released on drop, or as
+/// soon as the request is refused (before the refusal is sent, so a peer that
+/// reacts to it at once finds the slot free).
+struct RequestSlot<'a> {
+    counter: &'a AtomicUsize,
+    released: AtomicBool,
+}
+
+impl RequestSlot<'_> {
+    fn release(&self) {
+        if !self.released.swap(true, Relaxed) {
+            self.counter.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+impl Drop for RequestSlot<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+type Result<T, E = SessionError> = std::result::Result<T, E>;
+
+fn read_err(e: ReadError) -> SessionError {
+    match e {
+        ReadError::Decode(d) => d.into(),
+        ReadError::Truncated => SessionError::protocol("stream ended mid-message"),
+        ReadError::Finished => SessionError::protocol("stream ended"),
+        ReadError::Stream(s) => SessionError::protocol(s),
+    }
+}
+
+impl SessionHandle {
+    fn new(id: u64, accepted: Accepted) -> Self {
+        let Accepted {
+            session,
+            transport,
+            path,
+            remote,
+            ..
+        } = accepted;
+        Self {
+            id,
+            session,
+            transport,
+            remote,
+            path,
+            access: OnceLock::new(),
+            request_ids: Mutex::new(RequestIds::new(Role::Server)),
+            aliases: Mutex::default(),
+            alias_added: Notify::new(),
+            early_datagrams: Mutex::default(),
+            control: tokio::sync::Mutex::new(None),
+            setup: watch::channel(false).0,
+            control_seen: AtomicBool::new(false),
+            half_open: AtomicBool::new(false),
+            established: AtomicBool::new(false),
+            open_requests: AtomicUsize::new(0),
+            subscriptions: Mutex::default(),
+            subscribed: Mutex::default(),
+            ns_prefixes: Mutex::default(),
+            track_prefixes: Mutex::default(),
+            goaway_sent: AtomicBool::new(false),
+        }
+    }
+
+    /// Closes the session with a session error.
+    pub(crate) fn fail(&self, relay: &Relay, e: &SessionError) {
+        if let Some(reason) = self.session.close_reason() {
+            // The peer (or the endpoint) closed first: what failed was a read
+            // on a connection already gone, not a violation by the peer.
+            tracing::debug!(session = self.id, "session closed: {reason}");
+            return;
+        }
+        if e.code == SessionErrorCode::ProtocolViolation {
+            relay.metrics.protocol_violations.fetch_add(1, Relaxed);
+        }
+        tracing::info!(session = self.id, code = ?e.code, reason = %e.reason, "closing session");
+        self.session.close(e.code.code(), e.reason.as_bytes());
+    }
+
+    /// What the session may do: [`AllowAll`] until SETUP set it (no request
+    /// is served before SETUP).
+    fn access(&self) -> &dyn SessionAccess {
+        match self.access.get() {
+            Some(a) => a.as_ref(),
+            None => &AllowAll,
+        }
+    }
+
+    /// What the authorizer is told about this session, from its SETUP.
+    fn connect_info(&self, setup: &Setup) -> ConnectInfo {
+        let path = match self.transport {
+            Transport::WebTransport => self.path.clone(),
+            // A PATH that is not UTF-8 names nothing an authorizer could match.
+            Transport::Quic => setup
+                .path()
+                .and_then(|p| String::from_utf8(p.to_vec()).ok()),
+        };
+        ConnectInfo {
+            path,
+            remote: self.remote,
+            setup_token: setup
+                .bytes_option(setup_option::AUTHORIZATION_TOKEN)
+                .cloned(),
+        }
+    }
+
+    fn next_request_id(&self) -> u64 {
+        self.request_ids.lock().expect("ids").next()
+    }
+
+    async fn wait_setup(&self) {
+        let mut rx = self.setup.subscribe();
+        let _ = rx.wait_for(|v| *v).await;
+    }
+
+    /// Sends GOAWAY on our control stream (for shutdown).
+    async fn goaway(&self, timeout_ms: u64) {
+        if self.goaway_sent.swap(true, Relaxed) {
+            return;
+        }
+        let floor = self.request_ids.lock().expect("ids").peer_floor();
+        let msg = Message::GoAway(GoAway {
+            new_session_uri: Bytes::new(),
+            timeout: timeout_ms,
+            request_id: Some(floor),
+        });
+        if let Some(s) = self.control.lock().await.as_mut() {
+            let _ = write_message(s, &msg).await;
+        }
+    }
+}
+
+impl Peer for SessionHandle {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn subscribe_upstream(
+        self: Arc<Self>,
+        relay: Arc<Relay>,
+        entry: Arc<TrackEntry>,
+    ) -> BoxFuture<Result<(), Refusal>> {
+        Box::pin(async move { self.open_upstream(&relay, entry).await })
+    }
+
+    fn send_goaway(self: Arc<Self>, timeout_ms: u64) -> BoxFuture<()> {
+        Box::pin(async move { self.goaway(timeout_ms).await })
+    }
+}
+
+/// Serves one accepted session until it closes.
+pub(crate) async fn serve(relay: Arc<Relay>, accepted: Accepted) {
+    let session = accepted.session.clone();
+    let handle = Arc::new(SessionHandle::new(relay.next_id(), accepted));
+    // A full relay says so before its SETUP, so the client's connect fails
+    // (checked again when the client's SETUP arrives).
+    if relay.sessions_full() {
+        relay.metrics.sessions_refused_full.fetch_add(1, Relaxed);
+        session.close(SessionErrorCode::InternalError.code(), b"too many sessions");
+        return;
+    }
+    // Until SETUP the connection holds a half-open slot, not a session slot,
+    // so connections that never speak cannot lock real sessions out.
+    if !relay.try_half_open() {
+        relay
+            .metrics
+            .sessions_refused_half_open
+            .fetch_add(1, Relaxed);
+        session.close(
+            SessionErrorCode::InternalError.code(),
+            b"too many sessions being set up",
+        );
+        return;
+    }
+    handle.half_open.store(true, Relaxed);
+
+    let result = run(&relay, &handle).await;
+    if let Err(e) = result {
+        handle.fail(&relay, &e);
+    }
+    if handle.half_open.swap(false, Relaxed) {
+        relay.end_half_open();
+    }
+    relay.remove_session(handle.id);
+    if handle.established.load(Relaxed) {
+        relay.metrics.sessions.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Admits a session whose SETUP arrived: leaves the half-open pool, takes a
+/// session slot.
+fn establish(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
+    if h.half_open.swap(false, Relaxed) {
+        relay.end_half_open();
+    }
+    if !relay.add_session(h.clone()) {
+        relay.metrics.sessions_refused_full.fetch_add(1, Relaxed);
+        return Err(SessionError {
+            code: SessionErrorCode::InternalError,
+            reason: "too many sessions".into(),
+        });
+    }
+    h.established.store(true, Relaxed);
+    relay.metrics.sessions.fetch_add(1, Relaxed);
+    relay.metrics.sessions_total.fetch_add(1, Relaxed);
+    Ok(())
+}
+
+async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
+    // Our control stream: SETUP first; GOAWAY may follow later.
+    let mut control = h
+        .session
+        .open_uni()
+        .await
+        .map_err(|e| SessionError::protocol(e.to_string()))?;
+    let setup = Message::Setup(make_setup(IMPLEMENTATION, None, None));
+    write_message(&mut control, &setup)
+        .await
+        .map_err(|e| SessionError::protocol(e.to_string()))?;
+    *h.control.lock().await = Some(control);
+
+    let (fail_tx, mut fail_rx) = tokio::sync::mpsc::channel::<SessionError>(4);
+    let uni = {
+        let (relay, h, fail) = (relay.clone(), h.clone(), fail_tx.clone());
+        tokio::spawn(async move {
+            while let Ok(stream) = h.session.accept_uni().await {
+                let (relay, h, fail) = (relay.clone(), h.clone(), fail.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = on_uni(&relay, &h, stream).await {
+                        let _ = fail.send(e).await;
+                    }
+                });
+            }
+        })
+    };
+    let bi = {
+        let (relay, h, fail) = (relay.clone(), h.clone(), fail_tx.clone());
+        tokio::spawn(async move {
+            while let Ok((send, recv)) = h.session.accept_bi().await {
+                let (relay, h, fail) = (relay.clone(), h.clone(), fail.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = on_request(&relay, &h, send, recv).await {
+                        let _ = fail.send(e).await;
+                    }
+                });
+            }
+        })
+    };
+    let dgram = {
+        let (relay, h, fail) = (relay.clone(), h.clone(), fail_tx.clone());
+        tokio::spawn(async move {
+            while let Ok(d) = h.session.read_datagram().await {
+                if let Err(e) = on_datagram(&relay, &h, d) {
+                    let _ = fail.send(e).await;
+                    break;
+                }
+            }
+        })
+    };
+    drop(fail_tx);
+    let mut shutdown = relay.shutdown_signal();
+    let setup_timeout = Duration::from_millis(relay.config.setup_timeout_ms);
+    let setup_deadline = tokio::time::sleep(setup_timeout);
+    tokio::pin!(setup_deadline);
+    let mut setup_pending = true;
+    // The session's credentials expire: known once SETUP gave it its access.
+    let expiry = async {
+        h.wait_setup().await;
+        match h.access().expires() {
+            Some(at) => {
+                let left = at.duration_since(SystemTime::now()).unwrap_or_default();
+                tokio::time::sleep(left).await
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(expiry);
+    let outcome = loop {
+        tokio::select! {
+            e = fail_rx.recv() => if let Some(e) = e { break Err(e) },
+            _ = &mut setup_deadline, if setup_pending => {
+                if *h.setup.borrow() {
+                    setup_pending = false;
+                    continue;
+                }
+                relay.metrics.setup_timeouts.fetch_add(1, Relaxed);
+                break Err(SessionError {
+                    code: SessionErrorCode::ControlMessageTimeout,
+                    reason: format!("no CLIENT_SETUP within {} ms", setup_timeout.as_millis()),
+                });
+            }
+            () = &mut expiry => {
+                break Err(SessionError {
+                    code: SessionErrorCode::ExpiredAuthToken,
+                    reason: "authorization expired".into(),
+                });
+            }
+            _ = h.session.closed() => break Ok(()),
+            r = shutdown.changed() => {
+                if r.is_err() || *shutdown.borrow() {
+                    h.goaway(relay.config.goaway_timeout_ms).await;
+                    // Stop watching; the session ends when the peer leaves or the
+                    // endpoint closes after the drain timeout.
+                    shutdown = watch::channel(false).1;
+                }
+            }
+        }
+    };
+    uni.abort();
+    bi.abort();
+    dgram.abort();
+    outcome
+}
+
+async fn on_control(
+    relay: &Arc<Relay>,
+    h: &Arc<SessionHandle>,
+    mut reader: MessageReader,
+) -> Result<()> {
+    let mut state = ControlState::new();
+    loop {
+        let m = reader.next().await.map_err(|e| match e {
+            ReadError::Finished | ReadError::Stream(_) => {
+                SessionError::protocol("control stream closed")
+            }
+            e => read_err(e),
+        })?;
+        state.on_control_message(&m)?;
+        if let Message::Setup(s) = &m {
+            check_client_setup(s, h.transport == Transport::WebTransport)?;
+            tracing::debug!(session = h.id, implementation = ?s.implementation(), "SETUP");
+            // Before the session takes a slot: a refused one never counts.
+            let access = relay.authorizer().connect(&h.connect_info(s))?;
+            let _ = h.access.set(access);
+            establish(relay, h)?;
+            h.setup.send_replace(true);
+        }
+        if let Message::GoAway(g) = &m {
+            if !g.new_session_uri.is_empty() {
+                return Err(SessionError::protocol("client GOAWAY with a URI"));
+            }
+            tracing::debug!(session = h.id, "peer GOAWAY");
+        }
+    }
+}
+
+async fn reply_error(
+    send: &mut SendStream,
+    slot: Option<&RequestSlot<'_>>,
+    code: u64,
+    reason: &str,
+) {
+    if let Some(slot) = slot {
+        slot.release();
+    }
+    let m = Message::RequestError(RequestError {
+        code,
+        retry_interval: 0,
+        reason: Bytes::copy_from_slice(reason.as_bytes()),
+        redirect: None,
+    });
+    let _ = write_message(send, &m).await;
+    let _ = send.finish();
+}
+
+fn reserved_namespace(ns: &TrackNamespace) -> bool {
+    ns.fields()
+        .first()
+        .is_some_and(|f| f.first() == Some(&b'.'))
+}
+
+/// A bidirectional stream: one request from the peer.
+async fn on_request(
+    relay: &Arc<Relay>,
+    h: &Arc<SessionHandle>,
+    mut send: SendStream,
+    recv: RecvStream,
+) -> Result<()> {
+    let mut reader = MessageReader::new(recv, &[]);
+    let first = match reader.next().await {
+        Ok(m) => m,
+        Err(ReadError::Finished) | Err(ReadError::Stream(_)) => return Ok(()),
+        Err(e) => return Err(read_err(e)),
+    };
+    if !first.opens_request_stream() {
+        return Err(SessionError::protocol(format!(
+            "{} cannot open a request stream",
+            first.name()
+        )));
+    }
+    h.wait_setup().await;
+    if let Some(id) = first.request_id() {
+        h.request_ids.lock().expect("ids").accept_peer(id)?;
+    }
+    if h.open_requests.fetch_add(1, Relaxed) >= relay.config.max_requests_per_session {
+        h.open_requests.fetch_sub(1, Relaxed);
+        reply_error(
+            &mut send,
+            None,
+            request_error::EXCESSIVE_LOAD,
+            "too many open requests",
+        )
+        .await;
+        return Ok(());
+    }
+    let slot = RequestSlot {
+        counter: &h.open_requests,
+        released: AtomicBool::new(false),
+    };
+    if h.goaway_sent.load(Relaxed) {
+        reply_error(
+            &mut send,
+            Some(&slot),
+            request_error::GOING_AWAY,
+            "relay is going away",
+        )
+        .await;
+        return Ok(());
+    }
+    if let Err(r) = authorize(h, &first) {
+        reply_error(&mut send, Some(&slot), r.code, &r.reason).await;
+        return Ok(());
+    }
+    match first {
+        Message::Subscribe(m) => on_subscribe(relay, &slot, h, send, reader, m).await,
+        Message::TrackStatus(m) => on_track_status(relay, h, &slot, send, m).await,
+        Message::Fetch(m) => on_fetch(relay, &slot, h, send, m).await,
+        Message::PublishNamespace(m) => {
+            on_publish_namespace(relay, &slot, h, send, reader, m).await
+        }
+        Message::SubscribeNamespace(m) => {
+            on_subscribe_namespace(relay, &slot, h, send, reader, m).await
+        }
+        Message::SubscribeTracks(m) => on_subscribe_tracks(relay, &slot, h, send, reader, m).await,
+        Message::Publish(m) => on_publish(relay, &slot, h, send, reader, m).await,
+        _ => unreachable!("opens_request_stream checked"),
+    }
+}
+
+/// The authorisation point: every request the peer opens passes here, after
+/// the request limits and before its handler, and is refused with the
+/// session access's [`Refusal`] (REQUEST_ERROR) if it may not be made.
+fn authorize(h: &SessionHandle, m: &Message) -> Result<(), Refusal> {
+    let joined;
+    let op = match m {
+        Message::PublishNamespace(m) => Operation::PublishNamespace {
+            namespace: &m.namespace,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::Publish(m) => Operation::Publish {
+            track: &m.track,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::Subscribe(m) => Operation::Subscribe {
+            track: &m.track,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::SubscribeNamespace(m) => Operation::SubscribeNamespace {
+            prefix: &m.namespace,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::SubscribeTracks(m) => Operation::SubscribeTracks {
+            prefix: &m.namespace,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::TrackStatus(m) => Operation::TrackStatus {
+            track: &m.track,
+            tokens: &m.params.authorization_tokens,
+        },
+        Message::Fetch(f) => {
+            let track = match &f.kind {
+                FetchKind::Standalone { track, .. } => track,
+                FetchKind::RelativeJoining {
+                    joining_request_id, ..
+                }
+                | FetchKind::AbsoluteJoining {
+                    joining_request_id, ..
+                } => {
+                    joined = h
+                        .subscriptions
+                        .lock()
+                        .expect("subs")
+                        .get(joining_request_id)
+                        .map(|s| s.entry.track.name.clone());
+                    match &joined {
+                        Some(t) => t,
+                        // Joins nothing, so reads nothing: the handler
+                        // answers INVALID_JOINING_REQUEST_ID.
+                        None => return Ok(()),
+                    }
+                }
+            };
+            Operation::Fetch {
+                track,
+                tokens: &f.params.authorization_tokens,
+            }
+        }
+        _ => return Ok(()),
+    };
+    h.access().authorize(&op)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_starting_with_a_dot_are_reserved() {
+        let ns = TrackNamespace::from_path;
+        assert!(reserved_namespace(&ns(".well-known/x")));
+        assert!(reserved_namespace(&ns(".")));
+        assert!(!reserved_namespace(&ns("live/.hidden")));
+        assert!(!reserved_namespace(&ns("live")));
+        assert!(!reserved_namespace(&TrackNamespace::default()));
+    }
+
+    #[test]
+    fn read_errors_become_protocol_violations_or_decode_errors() {
+        for e in [ReadError::Truncated, ReadError::Finished] {
+            assert_eq!(read_err(e).code, SessionErrorCode::ProtocolViolation);
+        }
+        let e = read_err(ReadError::Decode(moqt::DecodeError::Short));
+        assert_eq!(e, SessionError::from(moqt::DecodeError::Short));
+    }
+}

@@ -1,0 +1,251 @@
+//! Namespace-level requests: PUBLISH_NAMESPACE from publishers,
+//! SUBSCRIBE_NAMESPACE and SUBSCRIBE_TRACKS from subscribers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use moqt::error::{request_error, reset};
+use moqt::message::{Message, NamespaceRequest, RequestOk};
+use moqt::session::SessionError;
+use moqt::TrackNamespace;
+use quichub_net::io::{write_message, MessageReader, ReadError};
+use web_transport_quinn::SendStream;
+
+use super::publish::spawn_publish_downstream;
+use super::{reply_error, reserved_namespace, RequestSlot, Result, SessionHandle};
+use crate::access::Operation;
+use crate::core::{NamespaceEvent, Relay};
+
+pub(super) async fn on_publish_namespace(
+    relay: &Arc<Relay>,
+    slot: &RequestSlot<'_>,
+    h: &Arc<SessionHandle>,
+    mut send: SendStream,
+    mut reader: MessageReader,
+    m: NamespaceRequest,
+) -> Result<()> {
+    if reserved_namespace(&m.namespace) {
+        reply_error(
+            &mut send,
+            Some(slot),
+            request_error::UNAUTHORIZED,
+            "reserved namespace",
+        )
+        .await;
+        return Ok(());
+    }
+    if let Err(r) = relay.publish_namespace(m.namespace.clone(), h.clone()) {
+        reply_error(&mut send, Some(slot), r.code, &r.reason).await;
+        return Ok(());
+    }
+    let ok = Message::RequestOk(RequestOk::default());
+    let _ = write_message(&mut send, &ok).await;
+    // The namespace stays published until the publisher cancels the stream.
+    let result = loop {
+        match reader.next().await {
+            Ok(Message::RequestUpdate(u)) => {
+                if let Err(e) = ack_update(h, &mut send, &u).await {
+                    break Err(e);
+                }
+            }
+            Ok(other) => {
+                break Err(SessionError::protocol(format!(
+                    "{} on PUBLISH_NAMESPACE stream",
+                    other.name()
+                )))
+            }
+            Err(ReadError::Decode(e)) => break Err(e.into()),
+            Err(_) => break Ok(()),
+        }
+    };
+    relay.unpublish_namespace(&m.namespace, h.id);
+    let _ = send.finish();
+    result
+}
+
+/// A REQUEST_UPDATE on a namespace-level request: its Request ID is checked
+/// and it is acknowledged (the relay keeps no per-request state to change).
+async fn ack_update(
+    h: &SessionHandle,
+    send: &mut SendStream,
+    u: &moqt::message::RequestUpdate,
+) -> Result<()> {
+    h.request_ids
+        .lock()
+        .expect("ids")
+        .accept_peer(u.request_id)?;
+    let _ = write_message(send, &Message::RequestOk(RequestOk::default())).await;
+    Ok(())
+}
+
+fn overlap_check(
+    map: &Mutex<HashMap<u64, TrackNamespace>>,
+    id: u64,
+    prefix: &TrackNamespace,
+) -> bool {
+    let mut m = map.lock().expect("prefixes");
+    if m.values().any(|p| p.overlaps(prefix)) {
+        return false;
+    }
+    m.insert(id, prefix.clone());
+    true
+}
+
+pub(super) async fn on_subscribe_namespace(
+    relay: &Arc<Relay>,
+    slot: &RequestSlot<'_>,
+    h: &Arc<SessionHandle>,
+    mut send: SendStream,
+    mut reader: MessageReader,
+    m: NamespaceRequest,
+) -> Result<()> {
+    if !overlap_check(&h.ns_prefixes, m.request_id, &m.namespace) {
+        reply_error(
+            &mut send,
+            Some(slot),
+            request_error::PREFIX_OVERLAP,
+            "prefix overlaps an existing SUBSCRIBE_NAMESPACE",
+        )
+        .await;
+        return Ok(());
+    }
+    let id = relay.next_id();
+    let (existing, mut rx) = relay.subscribe_namespace(id, m.namespace.clone());
+    let mut prefix = m.namespace.clone();
+    let result = async {
+        let _ = write_message(&mut send, &Message::RequestOk(RequestOk::default())).await;
+        let mut active: std::collections::HashSet<TrackNamespace> = Default::default();
+        for ns in existing {
+            let suffix = ns.suffix_after(&prefix);
+            if write_message(&mut send, &Message::Namespace(suffix)).await.is_err() {
+                return Ok(());
+            }
+            active.insert(ns);
+        }
+        loop {
+            tokio::select! {
+                ev = rx.recv() => {
+                    let Some(ev) = ev else {
+                        // The relay dropped us for falling behind.
+                        let _ = send.reset(reset::EXCESSIVE_LOAD);
+                        return Ok(());
+                    };
+                    let msg = match ev {
+                        NamespaceEvent::Added(ns) if ns.has_prefix(&prefix) && active.insert(ns.clone()) => Message::Namespace(ns.suffix_after(&prefix)),
+                        NamespaceEvent::Removed(ns) if active.remove(&ns) => Message::NamespaceDone(ns.suffix_after(&prefix)),
+                        _ => continue,
+                    };
+                    if write_message(&mut send, &msg).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                msg = reader.next() => match msg {
+                    Ok(Message::RequestUpdate(u)) => {
+                        // A new prefix is a new request for what it names:
+                        // authorised like SUBSCRIBE_NAMESPACE; a refusal ends
+                        // the request (it announced the old prefix only).
+                        if let Some(p) = &u.params.track_namespace_prefix {
+                            let op = Operation::SubscribeNamespace {
+                                prefix: p,
+                                tokens: &u.params.authorization_tokens,
+                            };
+                            if let Err(r) = h.access().authorize(&op) {
+                                h.request_ids.lock().expect("ids").accept_peer(u.request_id)?;
+                                reply_error(&mut send, None, r.code, &r.reason).await;
+                                return Ok(());
+                            }
+                        }
+                        ack_update(h, &mut send, &u).await?;
+                        if let Some(p) = u.params.track_namespace_prefix {
+                            prefix = p;
+                        }
+                    }
+                    Ok(other) => return Err(SessionError::protocol(format!("{} on SUBSCRIBE_NAMESPACE stream", other.name()))),
+                    Err(ReadError::Decode(e)) => return Err(e.into()),
+                    Err(_) => return Ok(()),
+                }
+            }
+        }
+    }
+    .await;
+    relay.unsubscribe_namespace(id);
+    h.ns_prefixes
+        .lock()
+        .expect("prefixes")
+        .remove(&m.request_id);
+    let _ = send.finish();
+    result
+}
+
+pub(super) async fn on_subscribe_tracks(
+    relay: &Arc<Relay>,
+    slot: &RequestSlot<'_>,
+    h: &Arc<SessionHandle>,
+    mut send: SendStream,
+    mut reader: MessageReader,
+    m: NamespaceRequest,
+) -> Result<()> {
+    if !overlap_check(&h.track_prefixes, m.request_id, &m.namespace) {
+        reply_error(
+            &mut send,
+            Some(slot),
+            request_error::PREFIX_OVERLAP,
+            "prefix overlaps an existing SUBSCRIBE_TRACKS",
+        )
+        .await;
+        return Ok(());
+    }
+    let forward = m.params.forward.unwrap_or(true);
+    let id = relay.next_id();
+    let (existing, mut rx) = relay.subscribe_tracks(id, m.namespace.clone());
+    let _ = write_message(&mut send, &Message::RequestOk(RequestOk::default())).await;
+    for e in existing {
+        spawn_publish_downstream(relay, h, e, forward);
+    }
+    let result = loop {
+        tokio::select! {
+            e = rx.recv() => match e {
+                Some(e) => spawn_publish_downstream(relay, h, e, forward),
+                None => {
+                    // The relay dropped us for falling behind.
+                    let _ = send.reset(reset::EXCESSIVE_LOAD);
+                    break Ok(());
+                }
+            },
+            msg = reader.next() => match msg {
+                Ok(Message::RequestUpdate(u)) => ack_update(h, &mut send, &u).await?,
+                Ok(other) => break Err(SessionError::protocol(format!("{} on SUBSCRIBE_TRACKS stream", other.name()))),
+                Err(ReadError::Decode(e)) => break Err(e.into()),
+                Err(_) => break Ok(()),
+            }
+        }
+    };
+    relay.unsubscribe_tracks(id);
+    h.track_prefixes
+        .lock()
+        .expect("prefixes")
+        .remove(&m.request_id);
+    let _ = send.finish();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_check_refuses_prefixes_of_each_other_and_keeps_the_rest() {
+        let map = Mutex::new(HashMap::new());
+        let ns = TrackNamespace::from_path;
+        assert!(overlap_check(&map, 1, &ns("live/a")));
+        // A prefix of one already held, one under it, and the same one.
+        assert!(!overlap_check(&map, 2, &ns("live")));
+        assert!(!overlap_check(&map, 3, &ns("live/a/b")));
+        assert!(!overlap_check(&map, 4, &ns("live/a")));
+        // Siblings do not overlap.
+        assert!(overlap_check(&map, 5, &ns("live/b")));
+        let held = map.lock().unwrap();
+        assert_eq!(held.len(), 2);
+        assert!(held.contains_key(&1) && held.contains_key(&5));
+    }
+}

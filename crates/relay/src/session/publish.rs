@@ -1,0 +1,156 @@
+//! PUBLISH from peers (tracks pushed to the relay) and PUBLISH from the relay
+//! towards SUBSCRIBE_TRACKS subscribers.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use moqt::error::{publish_done, request_error};
+use moqt::message::{Message, Publish, RequestOk};
+use moqt::session::SessionError;
+use moqt::{Parameters, SessionErrorCode};
+use quichub_net::io::{write_message, MessageReader, ReadError};
+use web_transport_quinn::SendStream;
+
+use super::subscribe::serve_subscription;
+use super::upstream::settle;
+use super::{reply_error, reserved_namespace, RequestSlot, Result, SessionHandle};
+use crate::core::{Relay, TrackEntry};
+use crate::track::{Track, TrackInfo};
+
+/// Sends PUBLISH for a track to a SUBSCRIBE_TRACKS subscriber and, once it
+/// accepts, delivers the track like a subscription.
+pub(super) fn spawn_publish_downstream(
+    relay: &Arc<Relay>,
+    h: &Arc<SessionHandle>,
+    entry: Arc<TrackEntry>,
+    forward: bool,
+) {
+    let (relay, h) = (relay.clone(), h.clone());
+    tokio::spawn(async move {
+        entry.subscribers.fetch_add(1, Relaxed);
+        let outcome = async {
+            let (mut send, recv) = h.session.open_bi().await.ok()?;
+            let joined = entry.track.join(&h.session);
+            let request_id = h.next_request_id();
+            let publish = Message::Publish(Publish {
+                request_id,
+                track: entry.track.name.clone(),
+                track_alias: entry.track.id,
+                params: Parameters {
+                    largest_object: joined.largest,
+                    forward: (!forward).then_some(false),
+                    ..Default::default()
+                },
+                properties: joined.info.properties.clone(),
+            });
+            write_message(&mut send, &publish).await.ok()?;
+            let mut reader = MessageReader::new(recv, &[]);
+            let params = match reader.next().await {
+                Ok(Message::PublishOk(ok)) | Ok(Message::RequestOk(ok)) => ok.params,
+                _ => return None,
+            };
+            let _ = serve_subscription(
+                &relay,
+                &h,
+                &mut send,
+                None,
+                &entry,
+                request_id,
+                &params,
+                Some(joined),
+            )
+            .await;
+            Some(())
+        }
+        .await;
+        let _ = outcome;
+        relay.release_track(&entry);
+    });
+}
+
+pub(super) async fn on_publish(
+    relay: &Arc<Relay>,
+    slot: &RequestSlot<'_>,
+    h: &Arc<SessionHandle>,
+    mut send: SendStream,
+    mut reader: MessageReader,
+    m: Publish,
+) -> Result<()> {
+    if reserved_namespace(&m.track.namespace) {
+        reply_error(
+            &mut send,
+            Some(slot),
+            request_error::UNAUTHORIZED,
+            "reserved namespace",
+        )
+        .await;
+        return Ok(());
+    }
+    if !crate::track::properties_fit(&m.properties) {
+        reply_error(
+            &mut send,
+            Some(slot),
+            request_error::NOT_SUPPORTED,
+            "track properties too large",
+        )
+        .await;
+        return Ok(());
+    }
+    let track = Arc::new(Track::new(
+        m.track.clone(),
+        relay.next_id(),
+        relay.config.clone(),
+        relay.metrics.clone(),
+    ));
+    track.set_publisher_session(h.id);
+    track.set_info(
+        TrackInfo::from_properties(m.properties.clone()),
+        m.params.largest_object,
+    );
+    {
+        let mut aliases = h.aliases.lock().expect("aliases");
+        if aliases.get(&m.track_alias).is_some_and(|t| !t.is_ended()) {
+            return Err(SessionError {
+                code: SessionErrorCode::DuplicateTrackAlias,
+                reason: "track alias in use".into(),
+            });
+        }
+        aliases.insert(m.track_alias, track.clone());
+    }
+    h.alias_added.notify_waiters();
+    h.replay_early(relay, m.track_alias);
+    let entry = match relay.publish_track(track) {
+        Ok(e) => e,
+        Err(r) => {
+            h.aliases.lock().expect("aliases").remove(&m.track_alias);
+            reply_error(&mut send, Some(slot), r.code, &r.reason).await;
+            return Ok(());
+        }
+    };
+    let ok = Message::PublishOk(RequestOk::default());
+    let _ = write_message(&mut send, &ok).await;
+    let (status, result) = loop {
+        match reader.next().await {
+            Ok(Message::PublishDone(d)) => {
+                settle(relay, &entry.track, d.stream_count).await;
+                break (d.status, Ok(()));
+            }
+            Ok(Message::RequestOk(_)) => continue,
+            Ok(other) => {
+                break (
+                    publish_done::INTERNAL_ERROR,
+                    Err(SessionError::protocol(format!(
+                        "{} on PUBLISH stream",
+                        other.name()
+                    ))),
+                )
+            }
+            Err(ReadError::Decode(e)) => break (publish_done::INTERNAL_ERROR, Err(e.into())),
+            Err(_) => break (publish_done::TRACK_ENDED, Ok(())),
+        }
+    };
+    relay.unpublish_track(&entry, status);
+    h.aliases.lock().expect("aliases").remove(&m.track_alias);
+    let _ = send.finish();
+    result
+}
