@@ -20,10 +20,12 @@ mod error;
 pub mod jwt;
 pub mod passwd;
 pub mod path;
+mod shared;
 
 pub use auth::{Auth, Identity, Method, JWT_USERNAME};
 pub use config::AuthConfig;
 pub use error::AuthError;
+pub use shared::{AuthMetrics, SharedAuth};
 
 /// What a request does with a track or topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,154 @@
+//! The [`Auth`] in force, swapped whole on reload (SIGHUP), and the counters
+//! of authentication outcomes.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::{Auth, AuthConfig, AuthError, Method};
+
+/// The [`Auth`] every listener consults. Sessions read it when they
+/// authenticate and on each request, so a reload (new keys, password or ACL
+/// files) applies to new requests at once without dropping anyone.
+#[derive(Debug)]
+pub struct SharedAuth {
+    current: RwLock<Arc<Auth>>,
+    /// Outcomes of authentication, by protocol and reason.
+    pub metrics: AuthMetrics,
+}
+
+impl SharedAuth {
+    /// Holds `auth`.
+    pub fn new(auth: Auth) -> Arc<Self> {
+        Arc::new(Self {
+            current: RwLock::new(Arc::new(auth)),
+            metrics: AuthMetrics::default(),
+        })
+    }
+
+    /// Nothing configured: everyone may do everything (loopback listeners).
+    pub fn open() -> Arc<Self> {
+        Self::new(Auth::load(&AuthConfig::default()).expect("the empty auth config loads"))
+    }
+
+    /// The [`Auth`] in force now.
+    pub fn get(&self) -> Arc<Auth> {
+        self.current.read().expect("auth lock").clone()
+    }
+
+    /// Replaces the [`Auth`] in force.
+    pub fn set(&self, auth: Auth) {
+        *self.current.write().expect("auth lock") = Arc::new(auth);
+    }
+
+    /// Loads `cfg` and puts it in force; on error the old one stays.
+    pub fn reload(&self, cfg: &AuthConfig) -> Result<(), AuthError> {
+        self.set(Auth::load(cfg)?);
+        Ok(())
+    }
+}
+
+/// Counters of authentication outcomes, labelled by protocol (`moqt`,
+/// `mqtt`, `http`), result and method or reason, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct AuthMetrics {
+    // Few distinct label sets ever occur (protocols × methods/reasons), and
+    // authentication happens per connection or request, not per object: a
+    // small locked list is simpler than a fixed array and cheap enough.
+    counts: Mutex<Vec<((&'static str, bool, &'static str), Arc<AtomicU64>)>>,
+}
+
+impl AuthMetrics {
+    fn counter(&self, key: (&'static str, bool, &'static str)) -> Arc<AtomicU64> {
+        let mut c = self.counts.lock().expect("auth metrics");
+        if let Some((_, n)) = c.iter().find(|(k, _)| *k == key) {
+            return n.clone();
+        }
+        let n = Arc::new(AtomicU64::new(0));
+        c.push((key, n.clone()));
+        n
+    }
+
+    /// Counts a success by `method` on `protocol`.
+    pub fn success(&self, protocol: &'static str, method: Method) {
+        self.counter((protocol, true, method.as_str()))
+            .fetch_add(1, Relaxed);
+    }
+
+    /// Counts a failure on `protocol`.
+    pub fn failure(&self, protocol: &'static str, e: &AuthError) {
+        self.failure_reason(protocol, e.reason());
+    }
+
+    /// Counts a failure on `protocol` for `reason` (e.g. `not_authorized`
+    /// for a refused request).
+    pub fn failure_reason(&self, protocol: &'static str, reason: &'static str) {
+        self.counter((protocol, false, reason)).fetch_add(1, Relaxed);
+    }
+
+    /// The count for one label set (tests).
+    pub fn get(&self, protocol: &str, ok: bool, label: &str) -> u64 {
+        let c = self.counts.lock().expect("auth metrics");
+        c.iter()
+            .find(|((p, o, l), _)| *p == protocol && *o == ok && *l == label)
+            .map_or(0, |(_, n)| n.load(Relaxed))
+    }
+
+    /// Prometheus text.
+    pub fn render(&self) -> String {
+        let mut s = String::from(
+            "# HELP quichub_auth_successes_total Authentications that succeeded, by protocol and method.\n\
+             # TYPE quichub_auth_successes_total counter\n",
+        );
+        let c = self.counts.lock().expect("auth metrics");
+        for ((p, _, l), n) in c.iter().filter(|((_, ok, _), _)| *ok) {
+            s += &format!(
+                "quichub_auth_successes_total{{protocol=\"{p}\",method=\"{l}\"}} {}\n",
+                n.load(Relaxed)
+            );
+        }
+        s += "# HELP quichub_auth_failures_total Authentications and authorisations refused, by protocol and reason.\n\
+              # TYPE quichub_auth_failures_total counter\n";
+        for ((p, _, l), n) in c.iter().filter(|((_, ok, _), _)| !*ok) {
+            s += &format!(
+                "quichub_auth_failures_total{{protocol=\"{p}\",reason=\"{l}\"}} {}\n",
+                n.load(Relaxed)
+            );
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_render_by_label() {
+        let m = AuthMetrics::default();
+        m.success("moqt", Method::Jwt);
+        m.success("moqt", Method::Jwt);
+        m.failure("mqtt", &AuthError::BadCredentials);
+        assert_eq!(m.get("moqt", true, "jwt"), 2);
+        let text = m.render();
+        assert!(
+            text.contains("quichub_auth_successes_total{protocol=\"moqt\",method=\"jwt\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("quichub_auth_failures_total{protocol=\"mqtt\",reason=\"bad_credentials\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn reload_keeps_the_old_auth_on_error() {
+        let s = SharedAuth::open();
+        assert!(!s.get().configured());
+        let bad = AuthConfig {
+            password_file: Some("/nonexistent/quichub/passwd".into()),
+            ..AuthConfig::default()
+        };
+        assert!(s.reload(&bad).is_err());
+        assert!(!s.get().configured());
+    }
+}
