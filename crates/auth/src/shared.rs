@@ -82,7 +82,8 @@ impl AuthMetrics {
     /// Counts a failure on `protocol` for `reason` (e.g. `not_authorized`
     /// for a refused request).
     pub fn failure_reason(&self, protocol: &'static str, reason: &'static str) {
-        self.counter((protocol, false, reason)).fetch_add(1, Relaxed);
+        self.counter((protocol, false, reason))
+            .fetch_add(1, Relaxed);
     }
 
     /// The count for one label set (tests).
@@ -135,7 +136,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("quichub_auth_failures_total{protocol=\"mqtt\",reason=\"bad_credentials\"} 1"),
+            text.contains(
+                "quichub_auth_failures_total{protocol=\"mqtt\",reason=\"bad_credentials\"} 1"
+            ),
             "{text}"
         );
     }

@@ -140,13 +140,28 @@ impl<'a> Operation<'a> {
     }
 }
 
+/// Why a request may not be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denied {
+    /// Refuse this request (REQUEST_ERROR); the session goes on.
+    Request(Refusal),
+    /// Close the session (e.g. a token alias registered twice).
+    Session(SessionError),
+}
+
+impl From<Refusal> for Denied {
+    fn from(r: Refusal) -> Self {
+        Denied::Request(r)
+    }
+}
+
 /// One session's permissions, made by an [`Authorizer`] at SETUP.
 pub trait SessionAccess: Send + Sync {
     /// Allows `op` or refuses it; a refusal is answered with REQUEST_ERROR
     /// carrying the refusal's code (normally
     /// [`request_error::UNAUTHORIZED`](moqt::error::request_error::UNAUTHORIZED))
     /// and reason, and affects no other request.
-    fn authorize(&self, op: &Operation<'_>) -> Result<(), Refusal>;
+    fn authorize(&self, op: &Operation<'_>) -> Result<(), Denied>;
 
     /// When the session's credentials stop being valid: the session is closed
     /// with EXPIRED_AUTH_TOKEN then. `None`: never. Asked once, at SETUP.
@@ -161,6 +176,13 @@ pub trait Authorizer: Send + Sync {
     /// to close it with (for example UNAUTHORIZED, MALFORMED_AUTH_TOKEN or
     /// EXPIRED_AUTH_TOKEN).
     fn connect(&self, info: &ConnectInfo) -> Result<Arc<dyn SessionAccess>, SessionError>;
+
+    /// The MAX_AUTH_TOKEN_CACHE_SIZE the relay advertises in its SETUP: the
+    /// bytes of token aliases a session may register (0, the draft's
+    /// default, forbids aliases).
+    fn max_token_cache(&self) -> u64 {
+        0
+    }
 }
 
 /// Every session may do everything: the relay without auth.
@@ -168,7 +190,7 @@ pub trait Authorizer: Send + Sync {
 pub struct AllowAll;
 
 impl SessionAccess for AllowAll {
-    fn authorize(&self, _op: &Operation<'_>) -> Result<(), Refusal> {
+    fn authorize(&self, _op: &Operation<'_>) -> Result<(), Denied> {
         Ok(())
     }
 }

@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod object;
 mod session;
 pub mod sink;
+pub mod tokens;
 pub mod track;
 
 pub use crate::config::Config;

@@ -16,6 +16,10 @@ pub struct Metrics {
     pub setup_timeouts: AtomicU64,
     /// Data streams stopped because their header did not come in time.
     pub stream_header_timeouts: AtomicU64,
+    /// Requests refused by the authorizer (REQUEST_ERROR).
+    pub requests_unauthorized: AtomicU64,
+    /// Sessions closed because their credentials expired.
+    pub sessions_expired: AtomicU64,
     /// Tracks ended by PUBLISH_DONE before all the data streams its Stream
     /// Count announced had arrived and been read (after a grace period).
     pub publish_done_streams_missing: AtomicU64,
@@ -84,6 +88,20 @@ impl Metrics {
             "Connections closed because CLIENT_SETUP did not arrive in time.",
             "counter",
             self.setup_timeouts.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "requests_unauthorized_total",
+            "MoQT requests refused by the authorizer (REQUEST_ERROR).",
+            "counter",
+            self.requests_unauthorized.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "sessions_expired_total",
+            "MoQT sessions closed because their token expired.",
+            "counter",
+            self.sessions_expired.load(Relaxed) as i128,
             "",
         );
         g(

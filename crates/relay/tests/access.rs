@@ -15,7 +15,7 @@ use quichub_client::{ClientSession, ConnectOptions, Verify};
 use quichub_net::io::{write_message, MessageReader};
 use quichub_net::server::Server;
 use quichub_net::tls::Identity;
-use quichub_relay::access::{Authorizer, ConnectInfo, Operation, SessionAccess};
+use quichub_relay::access::{Authorizer, ConnectInfo, Denied, Operation, SessionAccess};
 use quichub_relay::core::Refusal;
 use quichub_relay::{Config, Relay};
 
@@ -33,12 +33,12 @@ struct TestAccess {
 }
 
 impl SessionAccess for TestAccess {
-    fn authorize(&self, op: &Operation<'_>) -> Result<(), Refusal> {
+    fn authorize(&self, op: &Operation<'_>) -> Result<(), Denied> {
         if op
             .namespace()
             .has_prefix(&TrackNamespace::from_path("secret"))
         {
-            return Err(Refusal::new(request_error::UNAUTHORIZED, "not yours"));
+            return Err(Refusal::new(request_error::UNAUTHORIZED, "not yours").into());
         }
         Ok(())
     }
@@ -185,9 +185,10 @@ async fn a_refused_request_gets_unauthorized_and_nothing_else_changes() {
 
         // Moving a SUBSCRIBE_NAMESPACE onto a refused prefix ends it.
         let (mut send, recv) = b.session().open_bi().await.unwrap();
+        // (A prefix of its own: `open` is held by the earlier request.)
         let m = Message::SubscribeNamespace(NamespaceRequest {
             request_id: b.next_request_id(),
-            namespace: TrackNamespace::from_path("open"),
+            namespace: TrackNamespace::from_path("elsewhere"),
             params: Parameters::default(),
         });
         write_message(&mut send, &m).await.unwrap();

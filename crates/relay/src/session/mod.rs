@@ -30,7 +30,7 @@ use quichub_net::Transport;
 use tokio::sync::{watch, Notify};
 use web_transport_quinn::{RecvStream, SendStream, Session};
 
-use crate::access::{AllowAll, ConnectInfo, Operation, SessionAccess};
+use crate::access::{AllowAll, ConnectInfo, Denied, Operation, SessionAccess};
 use crate::core::{BoxFuture, Peer, Refusal, Relay, TrackEntry};
 use crate::track::Track;
 
@@ -322,7 +322,17 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
         .open_uni()
         .await
         .map_err(|e| SessionError::protocol(e.to_string()))?;
-    let setup = Message::Setup(make_setup(IMPLEMENTATION, None, None));
+    let mut setup = make_setup(IMPLEMENTATION, None, None);
+    let cache = relay.authorizer().max_token_cache();
+    if cache > 0 {
+        setup.options.push(moqt::KeyValue::int(
+            setup_option::MAX_AUTH_TOKEN_CACHE_SIZE,
+            cache,
+        ));
+        // Key-Value-Pairs are delta-encoded: in ascending type order.
+        setup.options.sort_by_key(|kv| kv.kind);
+    }
+    let setup = Message::Setup(setup);
     write_message(&mut control, &setup)
         .await
         .map_err(|e| SessionError::protocol(e.to_string()))?;
@@ -399,6 +409,7 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
                 });
             }
             () = &mut expiry => {
+                relay.metrics.sessions_expired.fetch_add(1, Relaxed);
                 break Err(SessionError {
                     code: SessionErrorCode::ExpiredAuthToken,
                     reason: "authorization expired".into(),
@@ -526,9 +537,14 @@ async fn on_request(
         .await;
         return Ok(());
     }
-    if let Err(r) = authorize(h, &first) {
-        reply_error(&mut send, Some(&slot), r.code, &r.reason).await;
-        return Ok(());
+    match authorize(h, &first) {
+        Ok(()) => {}
+        Err(Denied::Request(r)) => {
+            relay.metrics.requests_unauthorized.fetch_add(1, Relaxed);
+            reply_error(&mut send, Some(&slot), r.code, &r.reason).await;
+            return Ok(());
+        }
+        Err(Denied::Session(e)) => return Err(e),
     }
     match first {
         Message::Subscribe(m) => on_subscribe(relay, &slot, h, send, reader, m).await,
@@ -549,7 +565,7 @@ async fn on_request(
 /// The authorisation point: every request the peer opens passes here, after
 /// the request limits and before its handler, and is refused with the
 /// session access's [`Refusal`] (REQUEST_ERROR) if it may not be made.
-fn authorize(h: &SessionHandle, m: &Message) -> Result<(), Refusal> {
+fn authorize(h: &SessionHandle, m: &Message) -> Result<(), Denied> {
     let joined;
     let op = match m {
         Message::PublishNamespace(m) => Operation::PublishNamespace {

@@ -13,7 +13,7 @@ use web_transport_quinn::SendStream;
 
 use super::publish::spawn_publish_downstream;
 use super::{reply_error, reserved_namespace, RequestSlot, Result, SessionHandle};
-use crate::access::Operation;
+use crate::access::{Denied, Operation};
 use crate::core::{NamespaceEvent, Relay};
 
 pub(super) async fn on_publish_namespace(
@@ -149,10 +149,14 @@ pub(super) async fn on_subscribe_namespace(
                                 prefix: p,
                                 tokens: &u.params.authorization_tokens,
                             };
-                            if let Err(r) = h.access().authorize(&op) {
-                                h.request_ids.lock().expect("ids").accept_peer(u.request_id)?;
-                                reply_error(&mut send, None, r.code, &r.reason).await;
-                                return Ok(());
+                            match h.access().authorize(&op) {
+                                Ok(()) => {}
+                                Err(Denied::Request(r)) => {
+                                    h.request_ids.lock().expect("ids").accept_peer(u.request_id)?;
+                                    reply_error(&mut send, None, r.code, &r.reason).await;
+                                    return Ok(());
+                                }
+                                Err(Denied::Session(e)) => return Err(e),
                             }
                         }
                         ack_update(h, &mut send, &u).await?;

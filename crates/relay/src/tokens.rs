@@ -1,0 +1,232 @@
+//! The relay's [`Authorizer`] over `quichub-auth`: who a session is comes
+//! from a JWT in the URL query (`?jwt=`, moq-dev's convention, for raw QUIC
+//! and WebTransport alike) or in CLIENT_SETUP's AUTHORIZATION TOKEN option;
+//! each request may add tokens of its own (the AUTHORIZATION TOKEN parameter,
+//! by value or by registered alias).
+//!
+//! A session without credentials is admitted with what anonymous clients may
+//! do (the `public` prefixes, or nothing), so that a client authorising each
+//! request with its own token still can; a request nothing allows is refused
+//! with REQUEST_ERROR UNAUTHORIZED, and only that request. A token that is
+//! present but invalid refuses the session at SETUP.
+
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use moqt::error::request_error;
+use moqt::session::SessionError;
+use moqt::token::{TokenCache, TokenError};
+use moqt::SessionErrorCode;
+use quichub_auth::{Access, AuthError, Identity, SharedAuth};
+
+use crate::access::{Authorizer, ConnectInfo, Denied, Operation, SessionAccess};
+use crate::core::Refusal;
+
+/// Label of MoQT outcomes in [`quichub_auth::AuthMetrics`].
+const PROTOCOL: &str = "moqt";
+
+/// Authorises sessions and requests with the [`quichub_auth::Auth`] in force.
+pub struct TokenAuthorizer {
+    auth: Arc<SharedAuth>,
+    max_cache: u64,
+}
+
+impl TokenAuthorizer {
+    /// Checks against `auth`; sessions may register up to `max_cache` bytes
+    /// of token aliases (advertised as MAX_AUTH_TOKEN_CACHE_SIZE).
+    pub fn new(auth: Arc<SharedAuth>, max_cache: u64) -> Arc<Self> {
+        Arc::new(Self { auth, max_cache })
+    }
+}
+
+/// The `jwt` parameter of a path's query, percent-decoded.
+pub fn query_jwt(path: &str) -> Option<String> {
+    let (_, query) = path.split_once('?')?;
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "jwt")
+        .map(|(_, v)| v.into_owned())
+}
+
+fn session_error(e: TokenError) -> SessionError {
+    match e {
+        TokenError::Session(code, reason) => SessionError { code, reason },
+        // Only per-request failures are request errors; at SETUP the
+        // session is what the token was for.
+        TokenError::Request(_, reason) => SessionError {
+            code: SessionErrorCode::MalformedAuthToken,
+            reason,
+        },
+    }
+}
+
+impl Authorizer for TokenAuthorizer {
+    fn connect(&self, info: &ConnectInfo) -> Result<Arc<dyn SessionAccess>, SessionError> {
+        let auth = self.auth.get();
+        let mut cache = TokenCache::new(self.max_cache);
+        let mut token = info.path.as_deref().and_then(query_jwt);
+        if let Some(raw) = &info.setup_token {
+            let values = cache
+                .resolve(std::slice::from_ref(raw), true)
+                .map_err(session_error)?;
+            if token.is_none() {
+                if let Some(v) = values.first() {
+                    token =
+                        Some(
+                            String::from_utf8(v.value.to_vec()).map_err(|_| SessionError {
+                                code: SessionErrorCode::MalformedAuthToken,
+                                reason: "AUTHORIZATION TOKEN is not UTF-8".into(),
+                            })?,
+                        );
+                }
+            }
+        }
+        let identity = match token {
+            Some(t) => match auth.jwt(&t, SystemTime::now()) {
+                Ok(id) => {
+                    self.auth.metrics.success(PROTOCOL, id.method());
+                    Some(id)
+                }
+                Err(e) => {
+                    self.auth.metrics.failure(PROTOCOL, &e);
+                    let code = match e {
+                        AuthError::Expired => SessionErrorCode::ExpiredAuthToken,
+                        _ => SessionErrorCode::Unauthorized,
+                    };
+                    return Err(SessionError {
+                        code,
+                        reason: format!("token refused: {e}"),
+                    });
+                }
+            },
+            None => match auth.anonymous("") {
+                Ok(id) => {
+                    self.auth.metrics.success(PROTOCOL, id.method());
+                    Some(id)
+                }
+                // Requests may still bring their own tokens.
+                Err(_) => None,
+            },
+        };
+        Ok(Arc::new(TokenAccess {
+            auth: self.auth.clone(),
+            identity,
+            cache: Mutex::new(cache),
+        }))
+    }
+
+    fn max_token_cache(&self) -> u64 {
+        self.max_cache
+    }
+}
+
+/// One session's identity and registered token aliases.
+struct TokenAccess {
+    auth: Arc<SharedAuth>,
+    identity: Option<Identity>,
+    cache: Mutex<TokenCache>,
+}
+
+fn allows(id: &Identity, op: &Operation<'_>) -> bool {
+    let access = if op.is_write() {
+        Access::Write
+    } else {
+        Access::Read
+    };
+    let ns = op.namespace().fields();
+    match op.track_name() {
+        Some(name) => id.may_track(access, ns, Some(name)),
+        None => id.may_prefix(access, ns),
+    }
+}
+
+impl SessionAccess for TokenAccess {
+    fn authorize(&self, op: &Operation<'_>) -> Result<(), Denied> {
+        let mut refusal = None;
+        if !op.tokens().is_empty() {
+            // Aliases are registered even when the request is then refused
+            // (draft-18 §9.2.1.1), so resolve before deciding.
+            let values = self
+                .cache
+                .lock()
+                .expect("token cache")
+                .resolve(op.tokens(), false)
+                .map_err(|e| match e {
+                    TokenError::Session(code, reason) => {
+                        Denied::Session(SessionError { code, reason })
+                    }
+                    TokenError::Request(code, reason) => {
+                        Denied::Request(Refusal::new(code, reason))
+                    }
+                })?;
+            let auth = self.auth.get();
+            let now = SystemTime::now();
+            for v in values {
+                let Ok(t) = std::str::from_utf8(&v.value) else {
+                    refusal = Some(Refusal::new(
+                        request_error::MALFORMED_AUTH_TOKEN,
+                        "token is not UTF-8",
+                    ));
+                    continue;
+                };
+                match auth.jwt(t, now) {
+                    Ok(id) if allows(&id, op) => {
+                        self.auth.metrics.success(PROTOCOL, id.method());
+                        return Ok(());
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.auth.metrics.failure(PROTOCOL, &e);
+                        let code = match e {
+                            AuthError::Expired => request_error::EXPIRED_AUTH_TOKEN,
+                            AuthError::BadToken(_) => request_error::MALFORMED_AUTH_TOKEN,
+                            _ => request_error::UNAUTHORIZED,
+                        };
+                        refusal = Some(Refusal::new(code, format!("token refused: {e}")));
+                    }
+                }
+            }
+        }
+        if self.identity.as_ref().is_some_and(|id| allows(id, op)) {
+            return Ok(());
+        }
+        self.auth
+            .metrics
+            .failure_reason(PROTOCOL, AuthError::NotAuthorized.reason());
+        Err(refusal
+            .unwrap_or_else(|| {
+                Refusal::new(
+                    request_error::UNAUTHORIZED,
+                    format!(
+                        "not authorized to {} {}",
+                        if op.is_write() {
+                            "publish"
+                        } else {
+                            "subscribe to"
+                        },
+                        op.namespace()
+                    ),
+                )
+            })
+            .into())
+    }
+
+    fn expires(&self) -> Option<SystemTime> {
+        self.identity.as_ref().and_then(|id| id.expires())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jwt_from_the_query() {
+        assert_eq!(
+            query_jwt("/moq?jwt=abc.def.ghi"),
+            Some("abc.def.ghi".into())
+        );
+        assert_eq!(query_jwt("/?x=1&jwt=a%2Eb"), Some("a.b".into()));
+        assert_eq!(query_jwt("/moq"), None);
+        assert_eq!(query_jwt("/moq?jwtx=1"), None);
+    }
+}

@@ -1,0 +1,315 @@
+//! The relay with quichub-auth's JWTs over real QUIC on loopback: tokens in
+//! the URL query and in AUTHORIZATION TOKEN parameters (by value and by
+//! alias), anonymous public prefixes, refused and expiring tokens.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use moqt::error::request_error;
+use moqt::message::{Message, NamespaceRequest};
+use moqt::token::Token;
+use moqt::{FullTrackName, Parameters, SessionErrorCode, TrackNamespace};
+use quichub_auth::jwt::{Claims, Key};
+use quichub_auth::{Auth, AuthConfig, SharedAuth};
+use quichub_client::{ClientSession, ConnectOptions, Verify};
+use quichub_net::io::{write_message, MessageReader};
+use quichub_net::server::Server;
+use quichub_net::tls::Identity;
+use quichub_relay::tokens::TokenAuthorizer;
+use quichub_relay::{Config, Relay};
+
+const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef-test-secret";
+
+struct Harness {
+    addr: std::net::SocketAddr,
+    fingerprint: Vec<u8>,
+    key: Key,
+    auth: Arc<SharedAuth>,
+    _dir: TempDir,
+}
+
+/// A directory removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Harness {
+    fn start(public: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "quichub-relay-tokens-{}-{}",
+            std::process::id(),
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key_file = dir.join("secret.key");
+        std::fs::write(&key_file, SECRET).unwrap();
+        let cfg = AuthConfig {
+            key: Some(key_file),
+            public: public.iter().map(|s| s.to_string()).collect(),
+            ..AuthConfig::default()
+        };
+        let auth = SharedAuth::new(Auth::load(&cfg).unwrap());
+        let id = Identity::self_signed(&["localhost"]).unwrap();
+        let server = Arc::new(Server::bind("127.0.0.1:0".parse().unwrap(), &id).unwrap());
+        let relay =
+            Relay::with_authorizer(Config::default(), TokenAuthorizer::new(auth.clone(), 4096));
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(quichub_relay::endpoint::accept_loop(relay, server));
+        Self {
+            addr,
+            fingerprint: id.fingerprint().to_vec(),
+            key: Key::parse(SECRET).unwrap(),
+            auth,
+            _dir: TempDir(dir),
+        }
+    }
+
+    fn token(&self, root: &str, put: &[&str], get: &[&str], ttl: Duration) -> String {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let claims = Claims {
+            root: root.into(),
+            put: put.iter().map(|s| s.to_string()).collect(),
+            get: get.iter().map(|s| s.to_string()).collect(),
+            iat: Some(now.as_secs()),
+            exp: Some((now + ttl).as_secs()),
+            ..Claims::default()
+        };
+        self.key.sign(&claims, None).unwrap()
+    }
+
+    async fn client(&self, scheme: &str, path: &str) -> anyhow::Result<ClientSession> {
+        let opts = ConnectOptions {
+            verify: Verify::Fingerprints(vec![self.fingerprint.clone()]),
+            bind: "127.0.0.1:0".parse().unwrap(),
+            timeout: Duration::from_secs(5),
+            endpoint: None,
+        };
+        let url = format!("{scheme}://127.0.0.1:{}{path}", self.addr.port());
+        ClientSession::connect(&url, opts).await
+    }
+}
+
+async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(15), f)
+        .await
+        .expect("test step timed out")
+}
+
+/// The first reply to a namespace-level request on `ns`, carrying `tokens`.
+async fn namespace_request(
+    c: &ClientSession,
+    ns: &str,
+    make: fn(NamespaceRequest) -> Message,
+    tokens: Vec<Bytes>,
+) -> Message {
+    let (mut send, recv) = c.session().open_bi().await.unwrap();
+    let m = make(NamespaceRequest {
+        request_id: c.next_request_id(),
+        namespace: TrackNamespace::from_path(ns),
+        params: Parameters {
+            authorization_tokens: tokens,
+            ..Default::default()
+        },
+    });
+    write_message(&mut send, &m).await.unwrap();
+    let reply = MessageReader::new(recv, &[]).next().await.unwrap();
+    std::mem::forget(send);
+    reply
+}
+
+fn code(m: &Message) -> Option<u64> {
+    match m {
+        Message::RequestError(e) => Some(e.code),
+        _ => None,
+    }
+}
+
+fn close_code(e: &web_transport_quinn::SessionError) -> Option<u64> {
+    use web_transport_quinn::{SessionError, WebTransportError};
+    match e {
+        SessionError::ConnectionError(
+            web_transport_quinn::quinn::ConnectionError::ApplicationClosed(c),
+        ) => Some(c.error_code.into_inner()),
+        SessionError::WebTransportError(WebTransportError::Closed(code, _)) => Some(*code as u64),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_token_grants_its_paths_and_nothing_else() {
+    let h = Harness::start(&[]);
+    let t = h.token("demo", &["alice"], &[""], Duration::from_secs(600));
+    within(async {
+        for scheme in ["moqt", "https"] {
+            let c = h.client(scheme, &format!("/?jwt={t}")).await.unwrap();
+            let ok = namespace_request(&c, "demo/alice", Message::PublishNamespace, vec![]).await;
+            assert!(matches!(ok, Message::RequestOk(_)), "{scheme}: {ok:?}");
+            // Path boundaries: `alicex` is not under `alice`.
+            for ns in ["demo/bob", "demo/alicex", "other"] {
+                let r = namespace_request(&c, ns, Message::PublishNamespace, vec![]).await;
+                assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{ns}: {r:?}");
+            }
+            // `get: ""` reads everything under the root, and only there.
+            let r = namespace_request(&c, "demo", Message::SubscribeNamespace, vec![]).await;
+            assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
+            let (r, ..) = c
+                .subscribe_raw(FullTrackName::new("demo/bob", "v"), Parameters::default())
+                .await
+                .unwrap();
+            assert_eq!(code(&r), Some(request_error::DOES_NOT_EXIST), "{r:?}");
+            let (r, ..) = c
+                .subscribe_raw(FullTrackName::new("other", "v"), Parameters::default())
+                .await
+                .unwrap();
+            assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+            let r = namespace_request(&c, "", Message::SubscribeTracks, vec![]).await;
+            assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+            assert!(c.session().close_reason().is_none());
+        }
+    })
+    .await;
+    assert!(h.auth.metrics.get("moqt", true, "jwt") >= 2);
+    assert!(h.auth.metrics.get("moqt", false, "not_authorized") >= 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_sessions_get_the_public_prefixes() {
+    let h = Harness::start(&["anon"]);
+    within(async {
+        let c = h.client("moqt", "/").await.unwrap();
+        let r = namespace_request(&c, "anon/cam", Message::PublishNamespace, vec![]).await;
+        assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
+        let r = namespace_request(&c, "anon", Message::SubscribeNamespace, vec![]).await;
+        assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
+        let r = namespace_request(&c, "demo", Message::SubscribeNamespace, vec![]).await;
+        assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_tokens_by_value_and_by_alias() {
+    let h = Harness::start(&[]);
+    let t = Bytes::from(h.token("demo", &["bob"], &[], Duration::from_secs(600)));
+    within(async {
+        // No session token: nothing allowed until a request brings one.
+        let c = h.client("moqt", "/").await.unwrap();
+        let r = namespace_request(&c, "demo/bob", Message::PublishNamespace, vec![]).await;
+        assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+        let by_value = Token::UseValue {
+            kind: 0,
+            value: t.clone(),
+        }
+        .encode();
+        let r = namespace_request(&c, "demo/bob", Message::PublishNamespace, vec![by_value]).await;
+        assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
+        // REGISTER then USE_ALIAS on a later request.
+        let register = Token::Register {
+            alias: 7,
+            kind: 0,
+            value: t.clone(),
+        }
+        .encode();
+        let r =
+            namespace_request(&c, "demo/bob/a", Message::PublishNamespace, vec![register]).await;
+        assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
+        let alias = Token::UseAlias { alias: 7 }.encode();
+        let r = namespace_request(
+            &c,
+            "demo/bob/b",
+            Message::PublishNamespace,
+            vec![alias.clone()],
+        )
+        .await;
+        assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
+        // The token still grants only its paths.
+        let r = namespace_request(&c, "demo/eve", Message::PublishNamespace, vec![alias]).await;
+        assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+        // A garbage token value is MALFORMED_AUTH_TOKEN for that request only.
+        let junk = Token::UseValue {
+            kind: 0,
+            value: Bytes::from_static(b"not-a-jwt"),
+        }
+        .encode();
+        let r = namespace_request(&c, "demo/bob/c", Message::PublishNamespace, vec![junk]).await;
+        assert_eq!(code(&r), Some(request_error::MALFORMED_AUTH_TOKEN), "{r:?}");
+        assert!(c.session().close_reason().is_none());
+
+        // An unknown alias closes the session (UNKNOWN_AUTH_TOKEN_ALIAS).
+        let unknown = Token::UseAlias { alias: 99 }.encode();
+        let (mut send, _recv) = c.session().open_bi().await.unwrap();
+        let m = Message::PublishNamespace(NamespaceRequest {
+            request_id: c.next_request_id(),
+            namespace: TrackNamespace::from_path("demo/bob/d"),
+            params: Parameters {
+                authorization_tokens: vec![unknown],
+                ..Default::default()
+            },
+        });
+        write_message(&mut send, &m).await.unwrap();
+        let e = c.closed().await;
+        assert_eq!(
+            close_code(&e),
+            Some(SessionErrorCode::UnknownAuthTokenAlias.code().into()),
+            "{e}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_tokens_close_the_session_at_setup() {
+    let h = Harness::start(&["anon"]);
+    let other = Key::parse(b"another-secret-another-secret-another-secret").unwrap();
+    let forged = other
+        .sign(
+            &Claims {
+                root: "demo".into(),
+                put: vec![String::new()],
+                ..Claims::default()
+            },
+            None,
+        )
+        .unwrap();
+    within(async {
+        for (scheme, t) in [("moqt", &forged), ("https", &forged)] {
+            if let Ok(c) = h.client(scheme, &format!("/?jwt={t}")).await {
+                let e = c.closed().await;
+                assert_eq!(
+                    close_code(&e),
+                    Some(SessionErrorCode::Unauthorized.code().into()),
+                    "{scheme}: {e}"
+                );
+            }
+        }
+    })
+    .await;
+    assert!(h.auth.metrics.get("moqt", false, "bad_signature") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_expiring_mid_session_closes_it() {
+    let h = Harness::start(&[]);
+    // `exp` has one-second resolution: between 1 and 2 s from now.
+    let t = h.token("demo", &[""], &[""], Duration::from_secs(2));
+    within(async {
+        let c = h.client("moqt", &format!("/?jwt={t}")).await.unwrap();
+        let r = namespace_request(&c, "demo/x", Message::PublishNamespace, vec![]).await;
+        assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
+        let e = c.closed().await;
+        assert_eq!(
+            close_code(&e),
+            Some(SessionErrorCode::ExpiredAuthToken.code().into()),
+            "{e}"
+        );
+    })
+    .await;
+}
