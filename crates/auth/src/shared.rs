@@ -54,11 +54,14 @@ pub struct AuthMetrics {
     // Few distinct label sets ever occur (protocols × methods/reasons), and
     // authentication happens per connection or request, not per object: a
     // small locked list is simpler than a fixed array and cheap enough.
-    counts: Mutex<Vec<((&'static str, bool, &'static str), Arc<AtomicU64>)>>,
+    counts: Mutex<Vec<(Label, Arc<AtomicU64>)>>,
 }
 
+/// (protocol, success, method or reason).
+type Label = (&'static str, bool, &'static str);
+
 impl AuthMetrics {
-    fn counter(&self, key: (&'static str, bool, &'static str)) -> Arc<AtomicU64> {
+    fn counter(&self, key: Label) -> Arc<AtomicU64> {
         let mut c = self.counts.lock().expect("auth metrics");
         if let Some((_, n)) = c.iter().find(|(k, _)| *k == key) {
             return n.clone();
