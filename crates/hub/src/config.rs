@@ -85,17 +85,16 @@ pub const DEFAULT_ACK_FREQUENCY: &str = "9,100";
 impl QuicSection {
     /// The bound address to ask for.
     pub fn bind_addr(&self) -> anyhow::Result<SocketAddr> {
-        resolve_addr(&self.bind).map_err(|e| anyhow::anyhow!("quic.bind: {e}"))
+        resolve_addr(&self.bind).map_err(|e| anyhow::anyhow!("quic.bind (--bind): {e}"))
     }
 
     /// `ack_frequency` parsed (`None`: off).
     pub fn ack(&self) -> anyhow::Result<Option<AckFrequency>> {
         match self.ack_frequency.as_str() {
             "off" => Ok(None),
-            v => v
-                .parse::<AckFrequency>()
-                .map(Some)
-                .context("quic.ack_frequency must be PACKETS,MILLISECONDS or off"),
+            v => v.parse::<AckFrequency>().map(Some).context(
+                "quic.ack_frequency (--ack-frequency) must be PACKETS,MILLISECONDS or off",
+            ),
         }
     }
 }
@@ -421,10 +420,10 @@ impl Config {
             .limits
             .validate()
             .map_err(|e| anyhow::anyhow!("[quic]: {e}"))?;
-        listen_addr("mqtt.tcp", &self.mqtt.tcp)?;
-        listen_addr("mqtt.tls", &self.mqtt.tls)?;
-        listen_addr("http.address", &self.http.address)?;
-        listen_addr("metrics.address", &self.metrics.address)?;
+        listen_addr("mqtt.tcp (--mqtt)", &self.mqtt.tcp)?;
+        listen_addr("mqtt.tls (--mqtt-tls)", &self.mqtt.tls)?;
+        listen_addr("http.address (--http)", &self.http.address)?;
+        listen_addr("metrics.address (--metrics)", &self.metrics.address)?;
         let t = &self.tls;
         match (&t.cert, &t.key) {
             (Some(c), Some(k)) => {
@@ -471,11 +470,7 @@ impl ParseError {
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
-    let col = before
-        .rsplit('\n')
-        .next()
-        .map_or(0, |l| l.chars().count())
-        + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, col)
 }
 
@@ -486,10 +481,11 @@ fn toml_message(e: &toml::de::Error) -> String {
 }
 
 fn parse(text: &str) -> Result<Config, ParseError> {
-    let doc: toml_edit::ImDocument<&str> = toml_edit::ImDocument::parse(text).map_err(|e| ParseError {
-        span: e.span(),
-        message: e.message().trim().to_string(),
-    })?;
+    let doc: toml_edit::ImDocument<&str> =
+        toml_edit::ImDocument::parse(text).map_err(|e| ParseError {
+            span: e.span(),
+            message: e.message().trim().to_string(),
+        })?;
     // The relay's limits were top-level keys before sections existed: say
     // where they go now rather than only "unknown key".
     let relay_keys = toml::Table::try_from(quichub_relay::Config::default()).unwrap_or_default();
@@ -518,7 +514,10 @@ fn parse(text: &str) -> Result<Config, ParseError> {
             }));
         }
     };
-    for (section, unknown) in [("quic", &config.quic.unknown), ("mqtt", &config.mqtt.unknown)] {
+    for (section, unknown) in [
+        ("quic", &config.quic.unknown),
+        ("mqtt", &config.mqtt.unknown),
+    ] {
         if let Some(k) = unknown.keys().next() {
             let span = doc
                 .get(section)
@@ -601,7 +600,10 @@ mod tests {
             "t.toml:2:3: unknown key `nope` in [mqtt]"
         );
         let e = err("[relay]\nmax_sesions = 1\n");
-        assert!(e.starts_with("t.toml:2:1: unknown field `max_sesions`"), "{e}");
+        assert!(
+            e.starts_with("t.toml:2:1: unknown field `max_sesions`"),
+            "{e}"
+        );
         let e = err("[http]\nmax_bdy = 1\n");
         assert!(e.starts_with("t.toml:2:1: unknown field `max_bdy`"), "{e}");
         let e = err("[tcp]\nmax_conections = 1\n");
@@ -616,7 +618,10 @@ mod tests {
     #[test]
     fn type_errors_have_a_line_even_in_flattened_sections() {
         let e = err("[quic]\nbind = \"127.0.0.1:1\"\nmax_handshakes = \"many\"\n");
-        assert!(e.starts_with("t.toml:3:18: quic.max_handshakes: invalid type"), "{e}");
+        assert!(
+            e.starts_with("t.toml:3:18: quic.max_handshakes: invalid type"),
+            "{e}"
+        );
         let e = err("[mqtt]\nmax_queued = -1\n");
         assert!(e.starts_with("t.toml:2:14:"), "{e}");
         let e = err("[relay]\nmax_sessions = \"x\"\n");
@@ -652,7 +657,11 @@ mod tests {
         let mut c = Config::default();
         c.validate().unwrap();
         c.quic.ack_frequency = "fast".into();
-        assert!(c.validate().unwrap_err().to_string().contains("ack_frequency"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("ack_frequency"));
         let mut c = Config::default();
         c.http.address = "nowhere".into();
         let e = c.validate().unwrap_err().to_string();
@@ -788,6 +797,9 @@ mod tests {
                 missing.push(format!("{s}.{k}"));
             }
         }
-        assert!(missing.is_empty(), "docs/configuration.md lacks {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "docs/configuration.md lacks {missing:?}"
+        );
     }
 }

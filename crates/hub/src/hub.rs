@@ -104,12 +104,9 @@ impl Hub {
         let mqtt_addr = listen_addr("mqtt.tcp", &config.mqtt.tcp)?;
         let broker = match (&mqtt_addr, &data_dir) {
             (Some(_), Some(dir)) => {
-                let (store, recovered) = Store::open(
-                    dir,
-                    config.store.fsync.into(),
-                    config.store.recovery.into(),
-                )
-                .with_context(|| format!("open broker state in {}", dir.display()))?;
+                let (store, recovered) =
+                    Store::open(dir, config.store.fsync.into(), config.store.recovery.into())
+                        .with_context(|| format!("open broker state in {}", dir.display()))?;
                 tracing::info!(
                     "broker state {}: {} records, {} sessions, {} retained",
                     store.path().display(),
@@ -171,7 +168,9 @@ impl Hub {
                     tcp.limiter("mqtt", listeners),
                 )
                 .await
-                .with_context(|| format!("bind MQTT {a} (mqtt.tcp, --mqtt: off or another address)"))?,
+                .with_context(|| {
+                    format!("bind MQTT {a} (mqtt.tcp, --mqtt: off or another address)")
+                })?,
             ),
             None => None,
         };
@@ -188,7 +187,9 @@ impl Hub {
                     )
                     .await
                     .with_context(|| {
-                        format!("bind MQTT over TLS {a} (mqtt.tls, --mqtt-tls: off or another address)")
+                        format!(
+                            "bind MQTT over TLS {a} (mqtt.tls, --mqtt-tls: off or another address)"
+                        )
                     })?,
                 )
             }
