@@ -225,7 +225,7 @@ enum ConfigCommand {
     },
     /// Print the effective configuration as TOML: `--config`'s file (or the
     /// defaults) with the relay flags given applied over it.
-    Print(RelayArgs),
+    Print(Box<RelayArgs>),
 }
 
 /// Runs `quichub config`.
