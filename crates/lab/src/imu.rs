@@ -280,27 +280,33 @@ async fn server_side(
             }
         }));
     } else {
-        let id = quichub_net::tls::Identity::self_signed(&["localhost"])?;
-        let server = match quichub_net::server::Server::bind("0.0.0.0:0".parse()?, &id) {
-            Ok(s) => Arc::new(s),
+        // What `quichub relay` runs (its MoQT side), on every interface of
+        // the namespace.
+        let mut config = quichub_hub::Config::default();
+        config.quic.bind = "0.0.0.0:0".into();
+        config.mqtt.tcp = "off".into();
+        config.mqtt.tls = "off".into();
+        config.http.address = "off".into();
+        config.metrics.address = "off".into();
+        config.store.data_dir = Some("off".into());
+        config.auth.allow_anonymous = Some(true);
+        let hub = match quichub_hub::Hub::start(config).await {
+            Ok(h) => h,
             Err(e) => {
                 let _ = info.send(Err(e));
                 bail!("bind failed");
             }
         };
-        let port = server.local_addr()?.port();
-        let relay = quichub_relay::Relay::new(quichub_relay::Config::default());
-        tasks.push(tokio::spawn(quichub_relay::endpoint::accept_loop(
-            relay,
-            server.clone(),
-        )));
+        let server = hub.server().clone();
+        let port = hub.addr().port();
+        let fingerprint = quichub_net::tls::unhex(&hub.fingerprint()).unwrap_or_default();
         let _ = info.send(Ok(ServerInfo {
             port,
-            fingerprint: id.fingerprint().to_vec(),
+            fingerprint: fingerprint.clone(),
         }));
         step("waiting for the sensors' tracks", sync.published).await?;
         let opts = ConnectOptions {
-            verify: Verify::Fingerprints(vec![id.fingerprint().to_vec()]),
+            verify: Verify::Fingerprints(vec![fingerprint]),
             bind: "127.0.0.1:0".parse()?,
             timeout: Duration::from_secs(5),
             endpoint: None,

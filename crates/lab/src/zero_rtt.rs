@@ -321,72 +321,51 @@ async fn server_side(
     arrivals: smpsc::Sender<(String, Instant)>,
     stop: oneshot::Receiver<()>,
 ) -> anyhow::Result<()> {
-    use quichub_gateway::{Broker, BrokerConfig, ConnConfig};
-    let any = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
     let started: anyhow::Result<_> = async {
-        let identity = quichub_net::tls::Identity::self_signed(&["localhost"])?;
-        let broker = Broker::new(BrokerConfig::default());
+        // What `quichub relay` runs, on every interface of the namespace
+        // (anonymous clients allowed: the lab has no credentials).
+        let any = "0.0.0.0:0".to_string();
+        let mut config = quichub_hub::Config::default();
+        config.quic.bind = any.clone();
+        config.mqtt.tcp = any.clone();
+        config.mqtt.tls = any;
+        config.http.address = "off".into();
+        config.metrics.address = "off".into();
+        config.store.data_dir = Some("off".into());
+        config.auth.allow_anonymous = Some(true);
+        let hub = quichub_hub::Hub::start(config).await?;
         let arrivals = std::sync::Mutex::new(arrivals);
-        broker.set_tap(Arc::new(move |m| {
+        hub.broker().set_tap(Arc::new(move |m| {
             let now = Instant::now();
             let _ = arrivals
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .send((m.topic.to_string(), now));
         }));
-        let cfg = Arc::new(ConnConfig::default());
-        let tcp = quichub_gateway::listener::spawn_tcp(any, broker.clone(), cfg.clone()).await?;
-        let tls = quichub_net::tls::tcp_server_config(&identity, &[b"mqtt"])?;
-        let tls =
-            quichub_gateway::listener::spawn_tls(any, broker.clone(), cfg.clone(), tls).await?;
-        let server = Arc::new(quichub_net::server::Server::bind(any, &identity)?);
-        let quic = server.local_addr()?;
-        let (b, c) = (broker.clone(), cfg);
-        let handler: quichub_relay::endpoint::AlpnHandler = Arc::new(move |conn| {
-            Box::pin(quichub_gateway::quic::serve_quic(
-                conn,
-                b.clone(),
-                c.clone(),
-            ))
-        });
-        let mut handlers = quichub_relay::endpoint::AlpnHandlers::new();
-        handlers.insert(quichub_net::server::ALPN_MQTT.to_vec(), handler);
-        // The HTTP API over HTTP/3 on the same endpoint, with the HTTP/3
-        // modes' topics created.
-        let api = quichub_gateway::http::Api::new(
-            broker.clone(),
-            None,
-            quichub_gateway::http::ApiConfig::default(),
-        );
+        // The HTTP/3 modes' topics.
         for m in [Mode::H3Cold, Mode::H3Resumed, Mode::H30Rtt] {
             let put =
                 http::Request::put(format!("/v1/t/{}", h3_topic(m))).body(bytes::Bytes::new())?;
-            let status = api.handle(put).await.status();
+            let status = hub.http_api().handle(put).await.status();
             anyhow::ensure!(status.is_success(), "creating {}: {status}", h3_topic(m));
         }
-        let h3: quichub_relay::endpoint::Http3Handler =
-            Arc::new(move |c| Box::pin(quichub_gateway::http::h3::serve_h3(api.clone(), c)));
-        let relay = quichub_relay::Relay::new(quichub_relay::Config::default());
-        tokio::spawn(quichub_relay::endpoint::serve_endpoint(
-            relay,
-            server.clone(),
-            handlers,
-            Some(h3),
-        ));
+        let (Some(tcp), Some(tls)) = (hub.mqtt_addr(), hub.mqtt_tls_addr()) else {
+            bail!("the hub started without its MQTT listeners");
+        };
         Ok((
             ServerInfo {
                 tcp,
                 tls,
-                quic,
-                fingerprint: identity.fingerprint().to_vec(),
+                quic: hub.addr(),
+                fingerprint: quichub_net::tls::unhex(&hub.fingerprint()).unwrap_or_default(),
             },
-            server,
-            broker,
+            hub.server().clone(),
+            hub,
         ))
     }
     .await;
     match started {
-        Ok((i, server, _broker)) => {
+        Ok((i, server, _hub)) => {
             let _ = info.send(Ok(i));
             let _ = stop.await;
             server.close(0, b"done");

@@ -38,9 +38,11 @@ impl RotatingCert {
         Ok(Self(std::sync::RwLock::new(certified_key(identity)?)))
     }
 
-    /// Presents `identity` from the next handshake on.
+    /// Presents `identity` from the next handshake on; refuses (and keeps the
+    /// current one) when its key does not match its certificate.
     pub fn set(&self, identity: &Identity) -> anyhow::Result<()> {
         let k = certified_key(identity)?;
+        k.keys_match().context("certificate and key do not match")?;
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = k;
         Ok(())
     }
@@ -291,6 +293,18 @@ impl Identity {
         std::fs::write(cert, chain)?;
         std::fs::write(key, pem("PRIVATE KEY", self.key.secret_der()))?;
         Ok(())
+    }
+
+    /// This identity with a [`RotatingCert`]: servers built from it present
+    /// whatever the rotation holds at each handshake, so a reload (SIGHUP)
+    /// can replace the certificate without dropping connections. Keeps an
+    /// existing rotation.
+    pub fn rotating(self) -> anyhow::Result<Self> {
+        if self.rotation.is_some() {
+            return Ok(self);
+        }
+        let rotation = Some(Arc::new(RotatingCert::new(&self)?));
+        Ok(Self { rotation, ..self })
     }
 
     /// SHA-256 of the leaf certificate.

@@ -13,8 +13,6 @@ use quichub_client::{
     ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent, TrackMode,
 };
 
-use crate::relay_cmd::{self, RelayArgs};
-
 /// Demo options.
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
@@ -37,32 +35,24 @@ struct Stats {
 }
 
 pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
-    let relay = relay_cmd::start(&RelayArgs {
-        bind: "127.0.0.1:0".parse()?,
-        cert: None,
-        key: None,
-        metrics: "off".into(),
-        config: None,
-        mqtt: "off".into(),
-        mqtt_tls: "off".into(),
-        http: "off".into(),
-        http3: "off".into(),
-        data_dir: None,
-        fsync: "always".into(),
-        store_recovery: "salvage".into(),
-        ack_frequency: relay_cmd::DEFAULT_ACK_FREQUENCY.into(),
-    })
-    .await?;
+    let mut config = quichub_hub::Config::default();
+    config.quic.bind = "127.0.0.1:0".into();
+    config.quic.http3 = false;
+    config.metrics.address = "off".into();
+    config.mqtt.tcp = "off".into();
+    config.mqtt.tls = "off".into();
+    config.http.address = "off".into();
+    let hub = quichub_hub::Hub::start(config).await?;
+    let (addr, fingerprint) = (hub.addr(), hub.fingerprint());
     let scheme = if a.webtransport { "https" } else { "moqt" };
-    let url = format!("{scheme}://127.0.0.1:{}/demo", relay.addr.port());
+    let url = format!("{scheme}://127.0.0.1:{}/demo", addr.port());
     println!(
         "quichub demo: relay on udp {} ({}), certificate sha256 {}",
-        relay.addr, scheme, relay.fingerprint
+        addr, scheme, fingerprint
     );
-    let verify =
-        quichub_client::Verify::Fingerprints(vec![
-            quichub_net::tls::unhex(&relay.fingerprint).expect("hex")
-        ]);
+    let verify = quichub_client::Verify::Fingerprints(vec![
+        quichub_net::tls::unhex(&fingerprint).expect("hex")
+    ]);
     let opts = ConnectOptions {
         verify,
         ..Default::default()
@@ -206,7 +196,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
             merged.value_at_quantile(0.99) as f64 / 1000.0,
         );
     }
-    let m = &relay.relay.metrics;
+    let m = &hub.relay().metrics;
     println!(
         "relay: {} objects in, {} objects out, {} dropped (lagged), {} sessions",
         m.objects_in.load(std::sync::atomic::Ordering::Relaxed),

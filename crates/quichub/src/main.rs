@@ -1,4 +1,4 @@
-//! `quichub`: the one binary. Subcommands: `relay`, `pub`, `sub`, `demo`,
+//! `quichub`: the one binary. Subcommands: `relay`, `config`, `pub`, `sub`, `demo`,
 //! `interop-client`, the benchmarks, `netem`, `lab`, `token`, `completions`. Logic
 //! lives in the crates; this file parses arguments.
 
@@ -6,7 +6,6 @@ mod bench_cmd;
 mod conn_bench;
 mod demo;
 mod fanout_bench;
-mod file_config;
 mod framing;
 mod interop;
 mod media_bench;
@@ -45,6 +44,8 @@ struct Cli {
 enum Command {
     /// Run the MoQT relay (raw QUIC and WebTransport on one UDP port).
     Relay(relay_cmd::RelayArgs),
+    /// Check a configuration file, or print the effective configuration.
+    Config(relay_cmd::ConfigArgs),
     /// Publish a synthetic track (audio, video, imu) or stdin.
     Pub(pubsub::PubArgs),
     /// Subscribe to a track: payloads to stdout, or live stats.
@@ -104,7 +105,7 @@ enum LogFormat {
 /// warn for its dependencies.
 const DEFAULT_LOG_FILTER: &str = "warn,web_transport_quinn=error,quichub=info,\
 quichub_relay=info,quichub_net=info,quichub_client=info,quichub_gateway=info,quichub_mqtt=info,\
-quichub_bench=info,quichub_netem=info,quichub_lab=info,moqt=info";
+quichub_bench=info,quichub_netem=info,quichub_lab=info,quichub_hub=info,quichub_auth=info,moqt=info";
 
 fn init_logging(format: LogFormat, command: &Command) {
     use std::io::IsTerminal;
@@ -154,6 +155,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::SUCCESS;
         }
         Command::Token(a) => return exit(token_cmd::run(a)),
+        Command::Config(a) => return exit(relay_cmd::config(a, &mut std::io::stdout()).map(|_| 0)),
         other => other,
     };
     let rt = match cli.threads {
@@ -181,7 +183,11 @@ fn main() -> std::process::ExitCode {
             Command::BenchMedia(a) => media_bench::run(a).await.map(|_| 0),
             Command::BenchMqtt(a) => mqtt_bench::run(a).await.map(|_| 0),
             Command::BenchConn(a) => conn_bench::run(a).await.map(|_| 0),
-            Command::Netem(_) | Command::Lab(_) | Command::Completions(_) | Command::Token(_) => {
+            Command::Netem(_)
+            | Command::Lab(_)
+            | Command::Completions(_)
+            | Command::Config(_)
+            | Command::Token(_) => {
                 unreachable!("handled above")
             }
         }

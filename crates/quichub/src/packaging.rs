@@ -98,7 +98,8 @@ fn systemd_unit_runs_a_relay_the_cli_accepts() {
             "no LoadCredential={name}:... in {creds:?}"
         );
     }
-    assert!(relay.bind.port() >= 1024 && relay.bind.ip().is_unspecified());
+    let bind = quichub_hub::resolve_addr(relay.bind.as_deref().expect("--bind")).unwrap();
+    assert!(bind.port() >= 1024 && bind.ip().is_unspecified());
     for (key, value) in [
         ("NoNewPrivileges", "yes"),
         ("ProtectSystem", "strict"),
@@ -133,9 +134,17 @@ fn dockerfile_runs_a_relay_the_cli_accepts() {
     assert_eq!(args, ["quichub"]);
     args.extend(docker_exec_form(DOCKERFILE, "CMD"));
     let relay = relay_args(&args);
+    let mut c = quichub_hub::Config::default();
+    relay.apply(&mut c);
     // In a container every listener must bind all interfaces...
-    assert_eq!(relay.bind.to_string(), "0.0.0.0:4443");
-    for addr in [&relay.metrics, &relay.mqtt, &relay.mqtt_tls, &relay.http] {
+    assert_eq!(c.quic.bind, "0.0.0.0:4443");
+    let addrs = [
+        &c.metrics.address,
+        &c.mqtt.tcp,
+        &c.mqtt.tls,
+        &c.http.address,
+    ];
+    for addr in addrs {
         assert!(addr.starts_with("0.0.0.0:"), "{args:?}");
     }
     // ...and be exposed.
@@ -144,8 +153,8 @@ fn dockerfile_runs_a_relay_the_cli_accepts() {
         .filter_map(|l| l.strip_prefix("EXPOSE "))
         .flat_map(str::split_whitespace)
         .collect();
-    let mut want = vec![format!("{}/udp", relay.bind.port())];
-    for addr in [&relay.mqtt, &relay.mqtt_tls, &relay.http, &relay.metrics] {
+    let mut want = vec![format!("{}/udp", c.quic.bind_addr().unwrap().port())];
+    for addr in addrs {
         want.push(addr.rsplit(':').next().unwrap().to_string());
     }
     let mut have: Vec<String> = expose.iter().map(|p| p.to_string()).collect();

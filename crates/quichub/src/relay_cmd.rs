@@ -1,592 +1,407 @@
-//! `quichub relay`.
+//! `quichub relay` and `quichub config`: flags → [`Config`] →
+//! [`Hub::start`]. The wiring lives in `quichub-hub`.
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use anyhow::Context;
-use quichub_gateway::bridge::Bridge;
-use quichub_gateway::store::{Fsync, Recovery, Store};
-use quichub_gateway::{Broker, ConnConfig};
-use quichub_net::server::{AdmissionStats, Server};
-use quichub_net::tls::{Identity, SelfSigned};
-use quichub_net::AckFrequency;
-use quichub_relay::{Config, Relay};
+use quichub_hub::{Config, Hub};
 
-use crate::file_config::FileConfig;
-
-/// `--ack-frequency` default: [`AckFrequency::default`].
-pub const DEFAULT_ACK_FREQUENCY: &str = "9,100";
-
-/// Relay options.
-#[derive(clap::Args, Debug, Clone)]
+/// Relay options. Each sets one configuration key (docs/configuration.md)
+/// and wins over `--config`'s file; a flag not given leaves the file's
+/// value, or the default shown.
+#[derive(clap::Args, Debug, Clone, Default)]
 pub struct RelayArgs {
     /// UDP address for QUIC (raw `moqt-18` and WebTransport `h3`): `IP:PORT`
     /// or `HOST:PORT` (a name binds its first IPv4 address, else its first:
-    /// the one quichub's clients dial).
-    #[arg(long, default_value = "127.0.0.1:4443", value_parser = resolve_addr)]
-    pub bind: SocketAddr,
-    /// PEM certificate chain (default: a self-signed ECDSA P-256 certificate made at start).
+    /// the one quichub's clients dial). Default 127.0.0.1:4443. Key `quic.bind`.
+    #[arg(long, value_parser = addr_arg)]
+    pub bind: Option<String>,
+    /// PEM certificate chain (default: a self-signed ECDSA P-256 certificate
+    /// made at start). Re-read on SIGHUP. Key `tls.cert`.
     #[arg(long, requires = "key")]
     pub cert: Option<PathBuf>,
-    /// PEM private key.
+    /// PEM private key. Key `tls.key`.
     #[arg(long, requires = "cert")]
     pub key: Option<PathBuf>,
-    /// Prometheus metrics address (`off` to disable).
-    #[arg(long, default_value = "127.0.0.1:9090")]
-    pub metrics: String,
-    /// TOML file with relay limits (see README for every key).
+    /// Prometheus metrics address (`off` to disable). Default 127.0.0.1:9090.
+    /// Key `metrics.address`.
+    #[arg(long)]
+    pub metrics: Option<String>,
+    /// TOML configuration file (docs/configuration.md; `contrib/relay.toml`
+    /// shows every key).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// TCP address of the MQTT 3.1.1/5 broker (`off` turns the broker off:
-    /// no MQTT over TCP, TLS or QUIC, and no broker state on disk).
-    #[arg(long, default_value = "127.0.0.1:1883")]
-    pub mqtt: String,
+    /// no MQTT over TCP, TLS or QUIC, and no broker state on disk). Default
+    /// 127.0.0.1:1883. Key `mqtt.tcp`.
+    #[arg(long)]
+    pub mqtt: Option<String>,
     /// TCP address of MQTT over TLS, with the relay's certificate (`off` to
-    /// disable).
-    #[arg(long, default_value = "127.0.0.1:8883")]
-    pub mqtt_tls: String,
+    /// disable). Default 127.0.0.1:8883. Key `mqtt.tls`.
+    #[arg(long)]
+    pub mqtt_tls: Option<String>,
     /// Directory of the broker's durable state (retained messages, persistent
     /// sessions and their queued messages) and, without `--cert/--key`, of the
     /// self-signed certificate (`tls/cert.pem`, `tls/cert.sha256`: kept across
     /// restarts, renewed 3 days before it expires); `off` keeps both in memory
     /// only.
     /// Default: `$XDG_STATE_HOME/quichub`, else `~/.local/state/quichub`.
-    /// Not opened with `--mqtt off`.
+    /// Not opened with `--mqtt off`. Key `store.data_dir`.
     #[arg(long)]
     pub data_dir: Option<String>,
     /// When the broker's log reaches the disk before a QoS 1/2 publish is
-    /// acknowledged: `always` (fdatasync, group commit: survives power loss)
-    /// or `never` (written to the OS: survives a crash of the process).
-    #[arg(long, default_value = "always", value_parser = ["always", "never"])]
-    pub fsync: String,
+    /// acknowledged: `always` (the default; fdatasync, group commit: survives
+    /// power loss) or `never` (written to the OS: survives a crash of the
+    /// process). Key `store.fsync`.
+    #[arg(long, value_parser = ["always", "never"])]
+    pub fsync: Option<String>,
     /// What to do when the broker's log is corrupt (an incomplete last
-    /// record, the trace of a crash, is always dropped): `salvage` skips the
-    /// damaged bytes, logging each range, keeps the file aside as
-    /// `broker.log.corrupt-<time>` and starts; `strict` refuses to start.
-    #[arg(long, default_value = "salvage", value_parser = ["strict", "salvage"])]
-    pub store_recovery: String,
+    /// record, the trace of a crash, is always dropped): `salvage` (the
+    /// default) skips the damaged bytes, logging each range, keeps the file
+    /// aside as `broker.log.corrupt-<time>` and starts; `strict` refuses to
+    /// start. Key `store.recovery`.
+    #[arg(long, value_parser = ["strict", "salvage"])]
+    pub store_recovery: Option<String>,
     /// TCP address of the HTTP pub/sub API over HTTP/1.1 and cleartext
-    /// HTTP/2 (`off` to disable); see docs/http-api.md.
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub http: String,
+    /// HTTP/2 (`off` to disable); see docs/http-api.md. Default
+    /// 127.0.0.1:8080. Key `http.address`.
+    #[arg(long)]
+    pub http: Option<String>,
     /// The same HTTP API over HTTP/3 on the relay's UDP port (ALPN `h3`,
-    /// beside WebTransport, with 0-RTT): `on` or `off`.
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    pub http3: String,
+    /// beside WebTransport, with 0-RTT): `on` (the default) or `off`. Key
+    /// `quic.http3`.
+    #[arg(long, value_parser = ["on", "off"])]
+    pub http3: Option<String>,
     /// What QUIC peers are asked about acknowledgements (the ACK frequency
     /// extension): `PACKETS,MILLISECONDS` (acknowledge after more than PACKETS
     /// packets or after MILLISECONDS, and at once on a gap), or `off` for
     /// QUIC's default of every other packet. Fewer ACKs from subscribers cost
     /// the relay less CPU per object; a longer delay slows the detection of a
     /// lost last packet on streams. Peers without the extension ignore it.
-    #[arg(long, default_value = DEFAULT_ACK_FREQUENCY)]
-    pub ack_frequency: String,
+    /// Default 9,100. Key `quic.ack_frequency`.
+    #[arg(long)]
+    pub ack_frequency: Option<String>,
 }
 
-fn default_data_dir() -> Option<PathBuf> {
-    data_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+/// `--bind`: checked (and a name resolved) when parsed; kept as given.
+fn addr_arg(v: &str) -> Result<String, String> {
+    quichub_hub::resolve_addr(v).map(|_| v.to_string())
 }
 
-/// An empty or relative `XDG_STATE_HOME` is ignored, as the XDG spec says:
-/// it would put broker state in whatever directory the relay started in.
-fn data_dir_from(
-    xdg_state_home: Option<std::ffi::OsString>,
-    home: Option<std::ffi::OsString>,
-) -> Option<PathBuf> {
-    xdg_state_home
-        .map(PathBuf::from)
-        .filter(|d| d.is_absolute())
-        .or_else(|| home.map(|h| PathBuf::from(h).join(".local/state")))
-        .map(|d| d.join("quichub"))
-}
-
-/// Parses `IP:PORT`, `[IPv6]:PORT` or `HOST:PORT`; a host name resolves to
-/// its first IPv4 address, else its first (the one `quichub pub`/`sub` dial).
-pub fn resolve_addr(v: &str) -> Result<SocketAddr, String> {
-    use std::net::ToSocketAddrs;
-    if let Ok(a) = v.parse() {
-        return Ok(a);
+impl RelayArgs {
+    /// The effective configuration: `--config`'s file (or the defaults),
+    /// then every flag given.
+    pub fn config(&self) -> anyhow::Result<Config> {
+        let mut c = match &self.config {
+            Some(p) => Config::load(p)?,
+            None => Config::default(),
+        };
+        self.apply(&mut c);
+        Ok(c)
     }
-    let resolved = v.to_socket_addrs().map_err(|e| {
-        if v.rsplit_once(':')
-            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
-        {
-            format!("{v:?} is not HOST:PORT (e.g. 127.0.0.1:4443, [::1]:4443, localhost:4443)")
-        } else {
-            format!("cannot resolve {v:?}: {e}")
-        }
-    })?;
-    let addrs: Vec<SocketAddr> = resolved.collect();
-    // IPv4 first, as quichub's clients (on an IPv4 socket) dial a name.
-    addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(addrs.first())
-        .copied()
-        .ok_or_else(|| format!("{v:?} resolves to no address"))
-}
 
-/// `/metrics`: the relay's counters, then the broker's.
-fn metrics_text(relay: &Relay, broker: &Broker, quic: &AdmissionStats) -> String {
-    relay.metrics.render() + &quic.render() + &broker.metrics.render()
-}
-
-/// `/readyz`: ready until the relay starts draining (SIGTERM), so a load
-/// balancer stops sending new clients before the sessions are told to go.
-fn readiness(relay: &Arc<Relay>) -> quichub_net::metrics_http::Readiness {
-    let shutdown = relay.shutdown_signal();
-    Arc::new(move || (*shutdown.borrow()).then(|| "draining: shutting down".to_string()))
-}
-
-fn addr_or_off(flag: &str, v: &str) -> anyhow::Result<Option<SocketAddr>> {
-    if v == "off" {
-        return Ok(None);
-    }
-    resolve_addr(v)
-        .map(Some)
-        .map_err(|e| anyhow::anyhow!("--{flag} must be HOST:PORT or off: {e}"))
-}
-
-/// A relay running in this process.
-pub struct Running {
-    /// The bound UDP address.
-    pub addr: SocketAddr,
-    /// SHA-256 of the certificate.
-    pub fingerprint: String,
-    /// The self-signed certificate kept in the data directory: its file,
-    /// whether it was reused from an earlier run, and when it will be renewed.
-    pub cert_file: Option<(PathBuf, bool, time::OffsetDateTime)>,
-    /// The relay core.
-    pub relay: Arc<Relay>,
-    /// The endpoint.
-    pub server: Arc<Server>,
-    /// The bound metrics address, if any.
-    pub metrics: Option<SocketAddr>,
-    /// The bound MQTT TCP address, if any.
-    pub mqtt: Option<SocketAddr>,
-    /// The bound MQTT-over-TLS address, if any.
-    pub mqtt_tls: Option<SocketAddr>,
-    /// The bound HTTP API TCP address, if any.
-    pub http: Option<SocketAddr>,
-    /// Whether the HTTP API is served over HTTP/3 on `addr`.
-    pub http3: bool,
-}
-
-/// Binds and starts the relay's tasks.
-pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
-    let file = match &args.config {
-        Some(p) => FileConfig::load(p)?,
-        None => FileConfig::default(),
-    };
-    let config: Config = file.relay.clone();
-    let data_dir = match args.data_dir.as_deref() {
-        Some("off") => None,
-        Some(d) => Some(PathBuf::from(d)),
-        None => default_data_dir(),
-    };
-    const NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
-    // Without --cert/--key: a self-signed certificate, kept in the data
-    // directory (so pinned hashes and --cafile copies survive restarts) and
-    // renewed while running before it expires.
-    let mut self_signed = None;
-    let identity = match (&args.cert, &args.key, &data_dir) {
-        (Some(c), Some(k), _) => Identity::from_pem_files(c, k)?,
-        (_, _, Some(dir)) => {
-            let tls_dir = dir.join("tls");
-            let s = SelfSigned::load_or_make(&tls_dir, NAMES)
-                .with_context(|| format!("self-signed certificate in {}", tls_dir.display()))?;
-            let id = s.identity.clone();
-            self_signed = Some(s);
-            id
-        }
-        _ => Identity::self_signed(NAMES)?,
-    };
-    let cert_file = self_signed.as_ref().map(|s| {
-        (
-            s.cert_path.clone(),
-            s.reused,
-            s.expires() - SelfSigned::RENEW_BEFORE,
-        )
-    });
-    // The hash the pages' `/certificate.sha256` serves: renewal replaces it.
-    let fingerprint = Arc::new(std::sync::RwLock::new(identity.fingerprint_hex()));
-    if let Some(mut s) = self_signed {
-        let fingerprint = fingerprint.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
-            loop {
-                tick.tick().await;
-                match s.renew_if_due(time::OffsetDateTime::now_utc()) {
-                    Ok(Some(hash)) => {
-                        tracing::warn!(
-                            sha256 = %hash,
-                            file = %s.cert_path.display(),
-                            "self-signed certificate renewed; clients pinning the old hash need the new one"
-                        );
-                        *fingerprint.write().expect("fingerprint lock") = hash.to_string();
-                    }
-                    Ok(None) => {}
-                    Err(e) => tracing::error!("renewing the self-signed certificate: {e:#}"),
-                }
+    /// Sets the key of every flag given.
+    pub(crate) fn apply(&self, c: &mut Config) {
+        fn set<T: Clone>(flag: &Option<T>, key: &mut T) {
+            if let Some(v) = flag {
+                *key = v.clone();
             }
-        });
-    }
-    let ack = match args.ack_frequency.as_str() {
-        "off" => None,
-        v => Some(v.parse::<AckFrequency>().context("--ack-frequency")?),
-    };
-    let server = Arc::new(Server::bind_config(args.bind, &identity, ack, &file.quic)?);
-    let addr = server.local_addr()?;
-    let relay = Relay::new(config);
-    let mqtt_addr = addr_or_off("mqtt", &args.mqtt)?;
-    let broker = match (&mqtt_addr, data_dir) {
-        (Some(_), Some(dir)) => {
-            let fsync = if args.fsync == "never" {
-                Fsync::Never
-            } else {
-                Fsync::Always
+        }
+        set(&self.bind, &mut c.quic.bind);
+        set(&self.ack_frequency, &mut c.quic.ack_frequency);
+        if let Some(h) = &self.http3 {
+            c.quic.http3 = h == "on";
+        }
+        set(&self.mqtt, &mut c.mqtt.tcp);
+        set(&self.mqtt_tls, &mut c.mqtt.tls);
+        set(&self.http, &mut c.http.address);
+        set(&self.metrics, &mut c.metrics.address);
+        if self.cert.is_some() {
+            c.tls.cert = self.cert.clone();
+            c.tls.key = self.key.clone();
+        }
+        if self.data_dir.is_some() {
+            c.store.data_dir = self.data_dir.clone();
+        }
+        if let Some(f) = &self.fsync {
+            c.store.fsync = match f.as_str() {
+                "never" => quichub_hub::FsyncPolicy::Never,
+                _ => quichub_hub::FsyncPolicy::Always,
             };
-            let recovery: Recovery = args.store_recovery.parse().map_err(anyhow::Error::msg)?;
-            let (store, recovered) = Store::open(&dir, fsync, recovery)
-                .with_context(|| format!("open broker state in {}", dir.display()))?;
-            tracing::info!(
-                "broker state {}: {} records, {} sessions, {} retained",
-                store.path().display(),
-                recovered.records,
-                recovered.sessions.len(),
-                recovered.retained.len()
-            );
-            Broker::with_store(file.mqtt.clone(), store, recovered)
         }
-        _ => Broker::new(file.mqtt.clone()),
-    };
-    let bridge = Bridge::start(relay.clone(), &broker);
-    let http_api = quichub_gateway::http::Api::new(
-        broker.clone(),
-        Some(bridge.clone()),
-        quichub_gateway::http::ApiConfig::default(),
-    );
-    // The dashboard (`/`) and the player (`/watch/{broadcast}`) on the HTTP port.
-    http_api.serve_web(quichub_gateway::http::web::Web::new(
-        relay.clone(),
-        addr.port(),
-        fingerprint,
-    ));
-    let b = broker.clone();
-    tokio::spawn(async move {
-        let _bridge = bridge;
-        let mut t = tokio::time::interval(std::time::Duration::from_secs(1));
-        loop {
-            t.tick().await;
-            b.tick(std::time::Instant::now());
+        if let Some(r) = &self.store_recovery {
+            c.store.recovery = match r.as_str() {
+                "strict" => quichub_hub::RecoveryPolicy::Strict,
+                _ => quichub_hub::RecoveryPolicy::Salvage,
+            };
         }
-    });
-    let conn_config = Arc::new(ConnConfig::default());
-    // TCP listeners share the descriptors: raise the soft limit, then give
-    // each client listener an equal share ([tcp] in the config file).
-    let tcp = file.tcp.clone();
-    let mqtt_tls_addr = addr_or_off("mqtt-tls", &args.mqtt_tls)?.filter(|_| mqtt_addr.is_some());
-    let http_addr = addr_or_off("http", &args.http)?;
-    let nofile = quichub_net::tcp_limits::raise_nofile_limit();
-    let listeners = [
-        mqtt_addr.is_some(),
-        mqtt_tls_addr.is_some(),
-        http_addr.is_some(),
-    ]
-    .iter()
-    .filter(|on| **on)
-    .count();
-    tracing::info!(
-        "tcp: {nofile} descriptors, {} connections per listener, {} per address",
-        tcp.listener_cap(nofile, listeners),
-        tcp.max_connections_per_ip
-    );
-    let mqtt = match mqtt_addr {
-        Some(a) => Some(
-            quichub_gateway::listener::spawn_tcp_with(
-                a,
-                broker.clone(),
-                conn_config.clone(),
-                tcp.limiter("mqtt", listeners),
-            )
-            .await
-            .with_context(|| format!("bind MQTT {a} (use --mqtt off or another address)"))?,
-        ),
-        None => None,
-    };
-    let mqtt_tls = match (mqtt.is_some(), mqtt_tls_addr) {
-        (true, Some(a)) => {
-            let tls = quichub_net::tls::tcp_server_config(&identity, &[b"mqtt"])?;
-            let limiter = tcp.limiter("mqtt-tls", listeners);
-            Some(
-                quichub_gateway::listener::spawn_tls_with(
-                    a,
-                    broker.clone(),
-                    conn_config.clone(),
-                    tls,
-                    limiter,
-                )
-                .await
-                .with_context(|| {
-                    format!("bind MQTT over TLS {a} (use --mqtt-tls off or another address)")
-                })?,
-            )
-        }
-        _ => None,
-    };
-    // MQTT over QUIC on the relay's UDP port (ALPN `mqtt`) whenever the broker runs.
-    let mut alpn_handlers = quichub_relay::endpoint::AlpnHandlers::new();
-    if mqtt.is_some() {
-        let (b, c) = (broker.clone(), conn_config.clone());
-        let handler: quichub_relay::endpoint::AlpnHandler = Arc::new(move |conn| {
-            Box::pin(quichub_gateway::quic::serve_quic(
-                conn,
-                b.clone(),
-                c.clone(),
-            ))
-        });
-        alpn_handlers.insert(quichub_net::server::ALPN_MQTT.to_vec(), handler);
     }
-    // The HTTP API over HTTP/3 on the same port (ALPN `h3`, beside WebTransport).
-    let http3: Option<quichub_relay::endpoint::Http3Handler> = (args.http3 == "on").then(|| {
-        let api = http_api.clone();
-        let h: quichub_relay::endpoint::Http3Handler =
-            Arc::new(move |conn| Box::pin(quichub_gateway::http::h3::serve_h3(api.clone(), conn)));
-        h
-    });
-    tokio::spawn(quichub_relay::endpoint::serve_endpoint(
-        relay.clone(),
-        server.clone(),
-        alpn_handlers,
-        http3,
-    ));
-    let http = match http_addr {
-        Some(a) => Some(
-            quichub_gateway::http::tcp::spawn_tcp_with(
-                a,
-                http_api.clone(),
-                tcp.clone(),
-                tcp.limiter("http", listeners),
-            )
-            .await
-            .with_context(|| format!("bind HTTP {a} (use --http off or another address)"))?,
-        ),
-        None => None,
-    };
-    let metrics = if let Some(a) = addr_or_off("metrics", &args.metrics)? {
-        let listener = quichub_net::metrics_http::bind(a)
-            .await
-            .with_context(|| format!("bind metrics {a}"))?;
-        let bound = listener.local_addr()?;
-        let (r, b, q) = (relay.clone(), broker.clone(), server.stats());
-        tokio::spawn(quichub_net::metrics_http::serve_with(
-            quichub_net::tcp_limits::Acceptor::new(listener, tcp.metrics_limiter()),
-            Arc::new(move || metrics_text(&r, &b, &q)),
-            readiness(&relay),
-            tcp.http_header_timeout(),
-        ));
-        Some(bound)
-    } else {
-        None
-    };
-    Ok(Running {
-        addr,
-        fingerprint: identity.fingerprint_hex(),
-        cert_file,
-        relay,
-        server,
-        metrics,
-        mqtt,
-        mqtt_tls,
-        http,
-        http3: args.http3 == "on",
-    })
 }
 
-/// Runs until SIGTERM or Ctrl-C, then drains with GOAWAY.
-pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
-    let r = start(&args).await?;
-    {
-        let mut out = std::io::stdout().lock();
+/// Prints where the hub listens.
+fn print_listening(hub: &Hub, out: &mut dyn Write) -> std::io::Result<()> {
+    let addr = hub.addr();
+    writeln!(
+        out,
+        "quichub relay listening on udp {addr} (raw QUIC moqt-18, WebTransport h3)"
+    )?;
+    writeln!(out, "certificate sha256 {}", hub.fingerprint())?;
+    if let Some(s) = hub.self_signed() {
         writeln!(
             out,
-            "quichub relay listening on udp {} (raw QUIC moqt-18, WebTransport h3)",
-            r.addr
+            "certificate {} (self-signed, {}; renewed after {})",
+            s.path.display(),
+            if s.reused {
+                "kept from an earlier run"
+            } else {
+                "made now"
+            },
+            s.renew_after.date()
         )?;
-        writeln!(out, "certificate sha256 {}", r.fingerprint)?;
-        if let Some((path, reused, renew)) = &r.cert_file {
-            writeln!(
-                out,
-                "certificate {} (self-signed, {}; renewed after {})",
-                path.display(),
-                if *reused {
-                    "kept from an earlier run"
-                } else {
-                    "made now"
-                },
-                renew.date()
-            )?;
-        }
-        if let Some(m) = r.mqtt {
-            writeln!(out, "mqtt tcp {m} (MQTT 3.1.1 and 5.0)")?;
-        }
-        if let Some(m) = r.mqtt_tls {
-            writeln!(out, "mqtt tls {m}")?;
-        }
-        if r.mqtt.is_some() {
-            writeln!(out, "mqtt quic udp {} (ALPN mqtt)", r.addr)?;
-        }
-        if let Some(h) = r.http {
-            writeln!(out, "http tcp {h} (HTTP/1.1, HTTP/2 cleartext)")?;
-            writeln!(
-                out,
-                "web dashboard http://{h}/ player http://{h}/watch/BROADCAST"
-            )?;
-        }
-        if r.http3 {
-            writeln!(out, "http3 udp {} (ALPN h3, beside WebTransport)", r.addr)?;
-        }
-        if let Some(m) = r.metrics {
-            writeln!(out, "metrics http://{m}/metrics")?;
-        }
-        out.flush()?;
     }
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = tokio::signal::ctrl_c() => {},
+    if let Some(m) = hub.mqtt_addr() {
+        writeln!(out, "mqtt tcp {m} (MQTT 3.1.1 and 5.0)")?;
+    }
+    if let Some(m) = hub.mqtt_tls_addr() {
+        writeln!(out, "mqtt tls {m}")?;
+    }
+    if hub.mqtt_quic() {
+        writeln!(out, "mqtt quic udp {addr} (ALPN mqtt)")?;
+    }
+    if let Some(h) = hub.http_addr() {
+        writeln!(out, "http tcp {h} (HTTP/1.1, HTTP/2 cleartext)")?;
+        writeln!(
+            out,
+            "web dashboard http://{h}/ player http://{h}/watch/BROADCAST"
+        )?;
+    }
+    if hub.http3() {
+        writeln!(out, "http3 udp {addr} (ALPN h3, beside WebTransport)")?;
+    }
+    if let Some(m) = hub.metrics_addr() {
+        writeln!(out, "metrics http://{m}/metrics")?;
+    }
+    out.flush()
+}
+
+/// Runs until SIGTERM or Ctrl-C, then drains with GOAWAY; SIGHUP reloads.
+pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let hub = Hub::start(args.config()?).await?;
+    print_listening(&hub, &mut std::io::stdout().lock())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+            _ = hup.recv() => match hub.reload() {
+                Ok(()) => tracing::info!("reloaded (SIGHUP)"),
+                Err(e) => tracing::error!("reload (SIGHUP): {e:#}"),
+            },
+        }
     }
     eprintln!(
         "shutting down: GOAWAY sent to {} sessions",
-        r.relay.session_count()
+        hub.relay().session_count()
     );
-    quichub_relay::endpoint::shutdown(&r.relay, &r.server).await;
+    hub.shutdown().await;
+    Ok(())
+}
+
+/// `quichub config`.
+#[derive(clap::Args, Debug)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    command: ConfigCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum ConfigCommand {
+    /// Validate a configuration file: exit 1 with the error (file:line:column).
+    Check {
+        /// The TOML file.
+        file: PathBuf,
+    },
+    /// Print the effective configuration as TOML: `--config`'s file (or the
+    /// defaults) with the relay flags given applied over it.
+    Print(Box<RelayArgs>),
+}
+
+/// Runs `quichub config`.
+pub fn config(a: ConfigArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    match a.command {
+        ConfigCommand::Check { file } => {
+            Config::load(&file)?.validate()?;
+            writeln!(out, "{}: ok", file.display())?;
+        }
+        ConfigCommand::Print(r) => {
+            let c = r.config()?;
+            c.validate()?;
+            write!(out, "{}", c.to_toml())?;
+        }
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use quichub_gateway::BrokerConfig;
+    use clap::Parser;
 
-    #[test]
-    fn addresses_accept_host_names() {
-        assert_eq!(
-            resolve_addr("127.0.0.1:4443").unwrap(),
-            "127.0.0.1:4443".parse().unwrap()
-        );
-        assert_eq!(resolve_addr("[::1]:0").unwrap(), "[::1]:0".parse().unwrap());
-        let a = resolve_addr("localhost:4443").unwrap();
-        assert!(a.ip().is_loopback(), "{a}");
-        assert_eq!(a.port(), 4443);
-        for bad in ["localhost", "4443", "127.0.0.1", "localhost:http-ish", ""] {
-            let e = resolve_addr(bad).unwrap_err();
-            assert!(e.contains("HOST:PORT"), "{bad}: {e}");
-        }
-        assert_eq!(addr_or_off("http", "off").unwrap(), None);
-        let a = addr_or_off("http", "localhost:0").unwrap().unwrap();
-        assert!(a.ip().is_loopback());
-        let e = addr_or_off("metrics", "nowhere").unwrap_err().to_string();
-        assert!(e.contains("--metrics"), "{e}");
-        #[derive(clap::Parser)]
-        struct T {
-            #[command(flatten)]
-            relay: RelayArgs,
-        }
-        let t = <T as clap::Parser>::try_parse_from(["t", "--bind", "localhost:4443"]).unwrap();
-        assert!(t.relay.bind.ip().is_loopback());
-        assert!(<T as clap::Parser>::try_parse_from(["t", "--bind", "localhost"]).is_err());
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        relay: RelayArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<RelayArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("quichub").chain(args.iter().copied())).map(|c| c.relay)
     }
 
     #[test]
-    fn empty_or_relative_xdg_state_home_is_ignored() {
-        let home = Some("/home/u".into());
-        let want = Some(PathBuf::from("/home/u/.local/state/quichub"));
-        assert_eq!(data_dir_from(Some("".into()), home.clone()), want);
-        assert_eq!(data_dir_from(Some("state".into()), home.clone()), want);
-        assert_eq!(data_dir_from(None, home.clone()), want);
-        assert_eq!(
-            data_dir_from(Some("/var/state".into()), home),
-            Some(PathBuf::from("/var/state/quichub"))
-        );
-        assert_eq!(data_dir_from(Some("".into()), None), None);
-    }
-
-    #[tokio::test]
-    async fn healthz_and_readyz() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let relay = Relay::new(Config::default());
-        let listener = quichub_net::metrics_http::bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        let limits = quichub_net::tcp_limits::TcpLimits::default();
-        tokio::spawn(quichub_net::metrics_http::serve_with(
-            quichub_net::tcp_limits::Acceptor::new(listener, limits.metrics_limiter()),
-            Arc::new(String::new),
-            readiness(&relay),
-            limits.http_header_timeout(),
-        ));
-        let get = |path: &'static str| async move {
-            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-                .await
-                .unwrap();
-            let mut r = String::new();
-            s.read_to_string(&mut r).await.unwrap();
-            r
-        };
-        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
-        assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
-        relay.begin_shutdown();
-        let r = get("/readyz").await;
-        assert!(r.starts_with("HTTP/1.1 503"), "{r}");
-        assert!(r.contains("draining"), "{r}");
-        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
-    }
-
-    #[test]
-    fn metrics_include_the_brokers() {
-        let text = metrics_text(
-            &Relay::new(Config::default()),
-            &Broker::new(BrokerConfig::default()),
-            &AdmissionStats::default(),
-        );
-        assert!(text.contains("quichub_quic_handshakes 0"), "{text}");
-        assert!(text.contains("quichub_sessions "), "{text}");
-        assert!(
-            text.contains("quichub_mqtt_messages_dropped_total{reason=\"queue_full\"} 0"),
-            "{text}"
-        );
+    fn bind_accepts_host_names() {
+        let r = parse(&["--bind", "localhost:4443"]).unwrap();
+        assert_eq!(r.bind.as_deref(), Some("localhost:4443"));
+        assert!(parse(&["--bind", "localhost"]).is_err());
     }
 
     #[test]
     fn store_recovery_flag() {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            relay: RelayArgs,
-        }
-        let recovery = |args: &[&str]| {
-            Cli::try_parse_from(std::iter::once("quichub").chain(args.iter().copied()))
-                .map(|c| c.relay.store_recovery.parse::<Recovery>())
-        };
-        assert_eq!(recovery(&[]).unwrap(), Ok(Recovery::Salvage));
+        let recovery = |args: &[&str]| parse(args).map(|r| r.config().unwrap().store.recovery);
+        assert_eq!(recovery(&[]).unwrap(), quichub_hub::RecoveryPolicy::Salvage);
         assert_eq!(
             recovery(&["--store-recovery", "strict"]).unwrap(),
-            Ok(Recovery::Strict)
+            quichub_hub::RecoveryPolicy::Strict
         );
         assert!(recovery(&["--store-recovery", "lenient"]).is_err());
     }
 
+    /// Flags given win over the file; flags not given leave it alone.
     #[test]
-    fn default_ack_frequency_is_the_library_default() {
-        assert_eq!(
-            DEFAULT_ACK_FREQUENCY.parse::<AckFrequency>().unwrap(),
-            AckFrequency::default()
+    fn flags_given_override_the_file() {
+        let dir = std::env::temp_dir().join(format!("quichub-flags-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("relay.toml");
+        std::fs::write(
+            &file,
+            "[quic]\nbind = \"127.0.0.1:5000\"\nhttp3 = false\n[mqtt]\ntcp = \"off\"\n\
+             [metrics]\naddress = \"127.0.0.1:9999\"\n[relay]\nmax_sessions = 5\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+        let c = parse(&["--config", f]).unwrap().config().unwrap();
+        assert_eq!(c.quic.bind, "127.0.0.1:5000");
+        assert!(!c.quic.http3);
+        assert_eq!(c.mqtt.tcp, "off");
+        let c = parse(&[
+            "--config",
+            f,
+            "--bind",
+            "127.0.0.1:6000",
+            "--http3",
+            "on",
+            "--fsync",
+            "never",
+            "--data-dir",
+            "off",
+        ])
+        .unwrap()
+        .config()
+        .unwrap();
+        assert_eq!(c.quic.bind, "127.0.0.1:6000");
+        assert!(c.quic.http3);
+        assert_eq!(c.mqtt.tcp, "off", "not given: the file's");
+        assert_eq!(c.metrics.address, "127.0.0.1:9999");
+        assert_eq!(c.relay.max_sessions, 5);
+        assert_eq!(c.store.fsync, quichub_hub::FsyncPolicy::Never);
+        assert_eq!(c.store.dir(), None);
+        assert_eq!(c.source.as_deref(), Some(file.as_path()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Every relay flag sets a key: with all of them given, the effective
+    /// configuration differs from the defaults in as many keys.
+    #[test]
+    fn every_flag_maps_to_a_key() {
+        let flags = [
+            ("--bind", "127.0.0.1:1"),
+            ("--metrics", "off"),
+            ("--mqtt", "127.0.0.1:2"),
+            ("--mqtt-tls", "off"),
+            ("--data-dir", "off"),
+            ("--fsync", "never"),
+            ("--store-recovery", "strict"),
+            ("--http", "off"),
+            ("--http3", "off"),
+            ("--ack-frequency", "off"),
+            ("--cert", "/c.pem"),
+            ("--key", "/k.pem"),
+        ];
+        let mut args = Vec::new();
+        for (f, v) in flags {
+            args.extend([f, v]);
+        }
+        let c = parse(&args).unwrap().config().unwrap();
+        let (a, d) = (
+            toml::Table::try_from(&c).unwrap(),
+            toml::Table::try_from(Config::default()).unwrap(),
         );
+        let mut changed = 0;
+        for (section, v) in &a {
+            let (s, ds) = (v.as_table().unwrap(), d[section].as_table().unwrap());
+            changed += s.iter().filter(|(k, v)| ds.get(*k) != Some(v)).count();
+        }
+        // `--config` names the file rather than setting a key.
+        let relay_flags = {
+            use clap::CommandFactory;
+            Cli::command()
+                .get_arguments()
+                .filter(|a| a.get_long().is_some_and(|l| l != "config"))
+                .count()
+        };
+        assert_eq!(relay_flags, flags.len());
+        assert_eq!(changed, flags.len(), "{}", c.to_toml());
+    }
+
+    #[test]
+    fn config_check_and_print() {
+        let dir = std::env::temp_dir().join(format!("quichub-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad.toml");
+        std::fs::write(
+            &bad,
+            "[relay]\nmax_sessions = 1\n[quic]\nmax_handshake = 2\n",
+        )
+        .unwrap();
+        #[derive(clap::Parser)]
+        struct C {
+            #[command(flatten)]
+            config: ConfigArgs,
+        }
+        let run = |args: &[&str]| {
+            let a = C::try_parse_from(std::iter::once("config").chain(args.iter().copied()))
+                .unwrap()
+                .config;
+            let mut out = Vec::new();
+            config(a, &mut out).map(|_| String::from_utf8(out).unwrap())
+        };
+        let e = run(&["check", bad.to_str().unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}:4:1: unknown key `max_handshake` in [quic]",
+                bad.display()
+            )
+        );
+        let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../../contrib/relay.toml");
+        assert!(run(&["check", sample]).unwrap().ends_with(": ok\n"));
+        let printed = run(&["print", "--config", sample, "--mqtt", "off"]).unwrap();
+        let c = Config::parse(&printed, "printed").unwrap();
+        assert_eq!(c.mqtt.tcp, "off");
+        assert_eq!(c.relay, quichub_relay::Config::default());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -286,7 +286,7 @@ fn relay_config_file() {
     let good = dir.join("good.toml");
     std::fs::write(
         &good,
-        "max_sessions = 10\nmax_requests_per_session = 5\nmax_tracks = 7\nmax_object_size = 1000\n\
+        "[relay]\nmax_sessions = 10\nmax_requests_per_session = 5\nmax_tracks = 7\nmax_object_size = 1000\n\
          cache_bytes_per_track = 100000\ncache_bytes_total = 1000000\ncache_max_age_ms = 1000\n\
          fanout_buffer = 64\nmax_lag_objects = 100\nwrite_stall_ms = 500\nmax_rendezvous_ms = 100\n\
          goaway_timeout_ms = 100\nupstream_timeout_ms = 1000\n",
@@ -318,7 +318,7 @@ fn relay_config_file() {
     let _ = child.wait();
 
     let bad = dir.join("bad.toml");
-    std::fs::write(&bad, "max_sesions = 10\n").unwrap();
+    std::fs::write(&bad, "[relay]\nmax_sesions = 10\n").unwrap();
     let out = Command::new(BIN)
         .args([
             "relay",
@@ -336,11 +336,40 @@ fn relay_config_file() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("max_sesions"), "{err}");
+    assert!(err.contains("bad.toml:2:1:"), "file:line:column: {err}");
+    // `quichub config check` says the same, and exits 1.
+    let out = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("max_sesions"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        err.contains("bad.toml:2:1: unknown field `max_sesions`"),
+        "{err}"
     );
+    let out = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // `quichub config print`: the file with the flags given over it.
+    let out = Command::new(BIN)
+        .args(["config", "print", "--mqtt", "off", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        printed.contains("[relay]\nmax_sessions = 10\n"),
+        "{printed}"
+    );
+    assert!(printed.contains("tcp = \"off\""), "{printed}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

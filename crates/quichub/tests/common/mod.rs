@@ -12,15 +12,30 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quichub_client::{ClientSession, ConnectOptions, Verify};
+use quichub_hub::Hub;
 use quichub_net::server::Server;
-use quichub_net::tls::Identity;
 use quichub_relay::{Config, Relay};
+
+/// What `quichub relay` starts ([`Hub::start`]), on OS-assigned loopback
+/// ports, with no state on disk and the listeners a test does not ask for off.
+pub fn test_config() -> quichub_hub::Config {
+    let mut c = quichub_hub::Config::default();
+    c.quic.bind = "127.0.0.1:0".into();
+    c.quic.http3 = false;
+    c.mqtt.tcp = "off".into();
+    c.mqtt.tls = "off".into();
+    c.http.address = "off".into();
+    c.metrics.address = "off".into();
+    c.store.data_dir = Some("off".into());
+    c
+}
 
 pub struct TestRelay {
     pub addr: SocketAddr,
     pub relay: Arc<Relay>,
     pub server: Arc<Server>,
     pub fingerprint: Vec<u8>,
+    pub hub: Arc<Hub>,
 }
 
 impl TestRelay {
@@ -29,41 +44,26 @@ impl TestRelay {
     }
 
     pub async fn with_config(config: Config) -> Self {
-        let r = Self::unstarted(config);
-        tokio::spawn(quichub_relay::endpoint::accept_loop(
-            r.relay.clone(),
-            r.server.clone(),
-        ));
-        r
+        Self::with_quic(config, quichub_net::QuicConfig::default()).await
     }
 
     /// A relay with these relay and QUIC limits.
     pub async fn with_quic(config: Config, quic: quichub_net::QuicConfig) -> Self {
-        let r = Self::unstarted_quic(config, quic);
-        tokio::spawn(quichub_relay::endpoint::accept_loop(
-            r.relay.clone(),
-            r.server.clone(),
-        ));
-        r
+        let mut c = test_config();
+        c.relay = config;
+        c.quic.limits = quic;
+        Self::with_hub_config(c).await
     }
 
-    /// Bound, with no accept loop yet (the caller spawns one).
-    pub fn unstarted(config: Config) -> Self {
-        Self::unstarted_quic(config, quichub_net::QuicConfig::default())
-    }
-
-    fn unstarted_quic(config: Config, quic: quichub_net::QuicConfig) -> Self {
-        let id = Identity::self_signed(&["localhost"]).unwrap();
-        let server = Arc::new(
-            Server::bind_config("127.0.0.1:0".parse().unwrap(), &id, None, &quic).unwrap(),
-        );
-        let addr = server.local_addr().unwrap();
-        let relay = Relay::new(config);
+    /// A hub started with `config` (see [`test_config`]).
+    pub async fn with_hub_config(config: quichub_hub::Config) -> Self {
+        let hub = Hub::start(config).await.unwrap();
         Self {
-            addr,
-            relay,
-            server,
-            fingerprint: id.fingerprint().to_vec(),
+            addr: hub.addr(),
+            relay: hub.relay().clone(),
+            server: hub.server().clone(),
+            fingerprint: quichub_net::tls::unhex(&hub.fingerprint()).unwrap(),
+            hub: Arc::new(hub),
         }
     }
 
@@ -98,7 +98,8 @@ impl TestRelay {
     }
 }
 
-/// A relay with the MQTT broker bridged onto it, MQTT on an OS-assigned TCP port.
+/// A relay with the MQTT broker bridged onto it, MQTT on an OS-assigned TCP port
+/// (and over QUIC on the relay's port).
 pub struct TestGateway {
     pub relay: TestRelay,
     pub broker: Arc<quichub_gateway::Broker>,
@@ -119,12 +120,10 @@ impl TestGateway {
         broker: quichub_gateway::BrokerConfig,
         conn: quichub_gateway::ConnConfig,
     ) -> Self {
-        let gw = Self::build(broker, conn).await;
-        tokio::spawn(quichub_relay::endpoint::accept_loop(
-            gw.relay.relay.clone(),
-            gw.relay.server.clone(),
-        ));
-        gw
+        let mut c = test_config();
+        c.mqtt.broker = broker;
+        c.mqtt.set_conn_config(&conn);
+        Self::with_hub_config(c).await
     }
 
     /// A gateway whose relay endpoint also serves the HTTP API over HTTP/3
@@ -132,52 +131,27 @@ impl TestGateway {
     pub async fn with_http3(
         config: quichub_gateway::http::ApiConfig,
     ) -> (Self, Arc<quichub_gateway::http::Api>) {
-        let gw = Self::build(
-            quichub_gateway::BrokerConfig::default(),
-            quichub_gateway::ConnConfig::default(),
-        )
-        .await;
-        let api =
-            quichub_gateway::http::Api::new(gw.broker.clone(), Some(gw.bridge.clone()), config);
-        let a = api.clone();
-        let h: quichub_relay::endpoint::Http3Handler =
-            Arc::new(move |c| Box::pin(quichub_gateway::http::h3::serve_h3(a.clone(), c)));
-        tokio::spawn(quichub_relay::endpoint::serve_endpoint(
-            gw.relay.relay.clone(),
-            gw.relay.server.clone(),
-            Default::default(),
-            Some(h),
-        ));
+        let mut c = test_config();
+        c.quic.http3 = true;
+        c.http.set_api_config(&config);
+        let gw = Self::with_hub_config(c).await;
+        let api = gw.relay.hub.http_api().clone();
         (gw, api)
     }
 
-    async fn build(
-        broker: quichub_gateway::BrokerConfig,
-        conn: quichub_gateway::ConnConfig,
-    ) -> Self {
-        let relay = TestRelay::unstarted(Config::default());
-        let broker = quichub_gateway::Broker::new(broker);
-        let bridge = quichub_gateway::bridge::Bridge::start(relay.relay.clone(), &broker);
-        let b = broker.clone();
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(Duration::from_millis(200));
-            loop {
-                t.tick().await;
-                b.tick(std::time::Instant::now());
-            }
-        });
-        let mqtt = quichub_gateway::listener::spawn_tcp(
-            "127.0.0.1:0".parse().unwrap(),
-            broker.clone(),
-            Arc::new(conn),
-        )
-        .await
-        .unwrap();
+    /// A hub started with `config` and the broker on (MQTT over TCP on an
+    /// OS-assigned port unless `config` says otherwise).
+    pub async fn with_hub_config(mut config: quichub_hub::Config) -> Self {
+        if config.mqtt.tcp == "off" {
+            config.mqtt.tcp = "127.0.0.1:0".into();
+        }
+        let relay = TestRelay::with_hub_config(config).await;
+        let hub = relay.hub.clone();
         Self {
+            broker: hub.broker().clone(),
+            bridge: hub.bridge().clone(),
+            mqtt: hub.mqtt_addr().unwrap(),
             relay,
-            broker,
-            bridge,
-            mqtt,
         }
     }
 }

@@ -1,0 +1,434 @@
+//! [`Hub`]: everything `quichub relay` runs, started from a [`Config`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use quichub_auth::AuthConfig;
+use quichub_gateway::bridge::Bridge;
+use quichub_gateway::http::Api;
+use quichub_gateway::store::Store;
+use quichub_gateway::Broker;
+use quichub_net::server::Server;
+use quichub_net::tls::{Identity, SelfSigned};
+use quichub_relay::Relay;
+
+use crate::config::{listen_addr, Config};
+
+/// Names in the self-signed certificate.
+const NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
+
+/// How often the broker's timers (keep alive, session expiry, will delay)
+/// and the self-signed certificate's renewal are looked at.
+const BROKER_TICK: Duration = Duration::from_secs(1);
+const RENEWAL_CHECK: Duration = Duration::from_secs(3600);
+
+/// The self-signed certificate kept in the data directory.
+#[derive(Debug, Clone)]
+pub struct SelfSignedFile {
+    /// Its PEM file (`DATA_DIR/tls/cert.pem`).
+    pub path: PathBuf,
+    /// Whether it was kept from an earlier run (false: made now).
+    pub reused: bool,
+    /// When it will be replaced by a new one.
+    pub renew_after: time::OffsetDateTime,
+}
+
+/// A running hub: the relay, the broker and their listeners. Its tasks run
+/// on the Tokio runtime it was started on until [`Hub::shutdown`] drains the
+/// sessions, or the runtime ends.
+pub struct Hub {
+    config: Config,
+    addr: SocketAddr,
+    fingerprint: Arc<RwLock<String>>,
+    identity: Identity,
+    self_signed: Option<SelfSignedFile>,
+    relay: Arc<Relay>,
+    server: Arc<Server>,
+    broker: Arc<Broker>,
+    bridge: Arc<Bridge>,
+    api: Arc<Api>,
+    mqtt: Option<SocketAddr>,
+    mqtt_tls: Option<SocketAddr>,
+    http: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+    auth: Arc<RwLock<AuthConfig>>,
+}
+
+impl Hub {
+    /// Validates `config`, binds every listener it turns on and starts their
+    /// tasks on the current Tokio runtime. An error names the key or the
+    /// address at fault.
+    pub async fn start(config: Config) -> anyhow::Result<Hub> {
+        config.validate()?;
+        let data_dir = config.store.dir();
+        // The certificate of every TLS listener: the configured files, or a
+        // self-signed one, kept in the data directory (so pinned hashes and
+        // --cafile copies survive restarts) and renewed while running. Both
+        // are presented through a rotation, so renewal and reload replace
+        // it without dropping connections.
+        let mut self_signed = None;
+        let identity = match (&config.tls.cert, &config.tls.key, &data_dir) {
+            (Some(c), Some(k), _) => Identity::from_pem_files(c, k)?.rotating()?,
+            (_, _, Some(dir)) => {
+                let tls_dir = dir.join("tls");
+                let s = SelfSigned::load_or_make(&tls_dir, NAMES)
+                    .with_context(|| format!("self-signed certificate in {}", tls_dir.display()))?;
+                let id = s.identity.clone();
+                self_signed = Some(s);
+                id
+            }
+            _ => Identity::self_signed(NAMES)?.rotating()?,
+        };
+        let self_signed_file = self_signed.as_ref().map(|s| SelfSignedFile {
+            path: s.cert_path.clone(),
+            reused: s.reused,
+            renew_after: s.expires() - SelfSigned::RENEW_BEFORE,
+        });
+        // The hash the pages' `/certificate.sha256` serves: renewal and
+        // reload replace it.
+        let fingerprint = Arc::new(RwLock::new(identity.fingerprint_hex()));
+        if let Some(s) = self_signed {
+            tokio::spawn(renew(s, fingerprint.clone()));
+        }
+        let server = Arc::new(Server::bind_config(
+            config.quic.bind_addr()?,
+            &identity,
+            config.quic.ack()?,
+            &config.quic.limits,
+        )?);
+        let addr = server.local_addr()?;
+        let relay = Relay::new(config.relay.clone());
+        let mqtt_addr = listen_addr("mqtt.tcp", &config.mqtt.tcp)?;
+        let broker = match (&mqtt_addr, &data_dir) {
+            (Some(_), Some(dir)) => {
+                let (store, recovered) =
+                    Store::open(dir, config.store.fsync.into(), config.store.recovery.into())
+                        .with_context(|| format!("open broker state in {}", dir.display()))?;
+                tracing::info!(
+                    "broker state {}: {} records, {} sessions, {} retained",
+                    store.path().display(),
+                    recovered.records,
+                    recovered.sessions.len(),
+                    recovered.retained.len()
+                );
+                Broker::with_store(config.mqtt.broker.clone(), store, recovered)
+            }
+            _ => Broker::new(config.mqtt.broker.clone()),
+        };
+        let bridge = Bridge::start(relay.clone(), &broker);
+        let api = Api::new(
+            broker.clone(),
+            Some(bridge.clone()),
+            config.http.api_config(),
+        );
+        // The dashboard (`/`) and the player (`/watch/{broadcast}`) on the HTTP port.
+        api.serve_web(quichub_gateway::http::web::Web::new(
+            relay.clone(),
+            addr.port(),
+            fingerprint.clone(),
+        ));
+        let b = broker.clone();
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(BROKER_TICK);
+            loop {
+                t.tick().await;
+                b.tick(std::time::Instant::now());
+            }
+        });
+        let conn_config = Arc::new(config.mqtt.conn_config());
+        // TCP listeners share the descriptors: raise the soft limit, then
+        // give each client listener an equal share ([tcp]).
+        let tcp = &config.tcp;
+        let mqtt_tls_addr =
+            listen_addr("mqtt.tls", &config.mqtt.tls)?.filter(|_| mqtt_addr.is_some());
+        let http_addr = listen_addr("http.address", &config.http.address)?;
+        let nofile = quichub_net::tcp_limits::raise_nofile_limit();
+        let listeners = [
+            mqtt_addr.is_some(),
+            mqtt_tls_addr.is_some(),
+            http_addr.is_some(),
+        ]
+        .iter()
+        .filter(|on| **on)
+        .count();
+        tracing::info!(
+            "tcp: {nofile} descriptors, {} connections per listener, {} per address",
+            tcp.listener_cap(nofile, listeners),
+            tcp.max_connections_per_ip
+        );
+        let mqtt = match mqtt_addr {
+            Some(a) => Some(
+                quichub_gateway::listener::spawn_tcp_with(
+                    a,
+                    broker.clone(),
+                    conn_config.clone(),
+                    tcp.limiter("mqtt", listeners),
+                )
+                .await
+                .with_context(|| {
+                    format!("bind MQTT {a} (mqtt.tcp, --mqtt: off or another address)")
+                })?,
+            ),
+            None => None,
+        };
+        let mqtt_tls = match mqtt_tls_addr {
+            Some(a) => {
+                let tls = quichub_net::tls::tcp_server_config(&identity, &[b"mqtt"])?;
+                Some(
+                    quichub_gateway::listener::spawn_tls_with(
+                        a,
+                        broker.clone(),
+                        conn_config.clone(),
+                        tls,
+                        tcp.limiter("mqtt-tls", listeners),
+                    )
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "bind MQTT over TLS {a} (mqtt.tls, --mqtt-tls: off or another address)"
+                        )
+                    })?,
+                )
+            }
+            None => None,
+        };
+        // MQTT over QUIC on the relay's UDP port (ALPN `mqtt`) whenever the broker runs.
+        let mut alpn_handlers = quichub_relay::endpoint::AlpnHandlers::new();
+        if mqtt.is_some() {
+            let (b, c) = (broker.clone(), conn_config.clone());
+            let handler: quichub_relay::endpoint::AlpnHandler = Arc::new(move |conn| {
+                Box::pin(quichub_gateway::quic::serve_quic(
+                    conn,
+                    b.clone(),
+                    c.clone(),
+                ))
+            });
+            alpn_handlers.insert(quichub_net::server::ALPN_MQTT.to_vec(), handler);
+        }
+        // The HTTP API over HTTP/3 on the same port (ALPN `h3`, beside WebTransport).
+        let http3: Option<quichub_relay::endpoint::Http3Handler> = config.quic.http3.then(|| {
+            let api = api.clone();
+            let h: quichub_relay::endpoint::Http3Handler = Arc::new(move |conn| {
+                Box::pin(quichub_gateway::http::h3::serve_h3(api.clone(), conn))
+            });
+            h
+        });
+        tokio::spawn(quichub_relay::endpoint::serve_endpoint(
+            relay.clone(),
+            server.clone(),
+            alpn_handlers,
+            http3,
+        ));
+        let http = match http_addr {
+            Some(a) => Some(
+                quichub_gateway::http::tcp::spawn_tcp_with(
+                    a,
+                    api.clone(),
+                    tcp.clone(),
+                    tcp.limiter("http", listeners),
+                )
+                .await
+                .with_context(|| {
+                    format!("bind HTTP {a} (http.address, --http: off or another address)")
+                })?,
+            ),
+            None => None,
+        };
+        let metrics = match listen_addr("metrics.address", &config.metrics.address)? {
+            Some(a) => {
+                let listener = quichub_net::metrics_http::bind(a).await.with_context(|| {
+                    format!("bind metrics {a} (metrics.address, --metrics: off or another address)")
+                })?;
+                let bound = listener.local_addr()?;
+                let (r, b, q) = (relay.clone(), broker.clone(), server.stats());
+                tokio::spawn(quichub_net::metrics_http::serve_with(
+                    quichub_net::tcp_limits::Acceptor::new(listener, tcp.metrics_limiter()),
+                    Arc::new(move || crate::metrics::text(&r, &b, &q)),
+                    crate::metrics::readiness(&relay),
+                    tcp.http_header_timeout(),
+                ));
+                Some(bound)
+            }
+            None => None,
+        };
+        Ok(Hub {
+            auth: Arc::new(RwLock::new(config.auth.clone())),
+            config,
+            addr,
+            fingerprint,
+            identity,
+            self_signed: self_signed_file,
+            relay,
+            server,
+            broker,
+            bridge,
+            api,
+            mqtt,
+            mqtt_tls,
+            http,
+            metrics,
+        })
+    }
+
+    /// The configuration it was started with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The bound UDP address (raw QUIC, WebTransport, HTTP/3, MQTT over QUIC).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// SHA-256 (hex) of the certificate presented now (renewal and
+    /// [`Hub::reload`] change it).
+    pub fn fingerprint(&self) -> String {
+        self.fingerprint
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The self-signed certificate kept in the data directory, if that is
+    /// what is presented.
+    pub fn self_signed(&self) -> Option<&SelfSignedFile> {
+        self.self_signed.as_ref()
+    }
+
+    /// The relay core.
+    pub fn relay(&self) -> &Arc<Relay> {
+        &self.relay
+    }
+
+    /// The UDP endpoint.
+    pub fn server(&self) -> &Arc<Server> {
+        &self.server
+    }
+
+    /// The MQTT broker (present even with `mqtt.tcp = "off"`: the HTTP API
+    /// uses it).
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    /// The bridge between the broker and the relay.
+    pub fn bridge(&self) -> &Arc<Bridge> {
+        &self.bridge
+    }
+
+    /// The HTTP API (served on [`Hub::http_addr`] and over HTTP/3).
+    pub fn http_api(&self) -> &Arc<Api> {
+        &self.api
+    }
+
+    /// The bound MQTT TCP address, if on.
+    pub fn mqtt_addr(&self) -> Option<SocketAddr> {
+        self.mqtt
+    }
+
+    /// The bound MQTT-over-TLS address, if on.
+    pub fn mqtt_tls_addr(&self) -> Option<SocketAddr> {
+        self.mqtt_tls
+    }
+
+    /// Whether MQTT over QUIC is served on [`Hub::addr`] (ALPN `mqtt`).
+    pub fn mqtt_quic(&self) -> bool {
+        self.mqtt.is_some()
+    }
+
+    /// The bound HTTP API address, if on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http
+    }
+
+    /// Whether the HTTP API is served over HTTP/3 on [`Hub::addr`].
+    pub fn http3(&self) -> bool {
+        self.config.quic.http3
+    }
+
+    /// The bound metrics address, if on.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
+    }
+
+    /// The `[auth]` section in effect: the started configuration's, then
+    /// the configuration file's as of the last [`Hub::reload`].
+    pub fn auth_config(&self) -> &Arc<RwLock<AuthConfig>> {
+        &self.auth
+    }
+
+    /// What SIGHUP does: re-reads the certificate and key files
+    /// (`tls.cert`, `tls.key`) and presents them from the next handshake on
+    /// (QUIC and TLS over TCP alike; sessions already up keep theirs), and
+    /// re-reads the `[auth]` section of the configuration file. A part that
+    /// fails to load leaves what was in effect and is named in the error;
+    /// the other part still applies.
+    pub fn reload(&self) -> anyhow::Result<()> {
+        let mut errors = Vec::new();
+        if let (Some(c), Some(k)) = (&self.config.tls.cert, &self.config.tls.key) {
+            match self.reload_certificate(c, k) {
+                Ok(hash) => tracing::info!(sha256 = %hash, "certificate reloaded"),
+                Err(e) => errors.push(format!("certificate not reloaded: {e:#}")),
+            }
+        }
+        if let Some(path) = &self.config.source {
+            match Config::load(path) {
+                Ok(c) => {
+                    *self.auth.write().unwrap_or_else(|e| e.into_inner()) = c.auth;
+                    tracing::info!(file = %path.display(), "[auth] reloaded");
+                }
+                Err(e) => errors.push(format!("[auth] not reloaded: {e:#}")),
+            }
+        }
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(anyhow::anyhow!(errors.join("; "))),
+        }
+    }
+
+    fn reload_certificate(
+        &self,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> anyhow::Result<String> {
+        let new = Identity::from_pem_files(cert, key)?;
+        let rotation = self
+            .identity
+            .rotation
+            .as_ref()
+            .context("the certificate was not loaded with a rotation")?;
+        rotation.set(&new)?;
+        let hash = new.fingerprint_hex();
+        *self.fingerprint.write().unwrap_or_else(|e| e.into_inner()) = hash.clone();
+        Ok(hash)
+    }
+
+    /// Stops admitting (`/readyz` answers 503), sends GOAWAY to every
+    /// session and waits up to `relay.goaway_timeout_ms` for them to leave.
+    pub async fn shutdown(&self) {
+        quichub_relay::endpoint::shutdown(&self.relay, &self.server).await;
+    }
+}
+
+/// Renews the self-signed certificate before it expires.
+async fn renew(mut s: SelfSigned, fingerprint: Arc<RwLock<String>>) {
+    let mut tick = tokio::time::interval(RENEWAL_CHECK);
+    loop {
+        tick.tick().await;
+        match s.renew_if_due(time::OffsetDateTime::now_utc()) {
+            Ok(Some(hash)) => {
+                tracing::warn!(
+                    sha256 = %hash,
+                    file = %s.cert_path.display(),
+                    "self-signed certificate renewed; clients pinning the old hash need the new one"
+                );
+                *fingerprint.write().unwrap_or_else(|e| e.into_inner()) = hash;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!("renewing the self-signed certificate: {e:#}"),
+        }
+    }
+}
