@@ -21,6 +21,8 @@ pub struct FileConfig {
     pub mqtt: quichub_gateway::BrokerConfig,
     /// `[tcp]`: the TCP listeners' connection caps and HTTP timeouts.
     pub tcp: TcpLimits,
+    /// `[tls]`: client certificates on MQTT over TLS and over QUIC.
+    pub tls: quichub_net::tls::ClientCertConfig,
 }
 
 impl FileConfig {
@@ -33,6 +35,8 @@ impl FileConfig {
         // before the rest is read as the relay's flat keys (serde's `flatten`
         // cannot refuse unknown keys).
         let tcp = section(&mut table, "tcp")?;
+        let tls: quichub_net::tls::ClientCertConfig = section(&mut table, "tls")?;
+        tls.validate().context("[tls]")?;
         let relay = toml::Value::Table(table)
             .try_into()
             .context("top-level keys")?;
@@ -41,6 +45,7 @@ impl FileConfig {
             quic,
             mqtt,
             tcp,
+            tls,
         })
     }
 

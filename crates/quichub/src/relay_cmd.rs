@@ -130,7 +130,7 @@ pub fn resolve_addr(v: &str) -> Result<SocketAddr, String> {
 
 /// `/metrics`: the relay's counters, then the broker's.
 fn metrics_text(relay: &Relay, broker: &Broker, quic: &AdmissionStats) -> String {
-    relay.metrics.render() + &quic.render() + &broker.metrics.render()
+    relay.metrics.render() + &quic.render() + &broker.render_metrics()
 }
 
 /// `/readyz`: ready until the relay starts draining (SIGTERM), so a load
@@ -237,7 +237,9 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
         "off" => None,
         v => Some(v.parse::<AckFrequency>().context("--ack-frequency")?),
     };
-    let server = Arc::new(Server::bind_config(args.bind, &identity, ack, &file.quic)?);
+    let server = Arc::new(Server::bind_clients(
+        args.bind, &identity, ack, &file.quic, &file.tls,
+    )?);
     let addr = server.local_addr()?;
     let relay = Relay::new(config);
     let mqtt_addr = addr_or_off("mqtt", &args.mqtt)?;
@@ -318,15 +320,17 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
     };
     let mqtt_tls = match (mqtt.is_some(), mqtt_tls_addr) {
         (true, Some(a)) => {
-            let tls = quichub_net::tls::tcp_server_config(&identity, &[b"mqtt"])?;
+            let tls =
+                quichub_net::tls::tcp_server_config_with_clients(&identity, &[b"mqtt"], &file.tls)?;
             let limiter = tcp.limiter("mqtt-tls", listeners);
             Some(
-                quichub_gateway::listener::spawn_tls_with(
+                quichub_gateway::listener::spawn_tls_clients(
                     a,
                     broker.clone(),
                     conn_config.clone(),
                     tls,
                     limiter,
+                    Arc::new(file.tls.clone()),
                 )
                 .await
                 .with_context(|| {
@@ -340,11 +344,13 @@ pub async fn start(args: &RelayArgs) -> anyhow::Result<Running> {
     let mut alpn_handlers = quichub_relay::endpoint::AlpnHandlers::new();
     if mqtt.is_some() {
         let (b, c) = (broker.clone(), conn_config.clone());
+        let clients = Arc::new(file.tls.clone());
         let handler: quichub_relay::endpoint::AlpnHandler = Arc::new(move |conn| {
-            Box::pin(quichub_gateway::quic::serve_quic(
+            Box::pin(quichub_gateway::quic::serve_quic_clients(
                 conn,
                 b.clone(),
                 c.clone(),
+                clients.clone(),
             ))
         });
         alpn_handlers.insert(quichub_net::server::ALPN_MQTT.to_vec(), handler);
