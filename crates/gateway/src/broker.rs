@@ -17,7 +17,9 @@ use quichub_mqtt::topic::{self, TopicTree};
 use quichub_mqtt::{Properties, QoS, SubscriptionOptions};
 use tokio::sync::{mpsc, watch};
 
+pub use crate::metrics::{BrokerMetrics, DropReason, Transport};
 use crate::store::{Record, Recovered, Store};
+use crate::sys::{Snapshot, Sys};
 
 /// Limits on what clients control. Deserialisable (every field optional,
 /// unknown ones refused) for a config file section.
@@ -37,6 +39,9 @@ pub struct BrokerConfig {
     pub max_retained: usize,
     /// Longest Session Expiry Interval granted, seconds.
     pub max_session_expiry: u32,
+    /// Seconds between updates of the `$SYS/broker/...` topics (mosquitto's
+    /// `sys_interval`); 0 publishes none.
+    pub sys_interval: u32,
 }
 
 impl Default for BrokerConfig {
@@ -47,6 +52,7 @@ impl Default for BrokerConfig {
             max_queued: 1_000,
             max_retained: 100_000,
             max_session_expiry: 7 * 24 * 3600,
+            sys_interval: 10,
         }
     }
 }
@@ -64,6 +70,9 @@ pub enum Source {
     Will(Arc<str>),
     /// Recovered from the durable store after a restart.
     Store,
+    /// The broker's own `$SYS` topics: neither persisted nor bridged to
+    /// MoQT, and not counted as received.
+    Sys,
 }
 
 /// One application message, shared by every delivery.
@@ -245,83 +254,10 @@ struct State {
     sessions: HashMap<Arc<str>, Session>,
     tree: TopicTree<SubKey, SubValue>,
     retained: HashMap<Arc<str>, Arc<Message>>,
+    /// The broker's own retained `$SYS` messages, apart so they never take
+    /// room under [`BrokerConfig::max_retained`].
+    sys_retained: HashMap<Arc<str>, Arc<Message>>,
     wills: Vec<PendingWill>,
-}
-
-/// Why a delivery was dropped: the `reason` label of
-/// `quichub_mqtt_messages_dropped_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DropReason {
-    /// The session's queue, or its connection's delivery channel, held
-    /// [`BrokerConfig::max_queued`] messages.
-    QueueFull,
-    /// The Message Expiry Interval ran out before the message was sent.
-    Expired,
-    /// A QoS 0 delivery was pending on a connection that closed (QoS 0 is
-    /// not kept for an offline session).
-    Disconnected,
-}
-
-impl DropReason {
-    /// Every reason, in the order of [`BrokerMetrics::dropped_by`].
-    pub const ALL: [DropReason; 3] = [
-        DropReason::QueueFull,
-        DropReason::Expired,
-        DropReason::Disconnected,
-    ];
-
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            DropReason::QueueFull => "queue_full",
-            DropReason::Expired => "expired",
-            DropReason::Disconnected => "disconnected",
-        }
-    }
-}
-
-/// Counters, for `/metrics` and the benchmark.
-#[derive(Debug, Default)]
-pub struct BrokerMetrics {
-    /// Messages published.
-    pub published: AtomicU64,
-    /// Deliveries handed to connections.
-    pub delivered: AtomicU64,
-    /// Deliveries dropped, for any reason.
-    pub dropped: AtomicU64,
-    /// Deliveries dropped by reason, indexed as [`DropReason::ALL`].
-    pub dropped_by: [AtomicU64; 3],
-    /// Deliveries queued for offline sessions.
-    pub queued_offline: AtomicU64,
-}
-
-impl BrokerMetrics {
-    fn count_drop(&self, reason: DropReason) {
-        self.dropped.fetch_add(1, Relaxed);
-        self.dropped_by[reason as usize].fetch_add(1, Relaxed);
-    }
-
-    /// Deliveries dropped for `reason`.
-    pub fn dropped(&self, reason: DropReason) -> u64 {
-        self.dropped_by[reason as usize].load(Relaxed)
-    }
-
-    /// The counters in Prometheus text format, to append to the relay's
-    /// `/metrics`.
-    pub fn render(&self) -> String {
-        let mut s = String::from(
-            "# HELP quichub_mqtt_messages_dropped_total MQTT deliveries dropped, by reason.\n\
-             # TYPE quichub_mqtt_messages_dropped_total counter\n",
-        );
-        for r in DropReason::ALL {
-            s.push_str(&format!(
-                "quichub_mqtt_messages_dropped_total{{reason=\"{}\"}} {}\n",
-                r.label(),
-                self.dropped(r)
-            ));
-        }
-        s
-    }
 }
 
 /// How often a session whose queue stays full is warned about again.
@@ -396,6 +332,8 @@ pub struct Broker {
     /// Called with every routed message that did not come from MoQT, so the
     /// MoQT bridge can publish it as an object.
     tap: Mutex<Option<Tap>>,
+    /// The `$SYS` topics' publisher.
+    sys: Mutex<Sys>,
 }
 
 impl Broker {
@@ -412,6 +350,7 @@ impl Broker {
             conn_ids: AtomicU64::new(1),
             store,
             tap: Mutex::new(None),
+            sys: Mutex::new(Sys::new(Instant::now())),
         })
     }
 
@@ -765,6 +704,96 @@ impl Broker {
         for m in due {
             self.publish(m);
         }
+        self.publish_sys(now);
+    }
+
+    /// Publishes the `$SYS/broker/...` topics that changed, when
+    /// [`BrokerConfig::sys_interval`] has passed since the last time.
+    fn publish_sys(&self, now: Instant) {
+        let interval = Duration::from_secs(self.config.sys_interval.into());
+        if !self.sys.lock().expect("sys lock").due(now, interval) {
+            return;
+        }
+        let snapshot = self.snapshot();
+        let messages = self.sys.lock().expect("sys lock").update(now, &snapshot);
+        for (topic, value) in messages {
+            self.publish(Message::new(
+                &topic,
+                Bytes::from(value),
+                QoS::AtMostOnce,
+                true,
+                Source::Sys,
+            ));
+        }
+    }
+
+    /// The broker's state and counters now.
+    pub fn snapshot(&self) -> Snapshot {
+        let m = &self.metrics;
+        let mut s = Snapshot {
+            maximum: m.connections_max.load(Relaxed),
+            received: m.received(),
+            sent: m.sent(),
+            dropped: m.dropped.load(Relaxed),
+            bytes_received: m.bytes_received.load(Relaxed),
+            bytes_sent: m.bytes_sent.load(Relaxed),
+            connections: m.connections_accepted(),
+            ..Snapshot::default()
+        };
+        let st = self.lock();
+        let mut queued = 0;
+        for session in st.sessions.values() {
+            s.connected += u64::from(session.outbox.is_some());
+            s.subscriptions += session.subscriptions.len() as u64;
+            queued += session.queue.len() as u64;
+        }
+        s.sessions = st.sessions.len() as u64;
+        s.retained = st.retained.len() as u64;
+        s.stored = s.retained + queued;
+        s
+    }
+
+    /// `/metrics`: the counters ([`BrokerMetrics::render`]), the state
+    /// gauges (sessions, subscriptions, retained and queued messages; counted
+    /// from the state under its lock, once per scrape) and the store's.
+    pub fn render_metrics(&self) -> String {
+        use crate::metrics::{family, sample};
+        let mut out = self.metrics.render();
+        let s = self.snapshot();
+        for (name, help, v) in [
+            (
+                "quichub_mqtt_sessions",
+                "MQTT sessions, connected or kept for a reconnect.",
+                s.sessions,
+            ),
+            (
+                "quichub_mqtt_sessions_connected",
+                "MQTT sessions with a connection attached.",
+                s.connected,
+            ),
+            (
+                "quichub_mqtt_subscriptions",
+                "MQTT subscriptions over all sessions.",
+                s.subscriptions,
+            ),
+            (
+                "quichub_mqtt_retained_messages",
+                "Retained messages.",
+                s.retained,
+            ),
+            (
+                "quichub_mqtt_queued_messages",
+                "Messages queued for offline sessions now.",
+                s.stored - s.retained,
+            ),
+        ] {
+            family(&mut out, name, "gauge", help);
+            sample(&mut out, name, &[], v);
+        }
+        if let Some(store) = &self.store {
+            out.push_str(&store.stats().render());
+        }
+        out
     }
 
     /// A delivery of `session` given up on a disconnection (QoS 0, or no
@@ -857,8 +886,11 @@ impl Broker {
             };
         let now = Instant::now();
         let retained = if send_retained {
+            // Only a filter starting with `$SYS` can match a `$SYS` topic.
+            let sys = filter.starts_with("$SYS").then_some(&st.sys_retained);
             st.retained
                 .values()
+                .chain(sys.into_iter().flat_map(|m| m.values()))
                 .filter(|m| topic::matches(&filter, &m.topic) && !m.expired(now))
                 .map(|m| Delivery {
                     message: m.clone(),
@@ -973,18 +1005,27 @@ impl Broker {
     /// [`Self::publish`], also returning the store ticket that must be durable
     /// before the publish is acknowledged (0 when nothing was persisted).
     pub fn publish_durable(&self, message: Message) -> (usize, u64) {
-        self.metrics.published.fetch_add(1, Relaxed);
+        let sys = message.source == Source::Sys;
+        if !sys {
+            self.metrics.published.fetch_add(1, Relaxed);
+            self.metrics.count_received(message.qos);
+        }
         let message = Arc::new(message);
         let now = Instant::now();
         let mut p = Persist {
-            store: self.store.as_deref(),
+            // `$SYS` messages are QoS 0 and describe this run only (as
+            // mosquitto's, never persisted).
+            store: self.store.as_deref().filter(|_| !sys),
             seq: None,
             records: Vec::new(),
             sends: Vec::new(),
         };
         let (matched, ticket) = {
             let mut st = self.lock();
-            if message.retain {
+            if sys {
+                st.sys_retained
+                    .insert(message.topic.clone(), message.clone());
+            } else if message.retain {
                 if message.payload.is_empty() {
                     if st.retained.remove(&message.topic).is_some() && p.store.is_some() {
                         p.records.push(Record::Unretain {
@@ -1061,7 +1102,7 @@ impl Broker {
             }
             (matched, p.commit())
         };
-        if message.source != Source::Moqt {
+        if message.source != Source::Moqt && !sys {
             let tap = self.tap.lock().expect("tap lock").clone();
             if let Some(tap) = tap {
                 tap(&message);
@@ -1154,7 +1195,11 @@ impl Broker {
 
     /// Retained message of `topic`, if any.
     pub fn retained(&self, topic: &str) -> Option<Arc<Message>> {
-        self.lock().retained.get(topic).cloned()
+        let st = self.lock();
+        st.retained
+            .get(topic)
+            .or_else(|| st.sys_retained.get(topic))
+            .cloned()
     }
 }
 
@@ -1332,6 +1377,147 @@ mod tests {
         assert_eq!(l.dropped(t0 + DROP_LOG_EVERY + ms(2)), Some(1));
         assert!(l.in_burst());
         assert_eq!(l.drained(), None);
+    }
+
+    fn sub(broker: &Broker, c: &Arc<str>, filter: &str) -> Vec<Delivery> {
+        broker
+            .subscribe(
+                c,
+                filter,
+                SubOptions {
+                    options: SubscriptionOptions::default(),
+                    id: None,
+                },
+            )
+            .unwrap()
+            .1
+    }
+
+    #[test]
+    fn sys_topics_go_only_to_explicit_sys_subscribers_every_interval() {
+        let broker = Broker::new(BrokerConfig::default());
+        let tapped = Arc::new(AtomicU64::new(0));
+        let t = tapped.clone();
+        broker.set_tap(Arc::new(move |_| {
+            t.fetch_add(1, Relaxed);
+        }));
+        let (all, sys): (Arc<str>, Arc<str>) = ("all".into(), "sys".into());
+        let (o, mut all_rx) = outbox(1, 100);
+        broker.connect(&all, true, None, o).unwrap();
+        let (o, mut sys_rx) = outbox(2, 100);
+        broker.connect(&sys, true, None, o).unwrap();
+        sub(&broker, &all, "#");
+        sub(&broker, &all, "+/broker/#");
+        sub(&broker, &sys, "$SYS/broker/clients/+");
+        let t0 = Instant::now();
+        broker.tick(t0);
+        let got: Vec<(String, String)> = std::iter::from_fn(|| sys_rx.try_recv().ok())
+            .map(|d| {
+                assert_eq!(d.message.qos, QoS::AtMostOnce);
+                assert!(d.message.retain);
+                (
+                    d.message.topic.to_string(),
+                    String::from_utf8(d.message.payload.to_vec()).unwrap(),
+                )
+            })
+            .collect();
+        assert!(
+            got.contains(&("$SYS/broker/clients/connected".into(), "2".into())),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&("$SYS/broker/clients/total".into(), "2".into())),
+            "{got:?}"
+        );
+        assert!(all_rx.try_recv().is_err(), "`#` and `+` never match `$SYS`");
+        assert_eq!(tapped.load(Relaxed), 0, "not bridged to MoQT");
+        assert_eq!(broker.metrics.received(), 0, "not counted as received");
+        // Retained: a later subscriber gets the current values at once.
+        let late = sub(&broker, &all, "$SYS/broker/subscriptions/count");
+        assert_eq!(&late[0].message.payload[..], b"3");
+        // Not again before the interval; then only what changed.
+        broker.tick(t0 + Duration::from_secs(9));
+        assert!(sys_rx.try_recv().is_err());
+        broker.disconnect(&all, 1, Vec::new(), None, None);
+        broker.tick(t0 + Duration::from_secs(10));
+        let got: Vec<(String, Bytes)> = std::iter::from_fn(|| sys_rx.try_recv().ok())
+            .map(|d| (d.message.topic.to_string(), d.message.payload.clone()))
+            .collect();
+        // Total and maximum did not change.
+        assert_eq!(
+            got,
+            [
+                ("$SYS/broker/clients/connected".into(), Bytes::from("1")),
+                ("$SYS/broker/clients/disconnected".into(), Bytes::from("1")),
+            ]
+        );
+    }
+
+    #[test]
+    fn sys_interval_zero_publishes_nothing() {
+        let broker = Broker::new(BrokerConfig {
+            sys_interval: 0,
+            ..BrokerConfig::default()
+        });
+        broker.tick(Instant::now());
+        assert!(broker.retained("$SYS/broker/uptime").is_none());
+    }
+
+    #[test]
+    fn sys_messages_are_not_persisted() {
+        use crate::store::{Fsync, Recovery};
+        let dir = std::env::temp_dir().join(format!("quichub-sys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        {
+            let (store, rec) = Store::open(&dir, Fsync::Always, Recovery::Strict).unwrap();
+            let broker = Broker::with_store(BrokerConfig::default(), store.clone(), rec);
+            broker.tick(Instant::now());
+            assert!(broker.retained("$SYS/broker/uptime").is_some());
+            let mut m = qos1("kept");
+            m.retain = true;
+            let (_, ticket) = broker.publish_durable(m);
+            let mut synced = store.synced();
+            wait_synced(&mut synced, ticket);
+            let text = broker.render_metrics();
+            for line in [
+                // `kept`: `$SYS` messages take no room under max_retained.
+                "quichub_mqtt_retained_messages 1",
+                "# TYPE quichub_mqtt_store_fsync_seconds summary",
+                "# TYPE quichub_mqtt_store_bytes gauge",
+            ] {
+                assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+            }
+            assert!(store.stats().fsyncs.load(Relaxed) >= 1);
+            assert!(store.stats().bytes.load(Relaxed) > 0);
+        }
+        // The writer thread holds the directory's lock until it has seen
+        // the store dropped.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let rec = loop {
+            match Store::open(&dir, Fsync::Always, Recovery::Strict) {
+                Ok((_, rec)) => break rec,
+                Err(e) if Instant::now() < deadline && e.to_string().contains("in use") => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let topics: Vec<_> = rec
+            .retained
+            .iter()
+            .map(|(_, m)| m.topic.to_string())
+            .collect();
+        assert_eq!(topics, ["kept"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Waits (blocking) until the store's synced ticket reaches `ticket`.
+    fn wait_synced(rx: &mut watch::Receiver<u64>, ticket: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while *rx.borrow() < ticket {
+            assert!(Instant::now() < deadline, "store never synced");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     #[test]

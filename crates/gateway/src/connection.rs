@@ -24,7 +24,10 @@ use quichub_mqtt::{
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use quichub_net::tls::{ClientCertConfig, PeerCert};
+
 use crate::broker::{Broker, Delivery, Message, Outbox, Source, SubOptions};
+use crate::metrics::Transport;
 use crate::store::Durability;
 
 /// Unsent bytes past which the connection stops reading and taking deliveries.
@@ -55,6 +58,91 @@ impl Default for ConnConfig {
             connect_timeout: Duration::from_secs(10),
         }
     }
+}
+
+/// What the transport knows about an MQTT client: the transport (for the
+/// metrics) and its verified TLS client certificate with the listener's
+/// policy on certificates (mosquitto's `require_certificate` and
+/// `use_identity_as_username`).
+#[derive(Debug, Clone, Default)]
+pub struct Peer {
+    /// What the connection runs over.
+    pub transport: Transport,
+    /// The client certificate the TLS layer verified, if any.
+    pub certificate: Option<PeerCert>,
+    /// Refuse a client without a verified certificate (Not authorized).
+    /// MQTT over TLS enforces it in the handshake already; MQTT over QUIC
+    /// only here, since its handshake must let other protocols in without one.
+    pub require_certificate: bool,
+    /// The certificate's subject CN is the user name; the CONNECT's user
+    /// name and password are ignored.
+    pub use_identity_as_username: bool,
+}
+
+impl Peer {
+    /// A peer on `transport` without a certificate policy.
+    pub fn on(transport: Transport) -> Self {
+        Self {
+            transport,
+            ..Self::default()
+        }
+    }
+
+    /// A peer on `transport` whose `certificate` is judged by `policy`.
+    pub fn with_certificate(
+        transport: Transport,
+        certificate: Option<PeerCert>,
+        policy: &ClientCertConfig,
+    ) -> Self {
+        Self {
+            transport,
+            certificate,
+            require_certificate: policy.require_certificate,
+            use_identity_as_username: policy.use_identity_as_username,
+        }
+    }
+}
+
+/// Who a client says (or its certificate proves) it is, after the
+/// transport's certificate policy: what authentication checks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user name: the certificate's subject CN with
+    /// `use_identity_as_username`, else the CONNECT's.
+    pub username: Option<String>,
+    /// The CONNECT's password (never with `use_identity_as_username`).
+    pub password: Option<bytes::Bytes>,
+    /// The user name is a verified certificate's CN: no password is needed.
+    pub from_certificate: bool,
+}
+
+/// Applies the peer's certificate policy to a CONNECT's user name and
+/// password, as mosquitto does. Err is the CONNACK reason code.
+pub fn credentials(
+    peer: &Peer,
+    username: Option<&str>,
+    password: Option<&bytes::Bytes>,
+) -> Result<Credentials, u8> {
+    if peer.require_certificate && peer.certificate.is_none() {
+        return Err(reason::NOT_AUTHORIZED);
+    }
+    if peer.use_identity_as_username {
+        let cn = peer
+            .certificate
+            .as_ref()
+            .and_then(|c| c.subject_cn.clone())
+            .ok_or(reason::BAD_USERNAME_OR_PASSWORD)?;
+        return Ok(Credentials {
+            username: Some(cn),
+            password: None,
+            from_certificate: true,
+        });
+    }
+    Ok(Credentials {
+        username: username.map(str::to_owned),
+        password: password.cloned(),
+        from_certificate: false,
+    })
 }
 
 /// Why a connection ended, for logs.
@@ -115,17 +203,34 @@ struct Conn {
     expiry_override: Option<Option<Duration>>,
 }
 
-/// Serves one MQTT connection until it ends.
+/// Serves one MQTT connection over TCP until it ends.
 pub async fn serve<R, W>(
     broker: Arc<Broker>,
     cfg: Arc<ConnConfig>,
-    mut rd: R,
-    mut wr: W,
+    rd: R,
+    wr: W,
 ) -> Result<(), ConnError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    serve_peer(broker, cfg, Peer::default(), rd, wr).await
+}
+
+/// Serves one MQTT connection of `peer` until it ends.
+pub async fn serve_peer<R, W>(
+    broker: Arc<Broker>,
+    cfg: Arc<ConnConfig>,
+    peer: Peer,
+    rd: R,
+    wr: W,
+) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut rd = Metered::new(rd, &broker.metrics.bytes_received);
+    let mut wr = Metered::new(wr, &broker.metrics.bytes_sent);
     let mut inbuf = BytesMut::with_capacity(4096);
     let max_in = cfg.max_packet_size as usize;
     // CONNECT.
@@ -158,11 +263,12 @@ where
 
     let version = connect.version;
     let (conn, tx_kick, mut kick, mut rx, keep_alive) =
-        match accept(&broker, &cfg, connect, &mut wr).await? {
+        match accept(&broker, &cfg, &peer, connect, &mut wr).await? {
             Some(x) => x,
             None => return Ok(()),
         };
     drop(tx_kick);
+    let _open = broker.metrics.connection_opened(peer.transport);
     let mut conn = conn;
     let result = run(
         &broker, &cfg, &mut conn, &mut inbuf, &mut rd, &mut wr, &mut rx, &mut kick, keep_alive,
@@ -244,6 +350,7 @@ fn disconnect_code(e: &ConnError) -> Option<u8> {
 async fn accept<W: AsyncWrite + Unpin>(
     broker: &Arc<Broker>,
     cfg: &ConnConfig,
+    peer: &Peer,
     c: Connect,
     wr: &mut W,
 ) -> Result<
@@ -286,6 +393,15 @@ async fn accept<W: AsyncWrite + Unpin>(
         id.into()
     } else {
         c.client_id.as_str().into()
+    };
+    let credentials = match credentials(peer, c.username.as_deref(), c.password.as_ref()) {
+        Ok(x) => x,
+        Err(code) => {
+            tracing::debug!(client = %client_id, transport = peer.transport.label(), "mqtt: refused by the client certificate policy ({code:#x})");
+            let _ = encode(&refuse(code), v, &mut out);
+            wr.write_all(&out).await?;
+            return Ok(None);
+        }
     };
     if c.properties.authentication_method.is_some() {
         let _ = encode(&refuse(reason::BAD_AUTHENTICATION_METHOD), v, &mut out);
@@ -353,6 +469,13 @@ async fn accept<W: AsyncWrite + Unpin>(
         props.subscription_identifier_available = Some(true);
         props.shared_subscription_available = Some(true);
     }
+    tracing::debug!(
+        client = %client_id,
+        transport = peer.transport.label(),
+        user = credentials.username.as_deref().unwrap_or(""),
+        certificate = credentials.from_certificate,
+        "mqtt connected"
+    );
     let ack = Packet::ConnAck(ConnAck {
         session_present: connected.session_present,
         code: reason::SUCCESS,
@@ -876,6 +999,7 @@ impl Conn {
                 }
             }
             self.send(&p);
+            broker.metrics.count_sent(d.qos);
             if let Some(id) = packet_id {
                 if let (QoS::ExactlyOnce, Some(seq), None) = (d.qos, d.seq, old_id) {
                     broker.inflight(&self.client, seq, id, false);
@@ -886,11 +1010,71 @@ impl Conn {
     }
 }
 
+/// A reader or writer that counts its bytes into a metric (one relaxed
+/// `fetch_add` per read or write call, not per byte or packet).
+struct Metered<'a, T> {
+    inner: T,
+    bytes: &'a std::sync::atomic::AtomicU64,
+}
+
+impl<'a, T> Metered<'a, T> {
+    fn new(inner: T, bytes: &'a std::sync::atomic::AtomicU64) -> Self {
+        Self { inner, bytes }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Metered<'_, T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len().saturating_sub(before);
+        if n > 0 {
+            self.bytes
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Metered<'_, T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &r {
+            self.bytes
+                .fetch_add(*n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::{Fsync, Recovery, Store};
     use crate::BrokerConfig;
+    use std::sync::atomic::Ordering::Relaxed;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// MQTT 3.1.1 CONNECT, Clean Session, client `c`.
@@ -899,6 +1083,101 @@ mod tests {
     ];
     /// QoS 1 PUBLISH on `a`, packet id 1.
     const PUB1: &[u8] = &[0x32, 6, 0, 1, b'a', 0, 1, b'1'];
+
+    #[test]
+    fn certificate_policy_as_mosquitto() {
+        let pw = Some(bytes::Bytes::from_static(b"pw"));
+        let cert = |cn: Option<&str>| {
+            Some(PeerCert {
+                subject_cn: cn.map(str::to_owned),
+            })
+        };
+        let peer = |certificate, require, identity| Peer {
+            transport: Transport::Tls,
+            certificate,
+            require_certificate: require,
+            use_identity_as_username: identity,
+        };
+        // No policy: the CONNECT's credentials.
+        let c = credentials(&Peer::default(), Some("u"), pw.as_ref()).unwrap();
+        assert_eq!(c.username.as_deref(), Some("u"));
+        assert_eq!(c.password, pw);
+        assert!(!c.from_certificate);
+        // Required: none is Not authorized; one is enough, the password stays.
+        let no = credentials(&peer(None, true, false), Some("u"), pw.as_ref());
+        assert_eq!(no, Err(reason::NOT_AUTHORIZED));
+        let c = credentials(
+            &peer(cert(Some("dev")), true, false),
+            Some("u"),
+            pw.as_ref(),
+        );
+        assert_eq!(c.unwrap().username.as_deref(), Some("u"));
+        // Identity as user name: the CN, with no password; without a
+        // certificate or a CN, Bad user name or password.
+        let c = credentials(&peer(cert(Some("dev")), true, true), Some("u"), pw.as_ref());
+        assert_eq!(
+            c.unwrap(),
+            Credentials {
+                username: Some("dev".into()),
+                password: None,
+                from_certificate: true,
+            }
+        );
+        let bad = Err(reason::BAD_USERNAME_OR_PASSWORD);
+        assert_eq!(credentials(&peer(None, false, true), Some("u"), None), bad);
+        assert_eq!(
+            credentials(&peer(cert(None), false, true), Some("u"), None),
+            bad
+        );
+    }
+
+    #[tokio::test]
+    async fn connections_messages_and_bytes_are_counted() {
+        let broker = Broker::new(BrokerConfig::default());
+        let (mut client, server) = tokio::io::duplex(4096);
+        let (rd, wr) = tokio::io::split(server);
+        let b = broker.clone();
+        let task = tokio::spawn(serve_peer(
+            b,
+            Arc::new(ConnConfig::default()),
+            Peer::on(Transport::Quic),
+            rd,
+            wr,
+        ));
+        client.write_all(CONNECT).await.unwrap();
+        let mut connack = [0; 4];
+        client.read_exact(&mut connack).await.unwrap();
+        assert_eq!(connack, [0x20, 2, 0, 0]);
+        assert_eq!(
+            broker.metrics.connections[Transport::Quic as usize].load(Relaxed),
+            1
+        );
+        // SUBSCRIBE `a` QoS 1, then a QoS 1 PUBLISH on it comes back.
+        client
+            .write_all(&[0x82, 6, 0, 1, 0, 1, b'a', 1])
+            .await
+            .unwrap();
+        let mut suback = [0; 5];
+        client.read_exact(&mut suback).await.unwrap();
+        assert_eq!(suback, [0x90, 3, 0, 1, 1]);
+        client.write_all(PUB1).await.unwrap();
+        // PUBACK (4 bytes) and the PUBLISH (8) in any order.
+        let mut back = [0; 12];
+        client.read_exact(&mut back).await.unwrap();
+        let m = &broker.metrics;
+        assert_eq!(m.received_by_qos[1].load(Relaxed), 1);
+        assert_eq!(m.sent_by_qos[1].load(Relaxed), 1);
+        assert_eq!(
+            m.bytes_received.load(Relaxed),
+            (CONNECT.len() + 8 + PUB1.len()) as u64
+        );
+        assert_eq!(m.bytes_sent.load(Relaxed), 4 + 5 + 12);
+        // DISCONNECT: the connection is no longer counted.
+        client.write_all(&[0xe0, 0]).await.unwrap();
+        task.await.unwrap().unwrap();
+        assert_eq!(m.connected(), 0);
+        assert_eq!(m.connections_accepted(), 1);
+    }
 
     #[tokio::test]
     async fn a_failing_store_refuses_only_publishes_it_must_persist() {

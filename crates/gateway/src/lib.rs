@@ -10,6 +10,8 @@
 //! - [`connection`]: one MQTT connection over any byte stream.
 //! - [`listener`]: accept loops.
 //! - [`quic`]: MQTT over QUIC (ALPN `mqtt`), single- and multi-stream.
+//! - [`metrics`]: the broker's counters for `/metrics`.
+//! - [`sys`]: the `$SYS/broker/...` topics.
 //! - [`store`]: the durable log (retained messages, persistent sessions and
 //!   their queued messages), with its fsync policy.
 //! - [`bridge`]: the MoQT side: MQTT messages become objects of relay tracks,
@@ -25,8 +27,10 @@ pub mod connection;
 pub mod http;
 pub mod listener;
 pub mod mapping;
+pub mod metrics;
 pub mod quic;
 pub mod store;
+pub mod sys;
 
-pub use broker::{Broker, BrokerConfig, DropReason};
+pub use broker::{Broker, BrokerConfig, DropReason, Transport};
 pub use connection::ConnConfig;

@@ -8,8 +8,11 @@ use quichub_net::tcp_limits::{Acceptor, ConnLimiter, TcpLimits};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use quichub_net::tls::{ClientCertConfig, PeerCert};
+
 use crate::broker::Broker;
-use crate::connection::{serve, ConnConfig};
+use crate::connection::{serve, serve_peer, ConnConfig, Peer};
+use crate::metrics::Transport;
 
 /// Serves MQTT on `acceptor` until the task is dropped: one task per
 /// connection (the CONNECT timeout bounds clients that send nothing).
@@ -74,6 +77,23 @@ pub async fn spawn_tls_with(
     tls: Arc<tokio_rustls::rustls::ServerConfig>,
     limiter: Arc<ConnLimiter>,
 ) -> std::io::Result<SocketAddr> {
+    let clients = Arc::new(ClientCertConfig::default());
+    spawn_tls_clients(addr, broker, cfg, tls, limiter, clients).await
+}
+
+/// [`spawn_tls_with`], each connection judged by the client certificate
+/// policy `clients` (build `tls` with the same one:
+/// [`quichub_net::tls::tcp_server_config_with_clients`]); the verified
+/// certificate's subject CN reaches the connection as
+/// [`Peer::certificate`].
+pub async fn spawn_tls_clients(
+    addr: SocketAddr,
+    broker: Arc<Broker>,
+    cfg: Arc<ConnConfig>,
+    tls: Arc<tokio_rustls::rustls::ServerConfig>,
+    limiter: Arc<ConnLimiter>,
+    clients: Arc<ClientCertConfig>,
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let acceptor = Acceptor::new(listener, limiter);
@@ -83,6 +103,7 @@ pub async fn spawn_tls_with(
             let (stream, peer, guard) = acceptor.accept().await;
             let _ = stream.set_nodelay(true);
             let (broker, cfg, tls) = (broker.clone(), cfg.clone(), tls.clone());
+            let clients = clients.clone();
             tokio::spawn(async move {
                 let _guard = guard;
                 let stream =
@@ -97,8 +118,14 @@ pub async fn spawn_tls_with(
                             return;
                         }
                     };
+                let certificate = stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(PeerCert::from_chain);
+                let who = Peer::with_certificate(Transport::Tls, certificate, &clients);
                 let (rd, wr) = tokio::io::split(stream);
-                if let Err(e) = serve(broker, cfg, rd, wr).await {
+                if let Err(e) = serve_peer(broker, cfg, who, rd, wr).await {
                     tracing::debug!(%peer, "mqtt tls: {e}");
                 }
             });

@@ -52,8 +52,11 @@ use quichub_mqtt::{decode, topic, Packet, Version, DEFAULT_MAX_PACKET_SIZE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::mpsc;
 
+use quichub_net::tls::{ClientCertConfig, PeerCert};
+
 use crate::broker::Broker;
-use crate::connection::{serve, ConnConfig};
+use crate::connection::{serve_peer, ConnConfig, Peer};
+use crate::metrics::Transport;
 
 /// A stream of the connection: 0 is the control stream.
 type Lane = u64;
@@ -97,7 +100,41 @@ fn handshake_state(conn: &quinn::Connection) -> Handshake {
 
 /// Serves one MQTT-over-QUIC connection until it ends.
 pub async fn serve_quic(conn: quinn::Connection, broker: Arc<Broker>, cfg: Arc<ConnConfig>) {
+    serve_quic_clients(conn, broker, cfg, Arc::new(ClientCertConfig::default())).await
+}
+
+/// [`serve_quic`] on an endpoint that asks for client certificates
+/// (`quichub_net::server::Server::bind_clients` with the same `clients`):
+/// the session starts once the handshake completed (no 0-RTT: the
+/// certificate is known only then), and the verified certificate reaches the
+/// connection as [`Peer::certificate`], judged by `clients`' policy (a
+/// required certificate is enforced at CONNECT, since the endpoint's
+/// handshake lets other protocols in without one).
+pub async fn serve_quic_clients(
+    conn: quinn::Connection,
+    broker: Arc<Broker>,
+    cfg: Arc<ConnConfig>,
+    clients: Arc<ClientCertConfig>,
+) {
     let remote = conn.remote_address();
+    let peer = if clients.enabled() {
+        let done = tokio::time::timeout(cfg.connect_timeout, async {
+            loop {
+                match handshake_state(&conn) {
+                    Handshake::Pending => tokio::time::sleep(HANDSHAKE_POLL).await,
+                    h => return h,
+                }
+            }
+        })
+        .await;
+        if done != Ok(Handshake::Complete) {
+            conn.close(CLOSE_OK.into(), b"handshake not completed");
+            return;
+        }
+        Peer::with_certificate(Transport::Quic, PeerCert::of_quic(&conn), &clients)
+    } else {
+        Peer::on(Transport::Quic)
+    };
     let control = match tokio::time::timeout(cfg.connect_timeout, conn.accept_bi()).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -122,7 +159,7 @@ pub async fn serve_quic(conn: quinn::Connection, broker: Arc<Broker>, cfg: Arc<C
     readers.spawn(read_lane(CONTROL, ctl_recv, frames_tx.clone(), max_in));
 
     let session = async {
-        let r = serve(broker, cfg, in_session, out_session).await;
+        let r = serve_peer(broker, cfg, peer, in_session, out_session).await;
         if let Err(e) = &r {
             tracing::debug!(%remote, "mqtt/quic: {e}");
         }

@@ -75,6 +75,76 @@ pub enum Recovery {
     Salvage,
 }
 
+/// The store's counters, for `/metrics`: updated by the writer thread,
+/// read without a lock.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    /// Size of the log file, bytes.
+    pub bytes: AtomicU64,
+    /// Group commits synced to disk (`fdatasync`, with [`Fsync::Always`]).
+    pub fsyncs: AtomicU64,
+    /// Time spent in them, nanoseconds.
+    pub fsync_nanos: AtomicU64,
+    /// The longest one, nanoseconds.
+    pub fsync_max_nanos: AtomicU64,
+}
+
+impl StoreStats {
+    fn fsynced(&self, took: Duration) {
+        let ns = took.as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.fsyncs.fetch_add(1, Relaxed);
+        self.fsync_nanos.fetch_add(ns, Relaxed);
+        self.fsync_max_nanos.fetch_max(ns, Relaxed);
+    }
+
+    /// The counters in Prometheus text format: the log size, and the fsync
+    /// latency as a summary (count and sum) with its maximum.
+    pub fn render(&self) -> String {
+        use crate::metrics::{family, sample};
+        let secs = |a: &AtomicU64| a.load(Relaxed) as f64 / 1e9;
+        let mut s = String::new();
+        family(
+            &mut s,
+            "quichub_mqtt_store_bytes",
+            "gauge",
+            "Size of the broker's log file.",
+        );
+        sample(
+            &mut s,
+            "quichub_mqtt_store_bytes",
+            &[],
+            self.bytes.load(Relaxed),
+        );
+        family(
+            &mut s,
+            "quichub_mqtt_store_fsync_seconds",
+            "summary",
+            "Time of the broker log's group-commit fdatasync.",
+        );
+        let name = "quichub_mqtt_store_fsync_seconds";
+        sample(&mut s, &format!("{name}_sum"), &[], secs(&self.fsync_nanos));
+        sample(
+            &mut s,
+            &format!("{name}_count"),
+            &[],
+            self.fsyncs.load(Relaxed),
+        );
+        family(
+            &mut s,
+            "quichub_mqtt_store_fsync_seconds_max",
+            "gauge",
+            "Longest fdatasync of the broker's log since start.",
+        );
+        sample(
+            &mut s,
+            "quichub_mqtt_store_fsync_seconds_max",
+            &[],
+            secs(&self.fsync_max_nanos),
+        );
+        s
+    }
+}
+
 impl std::str::FromStr for Recovery {
     type Err = String;
 
@@ -444,6 +514,7 @@ pub struct Store {
     faults: Arc<AtomicU32>,
     seq: AtomicU64,
     path: PathBuf,
+    stats: Arc<StoreStats>,
 }
 
 impl std::fmt::Debug for Store {
@@ -590,6 +661,7 @@ impl Store {
         let (tx, rx) = mpsc::channel();
         let failed = Arc::new(AtomicBool::new(false));
         let faults = Arc::new(AtomicU32::new(0));
+        let stats = Arc::new(StoreStats::default());
         let w = Writer {
             file,
             path: path.clone(),
@@ -598,6 +670,7 @@ impl Store {
             fsync,
             failed: failed.clone(),
             faults: faults.clone(),
+            stats: stats.clone(),
             _lock: lock,
         };
         std::thread::Builder::new()
@@ -610,6 +683,7 @@ impl Store {
             faults,
             seq: AtomicU64::new(max_seq + 1),
             path,
+            stats,
         });
         Ok((store, recovered))
     }
@@ -687,6 +761,11 @@ impl Store {
         self.faults.store(n, SeqCst);
     }
 
+    /// The store's counters.
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
     /// The log file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -708,6 +787,7 @@ struct Writer {
     fsync: Fsync,
     failed: Arc<AtomicBool>,
     faults: Arc<AtomicU32>,
+    stats: Arc<StoreStats>,
     /// Held for the flock until the thread ends.
     _lock: File,
 }
@@ -716,6 +796,7 @@ impl Writer {
     fn run(mut self, rx: mpsc::Receiver<Batch>) {
         let mut size = self.file.metadata().map(|m| m.len()).unwrap_or(0);
         let mut snapshot_size = size;
+        self.stats.bytes.store(size, Relaxed);
         let mut buf = BytesMut::new();
         let mut last = 0;
         // Set while writes fail: (next attempt, backoff). The file may then
@@ -764,6 +845,7 @@ impl Writer {
                         self.file = f;
                         size = self.file.metadata().map(|m| m.len()).unwrap_or(0);
                         snapshot_size = size;
+                        self.stats.bytes.store(size, Relaxed);
                         retry = None;
                         tracing::warn!(
                             "broker store {}: writes work again; everything appended meanwhile is durable",
@@ -786,7 +868,12 @@ impl Writer {
                 .attempt()
                 .and_then(|()| self.file.write_all(&buf))
                 .and_then(|()| match self.fsync {
-                    Fsync::Always => self.file.sync_data(),
+                    Fsync::Always => {
+                        let t = Instant::now();
+                        let r = self.file.sync_data();
+                        self.stats.fsynced(t.elapsed());
+                        r
+                    }
                     Fsync::Never => Ok(()),
                 });
             if let Err(e) = res {
@@ -813,6 +900,7 @@ impl Writer {
                     Err(e) => tracing::warn!("broker store compaction: {e}"),
                 }
             }
+            self.stats.bytes.store(size, Relaxed);
         }
         // The broker is gone with writes still failing: one last try, so
         // what it appended meanwhile is not lost if space came back.

@@ -12,7 +12,7 @@ use quichub_gateway::http::Api;
 use quichub_gateway::store::Store;
 use quichub_gateway::Broker;
 use quichub_net::server::Server;
-use quichub_net::tls::{Identity, SelfSigned};
+use quichub_net::tls::{ClientCertConfig, Identity, SelfSigned};
 use quichub_relay::Relay;
 
 use crate::config::{listen_addr, Config};
@@ -93,11 +93,19 @@ impl Hub {
         if let Some(s) = self_signed {
             tokio::spawn(renew(s, fingerprint.clone()));
         }
-        let server = Arc::new(Server::bind_config(
+        // Client certificates (mosquitto's cafile, require_certificate,
+        // use_identity_as_username) for MQTT over TLS and over QUIC.
+        let clients = Arc::new(ClientCertConfig {
+            cafile: config.tls.client_ca.clone(),
+            require_certificate: config.tls.require_certificate,
+            use_identity_as_username: config.tls.use_identity_as_username,
+        });
+        let server = Arc::new(Server::bind_clients(
             config.quic.bind_addr()?,
             &identity,
             config.quic.ack()?,
             &config.quic.limits,
+            &clients,
         )?);
         let addr = server.local_addr()?;
         let relay = Relay::new(config.relay.clone());
@@ -176,14 +184,19 @@ impl Hub {
         };
         let mqtt_tls = match mqtt_tls_addr {
             Some(a) => {
-                let tls = quichub_net::tls::tcp_server_config(&identity, &[b"mqtt"])?;
+                let tls = quichub_net::tls::tcp_server_config_with_clients(
+                    &identity,
+                    &[b"mqtt"],
+                    &clients,
+                )?;
                 Some(
-                    quichub_gateway::listener::spawn_tls_with(
+                    quichub_gateway::listener::spawn_tls_clients(
                         a,
                         broker.clone(),
                         conn_config.clone(),
                         tls,
                         tcp.limiter("mqtt-tls", listeners),
+                        clients.clone(),
                     )
                     .await
                     .with_context(|| {
@@ -198,12 +211,13 @@ impl Hub {
         // MQTT over QUIC on the relay's UDP port (ALPN `mqtt`) whenever the broker runs.
         let mut alpn_handlers = quichub_relay::endpoint::AlpnHandlers::new();
         if mqtt.is_some() {
-            let (b, c) = (broker.clone(), conn_config.clone());
+            let (b, c, k) = (broker.clone(), conn_config.clone(), clients.clone());
             let handler: quichub_relay::endpoint::AlpnHandler = Arc::new(move |conn| {
-                Box::pin(quichub_gateway::quic::serve_quic(
+                Box::pin(quichub_gateway::quic::serve_quic_clients(
                     conn,
                     b.clone(),
                     c.clone(),
+                    k.clone(),
                 ))
             });
             alpn_handlers.insert(quichub_net::server::ALPN_MQTT.to_vec(), handler);

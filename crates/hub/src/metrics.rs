@@ -8,7 +8,7 @@ use quichub_relay::Relay;
 
 /// `/metrics`: the relay's counters, QUIC admission, then the broker's.
 pub(crate) fn text(relay: &Relay, broker: &Broker, quic: &AdmissionStats) -> String {
-    relay.metrics.render() + &quic.render() + &broker.metrics.render()
+    relay.metrics.render() + &quic.render() + &broker.render_metrics()
 }
 
 /// `/readyz`: ready until the relay starts draining (shutdown), so a load

@@ -14,7 +14,7 @@ use web_transport_quinn::proto::ConnectResponse;
 use web_transport_quinn::Session;
 
 use crate::quic_config::{Admission, QuicConfig};
-use crate::tls::{provider, Identity};
+use crate::tls::{provider, ClientCertConfig, Identity};
 use crate::{AckFrequency, Transport};
 
 /// ALPN of HTTP/3: WebTransport sessions and the plain HTTP/3 API.
@@ -169,11 +169,27 @@ impl Server {
         ack: Option<AckFrequency>,
         quic: &QuicConfig,
     ) -> anyhow::Result<Self> {
+        Self::bind_clients(addr, identity, ack, quic, &ClientCertConfig::default())
+    }
+
+    /// [`Server::bind_config`], asking clients for a certificate verified
+    /// against `clients.cafile` when it is set. The certificate is always
+    /// optional in the handshake (browsers and MoQT clients share the
+    /// endpoint); the `mqtt` handler refuses a connection without one when
+    /// `require_certificate` is set ([`crate::tls::PeerCert::of_quic`]).
+    pub fn bind_clients(
+        addr: SocketAddr,
+        identity: &Identity,
+        ack: Option<AckFrequency>,
+        quic: &QuicConfig,
+        clients: &ClientCertConfig,
+    ) -> anyhow::Result<Self> {
         quic.validate()?;
         let mut tls = crate::tls::with_identity(
             rustls::ServerConfig::builder_with_provider(provider())
                 .with_protocol_versions(&[&rustls::version::TLS13])?,
             identity,
+            clients.verifier(false)?,
         )?;
         tls.alpn_protocols = vec![
             moqt::ALPN.as_bytes().to_vec(),

@@ -68,12 +68,17 @@ fn certified_key(identity: &Identity) -> anyhow::Result<Arc<rustls::sign::Certif
     )))
 }
 
-/// Builds a server config presenting `identity` (through its rotation, if any).
+/// Builds a server config presenting `identity` (through its rotation, if
+/// any), verifying client certificates with `clients` when given.
 pub(crate) fn with_identity(
     builder: rustls::ConfigBuilder<rustls::ServerConfig, rustls::WantsVerifier>,
     identity: &Identity,
+    clients: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
 ) -> anyhow::Result<rustls::ServerConfig> {
-    let builder = builder.with_no_client_auth();
+    let builder = match clients {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
     Ok(match &identity.rotation {
         Some(r) => builder.with_cert_resolver(r.clone()),
         None => builder
@@ -347,13 +352,131 @@ pub fn tcp_server_config(
     identity: &Identity,
     alpn: &[&[u8]],
 ) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    tcp_server_config_with_clients(identity, alpn, &ClientCertConfig::default())
+}
+
+/// [`tcp_server_config`], asking clients for a certificate as `clients`
+/// says: none without a `cafile`; with one, a certificate is verified
+/// against it, and a client without one fails the handshake when
+/// `require_certificate` is set (as mosquitto's listener does).
+pub fn tcp_server_config_with_clients(
+    identity: &Identity,
+    alpn: &[&[u8]],
+    clients: &ClientCertConfig,
+) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let mut tls = with_identity(
         rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?,
         identity,
+        clients.verifier(clients.require_certificate)?,
     )?;
     tls.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
     Ok(Arc::new(tls))
+}
+
+/// mosquitto's client certificate options of a TLS listener (`cafile`,
+/// `require_certificate`, `use_identity_as_username`), for MQTT over TLS and
+/// MQTT over QUIC. Deserialisable for a config file section.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientCertConfig {
+    /// PEM file of the CA certificates that client certificates must chain
+    /// to. Without it clients are not asked for a certificate.
+    pub cafile: Option<std::path::PathBuf>,
+    /// Refuse clients without a valid certificate: at the TLS handshake on
+    /// MQTT over TLS; at CONNECT (Not authorized) on MQTT over QUIC, whose
+    /// endpoint WebTransport and MoQT clients share, so the certificate can
+    /// only be optional in its TLS handshake.
+    pub require_certificate: bool,
+    /// The certificate's subject Common Name is the client's MQTT user name;
+    /// the CONNECT's user name and password are ignored, and a client
+    /// without a certificate (or with one without a CN) is refused (Bad user
+    /// name or password).
+    pub use_identity_as_username: bool,
+}
+
+impl ClientCertConfig {
+    /// Whether client certificates are asked for.
+    pub fn enabled(&self) -> bool {
+        self.cafile.is_some()
+    }
+
+    /// Refuses options that need a `cafile` without one.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.cafile.is_some() || !(self.require_certificate || self.use_identity_as_username),
+            "require_certificate and use_identity_as_username need a cafile to verify client certificates against"
+        );
+        Ok(())
+    }
+
+    /// A verifier of client certificates against the `cafile` (`None`
+    /// without one); `required`: a client without a certificate fails the
+    /// handshake, else it may go on without one.
+    pub fn verifier(
+        &self,
+        required: bool,
+    ) -> anyhow::Result<Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>> {
+        self.validate()?;
+        let Some(path) = &self.cafile else {
+            return Ok(None);
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        let certs = rustls_pemfile::certs(&mut std::io::BufReader::new(
+            std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?,
+        ))
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parse {}", path.display()))?;
+        anyhow::ensure!(!certs.is_empty(), "no certificate in {}", path.display());
+        for c in certs {
+            roots
+                .add(c)
+                .with_context(|| format!("CA certificate in {}", path.display()))?;
+        }
+        let builder = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider(),
+        );
+        let builder = if required {
+            builder
+        } else {
+            builder.allow_unauthenticated()
+        };
+        Ok(Some(
+            builder.build().context("client certificate verifier")?,
+        ))
+    }
+}
+
+/// What a verified client certificate says about the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCert {
+    /// The subject's Common Name (the first, if several), when it has one
+    /// and it is a string.
+    pub subject_cn: Option<String>,
+}
+
+impl PeerCert {
+    /// Reads the leaf (first) of a chain the TLS layer verified; `None` for
+    /// an empty chain or a certificate that does not parse.
+    pub fn from_chain(chain: &[CertificateDer<'_>]) -> Option<Self> {
+        let (_, cert) = x509_parser::parse_x509_certificate(chain.first()?).ok()?;
+        let subject_cn = cert
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .map(str::to_owned);
+        Some(Self { subject_cn })
+    }
+
+    /// The verified certificate of a QUIC connection's peer (once its
+    /// handshake completed, or from the resumed session).
+    pub fn of_quic(conn: &quinn::Connection) -> Option<Self> {
+        let any = conn.peer_identity()?;
+        let chain = any.downcast_ref::<Vec<CertificateDer<'static>>>()?;
+        Self::from_chain(chain)
+    }
 }
 
 /// The crypto provider every config in quichub uses.
@@ -467,6 +590,142 @@ mod tests {
         assert_eq!(back.chain, id.chain);
         assert_eq!(back.key.secret_der(), id.key.secret_der());
         std::fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod client_cert_tests {
+    use super::*;
+
+    /// A CA, and a client certificate it signed with subject CN `cn`.
+    fn ca_and_client(cn: &str) -> (rcgen::Certificate, Identity) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "test CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        let client = Identity {
+            chain: vec![cert.der().clone()],
+            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+            rotation: None,
+        };
+        (ca_cert, client)
+    }
+
+    /// Runs a TLS handshake in memory; the client certificate chain the
+    /// server saw, or the server's error.
+    fn handshake(
+        server: Arc<rustls::ServerConfig>,
+        client_id: Option<&Identity>,
+    ) -> Result<Option<Vec<CertificateDer<'static>>>, rustls::Error> {
+        let b = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Verifier::new(Verify::Insecure));
+        let client = match client_id {
+            Some(id) => b
+                .with_client_auth_cert(id.chain.clone(), id.key.clone_key())
+                .unwrap(),
+            None => b.with_no_client_auth(),
+        };
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut c = rustls::ClientConnection::new(Arc::new(client), name).unwrap();
+        let mut s = rustls::ServerConnection::new(server).unwrap();
+        for _ in 0..10 {
+            let mut buf = Vec::new();
+            while c.wants_write() {
+                c.write_tls(&mut buf).unwrap();
+            }
+            s.read_tls(&mut &buf[..]).unwrap();
+            s.process_new_packets()?;
+            buf.clear();
+            while s.wants_write() {
+                s.write_tls(&mut buf).unwrap();
+            }
+            c.read_tls(&mut &buf[..]).unwrap();
+            let _ = c.process_new_packets();
+            if !s.is_handshaking() && !c.is_handshaking() {
+                return Ok(s.peer_certificates().map(|p| p.to_vec()));
+            }
+        }
+        panic!("handshake did not finish");
+    }
+
+    #[test]
+    fn client_certificates_verified_against_the_cafile() {
+        let dir = std::env::temp_dir().join(format!("quichub-cafile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ca, client) = ca_and_client("sensor-7");
+        let cafile = dir.join("ca.pem");
+        std::fs::write(&cafile, ca.pem()).unwrap();
+        let (_, stranger) = ca_and_client("stranger");
+        let server = Identity::self_signed(&["localhost"]).unwrap();
+
+        // Required: a certificate from the CA passes and names the client;
+        // none, or one from another CA, fails the handshake.
+        let required = ClientCertConfig {
+            cafile: Some(cafile.clone()),
+            require_certificate: true,
+            use_identity_as_username: true,
+        };
+        let cfg = tcp_server_config_with_clients(&server, &[b"mqtt"], &required).unwrap();
+        let chain = handshake(cfg.clone(), Some(&client)).unwrap().unwrap();
+        assert_eq!(
+            PeerCert::from_chain(&chain),
+            Some(PeerCert {
+                subject_cn: Some("sensor-7".into())
+            })
+        );
+        assert!(handshake(cfg.clone(), None).is_err());
+        assert!(handshake(cfg, Some(&stranger)).is_err());
+
+        // Optional: no certificate is fine, a bad one still is not.
+        let optional = ClientCertConfig {
+            require_certificate: false,
+            ..required.clone()
+        };
+        let cfg = tcp_server_config_with_clients(&server, &[], &optional).unwrap();
+        assert_eq!(handshake(cfg.clone(), None).unwrap(), None);
+        assert!(handshake(cfg.clone(), Some(&client)).unwrap().is_some());
+        assert!(handshake(cfg, Some(&stranger)).is_err());
+
+        // No cafile: nothing asked; the options need one.
+        let cfg = tcp_server_config(&server, &[]).unwrap();
+        assert_eq!(handshake(cfg, Some(&client)).unwrap(), None);
+        let e = tcp_server_config_with_clients(
+            &server,
+            &[],
+            &ClientCertConfig {
+                cafile: None,
+                ..required.clone()
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("cafile"), "{e}");
+        let missing = ClientCertConfig {
+            cafile: Some(dir.join("nope.pem")),
+            ..required
+        };
+        assert!(missing.verifier(true).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn config_section_refuses_unknown_keys() {
+        let c: ClientCertConfig =
+            serde_json::from_str(r#"{"cafile": "/etc/ca.pem", "require_certificate": true}"#)
+                .unwrap();
+        assert!(c.enabled() && c.require_certificate && !c.use_identity_as_username);
+        assert!(serde_json::from_str::<ClientCertConfig>(r#"{"capath": "/x"}"#).is_err());
     }
 }
 

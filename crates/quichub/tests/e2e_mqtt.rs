@@ -170,17 +170,18 @@ async fn mosquitto_wildcards_and_dollar_topics() {
     let gw = TestGateway::start().await;
     let all = sub(&gw, &["-t", "#", "-C", "3", "-F", "%t"]).await;
     let plus = sub(&gw, &["-t", "+/b/#", "-C", "2", "-F", "%t"]).await;
-    let sys = sub(&gw, &["-t", "$SYS/#", "-C", "1", "-F", "%t"]).await;
-    for t in ["$SYS/load", "a/b", "a/b/c/d", "x/y"] {
+    // (A `$` topic of its own: `$SYS/...` holds the broker's retained topics.)
+    let sys = sub(&gw, &["-t", "$app/#", "-C", "1", "-F", "%t"]).await;
+    for t in ["$app/load", "a/b", "a/b/c/d", "x/y"] {
         publish(&gw, &["-t", t, "-m", "m", "-q", "1"]).await;
     }
-    assert_eq!(output(all).await, "a/b\na/b/c/d\nx/y\n", "# skips $SYS");
+    assert_eq!(output(all).await, "a/b\na/b/c/d\nx/y\n", "# skips $ topics");
     assert_eq!(
         output(plus).await,
         "a/b\na/b/c/d\n",
         "+/b/# matches a/b too"
     );
-    assert_eq!(output(sys).await, "$SYS/load\n");
+    assert_eq!(output(sys).await, "$app/load\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -823,5 +824,42 @@ async fn retained_backlog_is_bounded_per_connection() {
     match sub.recv().await {
         Some(Packet::SubAck(a)) => assert_eq!(a.codes, [0, 0, 0, 0x97]),
         other => panic!("expected SUBACK, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sys_topics_reach_explicit_subscribers() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let gw = TestGateway::start().await;
+    // The first tick publishes every `$SYS` topic, retained.
+    within(10, async {
+        while gw
+            .broker
+            .retained("$SYS/broker/clients/connected")
+            .is_none()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let connected = sub(&gw, &["-t", "$SYS/broker/clients/connected", "-C", "1"]).await;
+    let n = output(connected).await;
+    assert!(n.trim().parse::<u64>().is_ok(), "{n:?}");
+    let version = sub(&gw, &["-t", "$SYS/broker/version", "-C", "1"]).await;
+    assert!(output(version).await.starts_with("quichub version "));
+    let loads = sub(&gw, &["-t", "$SYS/broker/load/+/+/1min", "-C", "4", "-v"]).await;
+    let text = output(loads).await;
+    for t in [
+        "messages/received",
+        "messages/sent",
+        "bytes/received",
+        "bytes/sent",
+    ] {
+        assert!(
+            text.contains(&format!("$SYS/broker/load/{t}/1min ")),
+            "{t} in {text}"
+        );
     }
 }
