@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 /// What authenticates peers and what anonymous peers may do. The default
 /// configures nothing: see [`AuthConfig::configured`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// JWT verification key for tokens without a `kid` (a JWK JSON file, a
@@ -34,6 +34,26 @@ pub struct AuthConfig {
     /// safe default).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_anonymous: Option<bool>,
+    /// Bytes of MoQT token aliases one session may register
+    /// (MAX_AUTH_TOKEN_CACHE_SIZE, 16 per token plus its length); 0 forbids
+    /// aliases.
+    pub max_token_cache: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            key: None,
+            key_dir: None,
+            jwks: None,
+            public: Vec::new(),
+            public_read: Vec::new(),
+            password_file: None,
+            acl_file: None,
+            allow_anonymous: None,
+            max_token_cache: 16 * 1024,
+        }
+    }
 }
 
 impl AuthConfig {

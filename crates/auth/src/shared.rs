@@ -12,6 +12,7 @@ use crate::{Auth, AuthConfig, AuthError, Method};
 #[derive(Debug)]
 pub struct SharedAuth {
     current: RwLock<Arc<Auth>>,
+    generation: AtomicU64,
     /// Outcomes of authentication, by protocol and reason.
     pub metrics: AuthMetrics,
 }
@@ -21,6 +22,7 @@ impl SharedAuth {
     pub fn new(auth: Auth) -> Arc<Self> {
         Arc::new(Self {
             current: RwLock::new(Arc::new(auth)),
+            generation: AtomicU64::new(0),
             metrics: AuthMetrics::default(),
         })
     }
@@ -38,6 +40,14 @@ impl SharedAuth {
     /// Replaces the [`Auth`] in force.
     pub fn set(&self, auth: Auth) {
         *self.current.write().expect("auth lock") = Arc::new(auth);
+        self.generation.fetch_add(1, Relaxed);
+    }
+
+    /// Counts replacements: a session that derived its identity from an
+    /// older generation derives it again (a reload may revoke keys, users,
+    /// rules or public prefixes, and must reach sessions already up).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Relaxed)
     }
 
     /// Loads `cfg` and puts it in force; on error the old one stays.

@@ -334,6 +334,9 @@ pub struct Broker {
     tap: Mutex<Option<Tap>>,
     /// The `$SYS` topics' publisher.
     sys: Mutex<Sys>,
+    /// Who clients are and what they may do (open to all until
+    /// [`Broker::set_auth`]).
+    auth: Mutex<Arc<quichub_auth::SharedAuth>>,
 }
 
 impl Broker {
@@ -351,7 +354,18 @@ impl Broker {
             store,
             tap: Mutex::new(None),
             sys: Mutex::new(Sys::new(Instant::now())),
+            auth: Mutex::new(quichub_auth::SharedAuth::open()),
         })
+    }
+
+    /// Authenticates and authorises clients with `auth` from now on.
+    pub fn set_auth(&self, auth: Arc<quichub_auth::SharedAuth>) {
+        *self.auth.lock().expect("auth lock") = auth;
+    }
+
+    /// The authentication in force (a connection takes it once, at CONNECT).
+    pub fn auth(&self) -> Arc<quichub_auth::SharedAuth> {
+        self.auth.lock().expect("auth lock").clone()
     }
 
     /// A broker whose durable state lives in `store`, starting from what the

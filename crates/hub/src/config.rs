@@ -444,6 +444,50 @@ impl Config {
         if let Some(ca) = &t.client_ca {
             std::fs::metadata(ca).with_context(|| format!("tls.client_ca {}", ca.display()))?;
         }
+        self.check_exposure()
+    }
+
+    /// mosquitto 2's safe default: with no authentication configured,
+    /// clients are served only on loopback addresses. A client listener on
+    /// any other address needs `[auth]` (keys, password or ACL file, public
+    /// prefixes), required client certificates, or an explicit
+    /// `auth.allow_anonymous = true`.
+    fn check_exposure(&self) -> anyhow::Result<()> {
+        let a = &self.auth;
+        let authenticated = a.configured()
+            || !a.public.is_empty()
+            || !a.public_read.is_empty()
+            || self.tls.require_certificate;
+        if authenticated || a.allow_anonymous == Some(true) {
+            return Ok(());
+        }
+        let listeners = [
+            ("quic.bind (--bind)", Some(self.quic.bind_addr()?)),
+            (
+                "mqtt.tcp (--mqtt)",
+                listen_addr("mqtt.tcp", &self.mqtt.tcp)?,
+            ),
+            (
+                "mqtt.tls (--mqtt-tls)",
+                listen_addr("mqtt.tls", &self.mqtt.tls)?,
+            ),
+            (
+                "http.address (--http)",
+                listen_addr("http.address", &self.http.address)?,
+            ),
+        ];
+        for (key, addr) in listeners {
+            if let Some(addr) = addr.filter(|a| !a.ip().is_loopback()) {
+                anyhow::bail!(
+                    "{key} = {addr} is not a loopback address and no authentication is \
+                     configured, so anyone who reaches it could publish and subscribe to \
+                     everything. Configure [auth] (key, key_dir or jwks for JWTs; \
+                     password_file and acl_file as mosquitto's; public prefixes), or set \
+                     auth.allow_anonymous = true to serve anonymous clients on the network \
+                     deliberately (docs/auth.md)"
+                );
+            }
+        }
         Ok(())
     }
 }
@@ -587,6 +631,34 @@ mod tests {
         assert_eq!(c.store.fsync, FsyncPolicy::Never);
         assert_eq!(c.store.dir(), None);
         assert_eq!(Config::parse("", "t").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn network_listeners_need_auth_or_an_explicit_allow_anonymous() {
+        let exposed = |extra: &str| {
+            let text = format!("[quic]\nbind = \"0.0.0.0:4443\"\n{extra}");
+            Config::parse(&text, "t").unwrap().check_exposure()
+        };
+        let e = exposed("").unwrap_err().to_string();
+        assert!(
+            e.contains("quic.bind") && e.contains("allow_anonymous"),
+            "{e}"
+        );
+        let e = Config::parse("[mqtt]\ntcp = \"0.0.0.0:1883\"\n", "t")
+            .unwrap()
+            .check_exposure()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mqtt.tcp"), "{e}");
+        exposed("[auth]\nallow_anonymous = true\n").unwrap();
+        exposed("[auth]\npassword_file = \"/etc/quichub/passwd\"\n").unwrap();
+        exposed("[auth]\npublic = [\"anon\"]\n").unwrap();
+        // Loopback everywhere (the defaults): nothing to configure.
+        Config::default().check_exposure().unwrap();
+        Config::parse("[quic]\nbind = \"[::1]:4443\"\n", "t")
+            .unwrap()
+            .check_exposure()
+            .unwrap();
     }
 
     #[test]

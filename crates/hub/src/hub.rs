@@ -6,13 +6,14 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use quichub_auth::AuthConfig;
+use quichub_auth::{Auth, AuthConfig, SharedAuth};
 use quichub_gateway::bridge::Bridge;
 use quichub_gateway::http::Api;
 use quichub_gateway::store::Store;
 use quichub_gateway::Broker;
 use quichub_net::server::Server;
 use quichub_net::tls::{ClientCertConfig, Identity, SelfSigned};
+use quichub_relay::tokens::TokenAuthorizer;
 use quichub_relay::Relay;
 
 use crate::config::{listen_addr, Config};
@@ -55,6 +56,7 @@ pub struct Hub {
     http: Option<SocketAddr>,
     metrics: Option<SocketAddr>,
     auth: Arc<RwLock<AuthConfig>>,
+    shared_auth: Arc<SharedAuth>,
 }
 
 impl Hub {
@@ -108,7 +110,11 @@ impl Hub {
             &clients,
         )?);
         let addr = server.local_addr()?;
-        let relay = Relay::new(config.relay.clone());
+        let auth = SharedAuth::new(Auth::load(&config.auth).context("[auth]")?);
+        let relay = Relay::with_authorizer(
+            config.relay.clone(),
+            TokenAuthorizer::new(auth.clone(), config.auth.max_token_cache),
+        );
         let mqtt_addr = listen_addr("mqtt.tcp", &config.mqtt.tcp)?;
         let broker = match (&mqtt_addr, &data_dir) {
             (Some(_), Some(dir)) => {
@@ -126,12 +132,14 @@ impl Hub {
             }
             _ => Broker::new(config.mqtt.broker.clone()),
         };
+        broker.set_auth(auth.clone());
         let bridge = Bridge::start(relay.clone(), &broker);
         let api = Api::new(
             broker.clone(),
             Some(bridge.clone()),
             config.http.api_config(),
         );
+        api.set_auth(auth.clone());
         // The dashboard (`/`) and the player (`/watch/{broadcast}`) on the HTTP port.
         api.serve_web(quichub_gateway::http::web::Web::new(
             relay.clone(),
@@ -257,10 +265,10 @@ impl Hub {
                     format!("bind metrics {a} (metrics.address, --metrics: off or another address)")
                 })?;
                 let bound = listener.local_addr()?;
-                let (r, b, q) = (relay.clone(), broker.clone(), server.stats());
+                let (r, b, q, a) = (relay.clone(), broker.clone(), server.stats(), auth.clone());
                 tokio::spawn(quichub_net::metrics_http::serve_with(
                     quichub_net::tcp_limits::Acceptor::new(listener, tcp.metrics_limiter()),
-                    Arc::new(move || crate::metrics::text(&r, &b, &q)),
+                    Arc::new(move || crate::metrics::text(&r, &b, &q) + &a.metrics.render()),
                     crate::metrics::readiness(&relay),
                     tcp.http_header_timeout(),
                 ));
@@ -270,6 +278,7 @@ impl Hub {
         };
         Ok(Hub {
             auth: Arc::new(RwLock::new(config.auth.clone())),
+            shared_auth: auth,
             config,
             addr,
             fingerprint,
@@ -374,6 +383,12 @@ impl Hub {
         &self.auth
     }
 
+    /// The authentication and authorisation in force for MoQT, MQTT and
+    /// HTTP clients ([`Hub::reload`] replaces what it holds).
+    pub fn auth(&self) -> &Arc<SharedAuth> {
+        &self.shared_auth
+    }
+
     /// What SIGHUP does: re-reads the certificate and key files
     /// (`tls.cert`, `tls.key`) and presents them from the next handshake on
     /// (QUIC and TLS over TCP alike; sessions already up keep theirs), and
@@ -390,10 +405,13 @@ impl Hub {
         }
         if let Some(path) = &self.config.source {
             match Config::load(path) {
-                Ok(c) => {
-                    *self.auth.write().unwrap_or_else(|e| e.into_inner()) = c.auth;
-                    tracing::info!(file = %path.display(), "[auth] reloaded");
-                }
+                Ok(c) => match self.shared_auth.reload(&c.auth) {
+                    Ok(()) => {
+                        *self.auth.write().unwrap_or_else(|e| e.into_inner()) = c.auth;
+                        tracing::info!(file = %path.display(), "[auth] reloaded");
+                    }
+                    Err(e) => errors.push(format!("[auth] not reloaded: {e}")),
+                },
                 Err(e) => errors.push(format!("[auth] not reloaded: {e:#}")),
             }
         }

@@ -72,7 +72,7 @@ async fn reload_swaps_the_certificate_and_keeps_sessions() {
     let before = within(ClientSession::connect(&url, opts(&old)))
         .await
         .unwrap();
-    let _a = within(before.publish_namespace(moqt::TrackNamespace::from_path("a/one")))
+    let _a = within(before.publish_namespace(moqt::TrackNamespace::from_path("before/one")))
         .await
         .unwrap();
 
@@ -102,14 +102,20 @@ async fn reload_swaps_the_certificate_and_keeps_sessions() {
         "a client pinning the old certificate is refused"
     );
     assert_eq!(within(tls_fingerprint(tls_addr)).await, new);
-    let _b = within(after.publish_namespace(moqt::TrackNamespace::from_path("b/two")))
+    let _b = within(after.publish_namespace(moqt::TrackNamespace::from_path("after/two")))
         .await
         .unwrap();
 
-    // The session from before the reload still works.
-    let _c = within(before.publish_namespace(moqt::TrackNamespace::from_path("a/three")))
+    // The session from before the reload still works, under the reloaded
+    // rules: the revoked public prefix no longer authorises it, the new one does.
+    let _c = within(before.publish_namespace(moqt::TrackNamespace::from_path("after/three")))
         .await
         .unwrap();
+    let e = within(before.publish_namespace(moqt::TrackNamespace::from_path("before/four")))
+        .await
+        .err()
+        .expect("a revoked prefix is refused");
+    assert!(e.to_string().contains("not authorized"), "{e}");
     assert_eq!(hub.relay().session_count(), 2);
     hub.shutdown().await;
 }

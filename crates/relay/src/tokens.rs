@@ -61,6 +61,7 @@ fn session_error(e: TokenError) -> SessionError {
 
 impl Authorizer for TokenAuthorizer {
     fn connect(&self, info: &ConnectInfo) -> Result<Arc<dyn SessionAccess>, SessionError> {
+        let generation = self.auth.generation();
         let auth = self.auth.get();
         let mut cache = TokenCache::new(self.max_cache);
         let mut token = info.path.as_deref().and_then(query_jwt);
@@ -80,8 +81,8 @@ impl Authorizer for TokenAuthorizer {
                 }
             }
         }
-        let identity = match token {
-            Some(t) => match auth.jwt(&t, SystemTime::now()) {
+        let identity = match &token {
+            Some(t) => match auth.jwt(t, SystemTime::now()) {
                 Ok(id) => {
                     self.auth.metrics.success(PROTOCOL, id.method());
                     Some(id)
@@ -109,7 +110,8 @@ impl Authorizer for TokenAuthorizer {
         };
         Ok(Arc::new(TokenAccess {
             auth: self.auth.clone(),
-            identity,
+            token,
+            identity: Mutex::new((generation, identity)),
             cache: Mutex::new(cache),
         }))
     }
@@ -122,8 +124,30 @@ impl Authorizer for TokenAuthorizer {
 /// One session's identity and registered token aliases.
 struct TokenAccess {
     auth: Arc<SharedAuth>,
-    identity: Option<Identity>,
+    /// The session's token, to derive its identity again after a reload.
+    token: Option<String>,
+    /// The identity, and the [`SharedAuth::generation`] it was derived in.
+    identity: Mutex<(u64, Option<Identity>)>,
     cache: Mutex<TokenCache>,
+}
+
+impl TokenAccess {
+    /// The session's identity under the auth in force now: derived again
+    /// when a reload happened since (a revoked key or public prefix then
+    /// stops authorising this session's requests).
+    fn identity(&self) -> Option<Identity> {
+        let generation = self.auth.generation();
+        let mut held = self.identity.lock().expect("identity");
+        if held.0 != generation {
+            let auth = self.auth.get();
+            let id = match &self.token {
+                Some(t) => auth.jwt(t, SystemTime::now()).ok(),
+                None => auth.anonymous("").ok(),
+            };
+            *held = (generation, id);
+        }
+        held.1.clone()
+    }
 }
 
 fn allows(id: &Identity, op: &Operation<'_>) -> bool {
@@ -186,7 +210,7 @@ impl SessionAccess for TokenAccess {
                 }
             }
         }
-        if self.identity.as_ref().is_some_and(|id| allows(id, op)) {
+        if self.identity().is_some_and(|id| allows(&id, op)) {
             return Ok(());
         }
         self.auth
@@ -211,7 +235,12 @@ impl SessionAccess for TokenAccess {
     }
 
     fn expires(&self) -> Option<SystemTime> {
-        self.identity.as_ref().and_then(|id| id.expires())
+        self.identity
+            .lock()
+            .expect("identity")
+            .1
+            .as_ref()
+            .and_then(|id| id.expires())
     }
 }
 

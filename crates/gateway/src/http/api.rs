@@ -112,6 +112,9 @@ pub struct Api {
     nonce: u64,
     /// The dashboard and player pages, once [`Api::serve_web`] set them.
     web: std::sync::OnceLock<super::web::Web>,
+    /// Who clients are and what they may do (open to all until
+    /// [`Api::set_auth`]).
+    auth: Mutex<Arc<quichub_auth::SharedAuth>>,
     /// Counters.
     pub metrics: ApiMetrics,
 }
@@ -144,8 +147,19 @@ impl Api {
             next_stream: AtomicU64::new(1),
             nonce,
             web: std::sync::OnceLock::new(),
+            auth: Mutex::new(quichub_auth::SharedAuth::open()),
             metrics: ApiMetrics::default(),
         })
+    }
+
+    /// Authenticates and authorises requests with `auth` from now on.
+    pub fn set_auth(&self, auth: Arc<quichub_auth::SharedAuth>) {
+        *self.auth.lock().expect("auth lock") = auth;
+    }
+
+    /// The authentication in force.
+    pub fn auth(&self) -> Arc<quichub_auth::SharedAuth> {
+        self.auth.lock().expect("auth lock").clone()
     }
 
     /// Serves the dashboard and the player (see [`super::web`]) beside the
