@@ -125,11 +125,12 @@ impl Auth {
         now: SystemTime,
     ) -> Result<Identity, AuthError> {
         let claims = self.keys.verify(token, now)?;
-        let prefixes = |rel: &[String], public: &Arc<[Prefix]>| -> Arc<[Prefix]> {
+        let prefixes = |rel: &[String], patterns: &[String], public: &Arc<[Prefix]>| {
             rel.iter()
                 .map(|p| Prefix::join(&claims.root, p))
+                .chain(patterns.iter().map(|p| Prefix::pattern(&claims.root, p)))
                 .chain(public.iter().cloned())
-                .collect()
+                .collect::<Arc<[Prefix]>>()
         };
         Ok(Identity {
             name: claims.sub.as_deref().map(Arc::from),
@@ -137,8 +138,8 @@ impl Auth {
             method: Method::Jwt,
             expires: claims.expires(),
             all: false,
-            put: prefixes(&claims.put, &self.public_put),
-            get: prefixes(&claims.get, &self.public_get),
+            put: prefixes(&claims.put, &claims.publish, &self.public_put),
+            get: prefixes(&claims.get, &claims.subscribe, &self.public_get),
             acl: self.acl.as_ref().map(|acl| AclRules {
                 rules: match &claims.sub {
                     Some(u) => acl.user_rules(u),
@@ -357,7 +358,7 @@ impl Identity {
         }
         self.prefixes(a)
             .iter()
-            .any(|p| p.covers(track_pieces(ns, Some(name))))
+            .any(|p| p.covers(track_pieces(ns, Some(name)), true))
     }
 
     /// Every track under the namespace prefix `ns` (PUBLISH_NAMESPACE,
@@ -379,7 +380,7 @@ impl Identity {
         }
         self.prefixes(a)
             .iter()
-            .any(|p| p.covers(track_pieces(ns, None)))
+            .any(|p| p.covers(track_pieces(ns, None), false))
     }
 
     /// An MQTT topic name (publish, delivery). Clients never publish to
@@ -398,7 +399,7 @@ impl Identity {
         }
         self.prefixes(a)
             .iter()
-            .any(|p| p.covers(topic_pieces(topic.split('/'))))
+            .any(|p| p.covers(topic_pieces(topic.split('/')), true))
     }
 
     /// An MQTT topic filter (SUBSCRIBE), as mosquitto 2 checks it: allowed
@@ -415,7 +416,9 @@ impl Identity {
         // The levels before the first wildcard bound every matching topic
         // (`#` also matches its parent, which is that same path).
         let literal = || filter.split('/').take_while(|l| *l != "+" && *l != "#");
-        self.get.iter().any(|p| p.covers(topic_pieces(literal())))
+        self.get
+            .iter()
+            .any(|p| p.covers(topic_pieces(literal()), false))
     }
 }
 

@@ -9,6 +9,13 @@
 //! "bbb"` under `root: "demo"` allows (demo, bbb) and (demo, bbb, x), not
 //! (demo, bbbx); an empty entry means everything under `root`.
 //!
+//! Newer moq-token (moq-cli 0.14) also writes `publish` and `subscribe`
+//! patterns when a grant is not a whole subtree: `x/**` is the subtree `x`
+//! (what legacy `put: "x"` means), `x` the broadcast `x` and its tracks only,
+//! `*` any one segment, `**` everything; these are honoured the same way
+//! (checked against tokens and keys made by `moq auth` in the tests).
+//! `quichub token sign` writes `put`/`get`, which every moq-token reads.
+//!
 //! # Keys
 //! A key file is any of:
 //! - a JWK as `moq-token generate` writes it: JSON, or that JSON in base64url
@@ -84,6 +91,22 @@ pub struct Claims {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub get: Vec<String>,
+    /// Patterns (under `root`) the bearer may publish, as newer moq-token
+    /// writes them: `x/**` a subtree, `x` the broadcast `x` only, `*` any
+    /// one segment.
+    #[serde(
+        default,
+        deserialize_with = "string_or_vec",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub publish: Vec<String>,
+    /// Patterns (under `root`) the bearer may subscribe to (as `publish`).
+    #[serde(
+        default,
+        deserialize_with = "string_or_vec",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub subscribe: Vec<String>,
     /// moq-dev's (deprecated) cluster-node flag: kept, grants nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cluster: bool,
@@ -125,7 +148,12 @@ impl Claims {
         if self.exp.is_some_and(|exp| exp <= now) || self.nbf.is_some_and(|nbf| nbf > now) {
             return Err(AuthError::Expired);
         }
-        if self.put.is_empty() && self.get.is_empty() && self.sub.is_none() {
+        if self.put.is_empty()
+            && self.get.is_empty()
+            && self.publish.is_empty()
+            && self.subscribe.is_empty()
+            && self.sub.is_none()
+        {
             return Err(AuthError::BadToken("no put, get or sub claim".into()));
         }
         Ok(())

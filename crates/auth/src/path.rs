@@ -21,35 +21,83 @@ pub const MQTT_ROOT: &str = "mqtt";
 /// The field standing for an empty topic level.
 pub(crate) const EMPTY_LEVEL: &[u8] = b"\0";
 
-/// A moq-token path prefix, normalised as moq-token does: leading, trailing
-/// and repeated `/` dropped, so `/demo//bbb/` is `demo/bbb`. Matching is on
-/// segment boundaries: `demo/bbb` covers `demo/bbb` and `demo/bbb/x`, not
-/// `demo/bbbx`. The empty prefix covers everything.
+/// A moq-token grant, normalised as moq-token does: leading, trailing and
+/// repeated `/` dropped, so `/demo//bbb/` is `demo/bbb`.
+///
+/// Two forms, as moq-token reads them:
+/// - a subtree (the legacy `put`/`get` entries, and `publish`/`subscribe`
+///   patterns ending in `/**`): matched on segment boundaries, `demo/bbb`
+///   covers `demo/bbb` and `demo/bbb/x`, not `demo/bbbx`; the empty prefix
+///   (or `**`) covers everything;
+/// - an exact broadcast path (a `publish`/`subscribe` pattern without
+///   `**`): the namespace itself and the tracks in it, not the namespaces
+///   below it.
+///
+/// In both, a `*` segment matches any one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Prefix(Box<[Box<[u8]>]>);
+pub(crate) struct Prefix {
+    segs: Box<[Box<[u8]>]>,
+    subtree: bool,
+}
 
 impl Prefix {
-    /// `root` joined with `rel` (moq-token's implicit `/`), normalised.
+    /// `root` joined with `rel` (moq-token's implicit `/`), normalised: a
+    /// subtree grant (legacy `put`/`get`, `public`).
     pub(crate) fn join(root: &str, rel: &str) -> Prefix {
-        Prefix(
-            root.split('/')
+        Prefix {
+            segs: root
+                .split('/')
                 .chain(rel.split('/'))
                 .filter(|s| !s.is_empty())
                 .map(|s| s.as_bytes().into())
                 .collect(),
-        )
+            subtree: true,
+        }
     }
 
-    /// Whether this prefix is a segment-aligned prefix of the path made of
-    /// `pieces` (already split on `/`, empty pieces dropped).
-    pub(crate) fn covers<'a>(&self, mut pieces: impl Iterator<Item = &'a [u8]>) -> bool {
-        self.0.iter().all(|seg| pieces.next() == Some(&seg[..]))
+    /// `root` joined with a `publish`/`subscribe` pattern: a subtree when it
+    /// ends in `**`, else an exact path. (A `**` elsewhere is kept as a
+    /// literal segment, which matches nothing real: fail closed.)
+    pub(crate) fn pattern(root: &str, pattern: &str) -> Prefix {
+        let mut p = Prefix::join(root, pattern);
+        p.subtree = p.segs.last().is_some_and(|s| &s[..] == b"**");
+        if p.subtree {
+            let mut segs = p.segs.into_vec();
+            segs.pop();
+            p.segs = segs.into_boxed_slice();
+        }
+        p
+    }
+
+    /// Whether this grant covers the path made of `pieces` (already split on
+    /// `/`, empty pieces dropped). `named`: the last piece is a track name
+    /// (or an MQTT topic's last level), which an exact grant of its
+    /// namespace covers; otherwise `pieces` is a namespace prefix standing
+    /// for everything below it.
+    pub(crate) fn covers<'a>(
+        &self,
+        mut pieces: impl Iterator<Item = &'a [u8]>,
+        named: bool,
+    ) -> bool {
+        for seg in self.segs.iter() {
+            match pieces.next() {
+                Some(p) if &seg[..] == b"*" || &seg[..] == p => {}
+                _ => return false,
+            }
+        }
+        if self.subtree {
+            return true;
+        }
+        match pieces.next() {
+            None => true,
+            Some(_) => named && pieces.next().is_none(),
+        }
     }
 
     /// The normalised prefix as text.
     #[cfg(test)]
     pub(crate) fn to_text(&self) -> String {
-        self.0
+        self.segs
             .iter()
             .map(|s| String::from_utf8_lossy(s))
             .collect::<Vec<_>>()
@@ -146,17 +194,44 @@ mod tests {
     }
 
     #[test]
+    fn patterns_as_newer_moq_token_writes_them() {
+        // `x/**`: a subtree.
+        let p = Prefix::pattern("demo", "bbb/**");
+        assert!(p.covers(track_pieces(&ns(&["demo", "bbb", "x"]), None), false));
+        assert!(p.covers(track_pieces(&ns(&["demo", "bbb"]), Some(b"v")), true));
+        assert!(!p.covers(track_pieces(&ns(&["demo", "bbbx"]), None), false));
+        // `x`: the broadcast x and its tracks, not the namespaces below it.
+        let p = Prefix::pattern("demo", "ccc");
+        assert!(p.covers(track_pieces(&ns(&["demo", "ccc"]), None), false));
+        assert!(p.covers(track_pieces(&ns(&["demo", "ccc"]), Some(b"video")), true));
+        assert!(!p.covers(track_pieces(&ns(&["demo", "ccc", "x"]), Some(b"v")), true));
+        assert!(!p.covers(track_pieces(&ns(&["demo"]), None), false));
+        // `*`: one segment.
+        let p = Prefix::pattern("", "rooms/*/cam");
+        assert!(p.covers(track_pieces(&ns(&["rooms", "a", "cam"]), Some(b"v")), true));
+        assert!(!p.covers(
+            track_pieces(&ns(&["rooms", "a", "b", "cam"]), Some(b"v")),
+            true
+        ));
+        // `**` alone: everything; `**` inside: a literal that matches nothing real.
+        assert!(Prefix::pattern("", "**").covers(track_pieces(&ns(&["x", "y"]), None), false));
+        assert!(
+            !Prefix::pattern("", "a/**/b").covers(track_pieces(&ns(&["a", "x", "b"]), None), false)
+        );
+    }
+
+    #[test]
     fn prefixes_normalise_and_match_on_boundaries() {
         let p = Prefix::join("/demo/", "bbb/");
         assert_eq!(p.to_text(), "demo/bbb");
-        assert!(p.covers(track_pieces(&ns(&["demo", "bbb"]), None)));
-        assert!(p.covers(track_pieces(&ns(&["demo", "bbb", "x"]), None)));
-        assert!(p.covers(track_pieces(&ns(&["demo"]), Some(b"bbb"))));
-        assert!(!p.covers(track_pieces(&ns(&["demo", "bbbx"]), None)));
-        assert!(!p.covers(track_pieces(&ns(&["demo"]), None)));
+        assert!(p.covers(track_pieces(&ns(&["demo", "bbb"]), None), false));
+        assert!(p.covers(track_pieces(&ns(&["demo", "bbb", "x"]), None), false));
+        assert!(p.covers(track_pieces(&ns(&["demo"]), Some(b"bbb")), true));
+        assert!(!p.covers(track_pieces(&ns(&["demo", "bbbx"]), None), false));
+        assert!(!p.covers(track_pieces(&ns(&["demo"]), None), false));
         // A field holding '/' matches as the joined string does.
-        assert!(p.covers(track_pieces(&ns(&["demo/bbb"]), Some(b"v"))));
-        assert!(Prefix::join("", "").covers(track_pieces(&ns(&["x"]), None)));
+        assert!(p.covers(track_pieces(&ns(&["demo/bbb"]), Some(b"v")), true));
+        assert!(Prefix::join("", "").covers(track_pieces(&ns(&["x"]), None), false));
         assert_eq!(Prefix::join("demo", "").to_text(), "demo");
         assert_eq!(Prefix::join("", "a//b").to_text(), "a/b");
     }

@@ -332,3 +332,68 @@ fn reasons_are_labels() {
         "{e}"
     );
 }
+
+/// Keys and tokens made by moq-dev's own tool (`moq auth generate` and
+/// `moq auth sign` of moq-cli 0.14.10): its base64url JWK files, its newer
+/// `publish`/`subscribe` patterns and its legacy `put`/`get`.
+#[test]
+fn tokens_made_by_moq_cli() {
+    const HS_KEY: &str = "eyJhbGciOiJIUzI1NiIsImtleV9vcHMiOlsic2lnbiIsInZlcmlmeSJdLCJrdHkiOiJvY3QiLCJrIjoiajhhdHFVRGxCTFVnMFZnanl2cS01TXZoV2gwQWlvYlFHZl9sdXB3TFFBRSIsImtpZCI6Im1vcS1ocyJ9";
+    // {"root":"demo","publish":["alice/**","cam"],"subscribe":["**"]}
+    const HS_TOKEN: &str = "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiIsImtpZCI6Im1vcS1ocyJ9.eyJyb290IjoiZGVtbyIsInB1Ymxpc2giOlsiYWxpY2UvKioiLCJjYW0iXSwic3Vic2NyaWJlIjpbIioqIl19.AfSpHAVw1LiPWB9lVI7dS5OVvkD3Yy2VucMxX7hu8mQ";
+    const ES_PUBLIC: &str = "eyJhbGciOiJFUzI1NiIsImtleV9vcHMiOlsidmVyaWZ5Il0sImt0eSI6IkVDIiwiY3J2IjoiUC0yNTYiLCJ4IjoiSlRJdUNvQ2pEV0hSSE5hRHkyMlpCWl95LUFwM0hMVXMtTWNOLVU1X29RYyIsInkiOiJxTXNsTVNidVJiRzVMaFJkaHpLMXhYOTZZM3NhQnFiWmc5dDNXQ2tTQzZFIiwia2lkIjoibW9xLWVzIn0";
+    // {"root":"live","get":["game"]}
+    const ES_TOKEN: &str = "eyJ0eXAiOiJKV1QiLCJhbGciOiJFUzI1NiIsImtpZCI6Im1vcS1lcyJ9.eyJyb290IjoibGl2ZSIsImdldCI6WyJnYW1lIl19.pYwiyj8BvZoEuGiGgbn19htNuAGaEcrmjaF2qLp9aRxmQmoxjRccTFoo8uLMmXm9fEyl6Zon1ne5JCE5S7qXcA";
+    const ED_PUBLIC: &str = "eyJhbGciOiJFZERTQSIsImtleV9vcHMiOlsidmVyaWZ5Il0sImt0eSI6Ik9LUCIsImNydiI6IkVkMjU1MTkiLCJ4IjoiZVZtMW1IYzRRVmFsRGh1UHRQUXlzeHQ5VmdqUGNRbGFKQTJqcWpQN292QSIsImtpZCI6Im1vcS1lZCJ9";
+    // {"put":["x"]}
+    const ED_TOKEN: &str = "eyJ0eXAiOiJKV1QiLCJhbGciOiJFZERTQSIsImtpZCI6Im1vcS1lZCJ9.eyJwdXQiOlsieCJdfQ.jLvFMPPItXdkNj5EbMXVBGmciiaG7qeiBh6h592Nty0XXcH15oDyhacoO809lGDa9StFmdd6mfZK8SNtTZAzDg";
+
+    let dir = std::env::temp_dir().join(format!("quichub-auth-moq-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, key) in [
+        ("moq-hs.jwk", HS_KEY),
+        ("moq-es.jwk", ES_PUBLIC),
+        ("moq-ed.jwk", ED_PUBLIC),
+    ] {
+        std::fs::write(dir.join(name), key).unwrap();
+    }
+    let auth = Auth::load(&AuthConfig {
+        key_dir: Some(dir.clone()),
+        ..AuthConfig::default()
+    })
+    .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+
+    let hs = auth.jwt(HS_TOKEN, now()).unwrap();
+    assert!(hs.may_track(
+        Access::Write,
+        &ns(&["demo", "alice", "cam1"]),
+        Some(b"video")
+    ));
+    assert!(hs.may_prefix(Access::Write, &ns(&["demo", "alice"])));
+    // `cam`: that broadcast and its tracks, nothing below it.
+    assert!(hs.may_track(Access::Write, &ns(&["demo", "cam"]), Some(b"video")));
+    assert!(hs.may_prefix(Access::Write, &ns(&["demo", "cam"])));
+    assert!(!hs.may_track(Access::Write, &ns(&["demo", "cam", "x"]), Some(b"video")));
+    assert!(!hs.may_prefix(Access::Write, &ns(&["demo", "bob"])));
+    assert!(!hs.may_prefix(Access::Write, &ns(&["demo"])));
+    // `**` under the root: every read under demo, nothing outside.
+    assert!(hs.may_prefix(Access::Read, &ns(&["demo"])));
+    assert!(!hs.may_prefix(Access::Read, &ns(&["other"])));
+
+    let es = auth.jwt(ES_TOKEN, now()).unwrap();
+    assert!(es.may_prefix(Access::Read, &ns(&["live", "game"])));
+    assert!(es.may_track(Access::Read, &ns(&["live", "game", "a"]), Some(b"v")));
+    assert!(!es.may_prefix(Access::Read, &ns(&["live"])));
+    assert!(!es.may_track(Access::Write, &ns(&["live", "game"]), Some(b"v")));
+
+    let ed = auth.jwt(ED_TOKEN, now()).unwrap();
+    assert!(ed.may_prefix(Access::Write, &ns(&["x", "y"])));
+    assert!(!ed.may_prefix(Access::Read, &ns(&["x"])));
+
+    // A token made with one moq-cli key does not pass with another's kid.
+    let (h, rest) = HS_TOKEN.split_once('.').unwrap();
+    let _ = h;
+    let forged = format!("{}.{rest}", ES_TOKEN.split_once('.').unwrap().0);
+    assert!(auth.jwt(&forged, now()).is_err());
+}
