@@ -146,6 +146,11 @@ fn h264_aac(path: &Path, secs: u32) {
 
 /// Starts quichub's relay with the directory's certificate; its port.
 fn relay(dir: &Dir) -> (Proc, u16) {
+    relay_with(dir, &[])
+}
+
+/// [`relay`] with more arguments (e.g. `--config`).
+fn relay_with(dir: &Dir, extra: &[&str]) -> (Proc, u16) {
     let mut child = Command::new(QUICHUB)
         .args([
             "relay",
@@ -162,6 +167,7 @@ fn relay(dir: &Dir) -> (Proc, u16) {
         .arg(dir.path("cert.pem"))
         .arg("--key")
         .arg(dir.path("key.pem"))
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(dir.path("relay.log")).unwrap())
         .spawn()
@@ -444,6 +450,122 @@ fn moq_subscribes(bin: &Path, scheme: &str, format: &str, mode: &str) {
         assert_same_pictures(&input, &out, &what);
         assert_same_audio(&input, &out, &what);
     }
+}
+
+/// Tokens from moq-dev's own tool: a key made by `moq auth generate` is
+/// quichub's `[auth] key`, `moq auth sign` makes the tokens (newer
+/// `publish`/`subscribe` patterns), `moq import` publishes with `?jwt=` over
+/// WebTransport and `quichub sub` plays it with its own `?jwt=` over raw
+/// QUIC; without a token, or outside its grant, quichub refuses.
+fn moq_tokens(bin: &Path) {
+    let dir = Dir::new("tokens");
+    let input = dir.path("in.mp4");
+    h264_aac(&input, 2);
+    let moq_auth = |args: &[&str]| -> String {
+        let out = Command::new(bin.join("moq"))
+            .arg("auth")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "moq auth {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let key = dir.path("moq.jwk");
+    moq_auth(&["generate", "--out", key.to_str().unwrap()]);
+    let k = key.to_str().unwrap();
+    let put = moq_auth(&["sign", "--key", k, "--root", "live", "--publish", "cams/**"]);
+    let get = moq_auth(&[
+        "sign",
+        "--key",
+        k,
+        "--root",
+        "live",
+        "--subscribe",
+        "cams/a.hang",
+    ]);
+    let config = dir.path("relay.toml");
+    std::fs::write(&config, format!("[auth]\nkey = {:?}\n", key)).unwrap();
+    let (_relay, port) = relay_with(&dir, &["--config", config.to_str().unwrap()]);
+    let sub = |token: &str, broadcast: &str, out: &Path| {
+        Command::new(QUICHUB)
+            .args(["sub", &format!("moqt://127.0.0.1:{port}/?jwt={token}")])
+            .args(["--broadcast", broadcast, "--duration", "30", "--output"])
+            .arg(out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let out = dir.path("out.mp4");
+    let allowed = sub(&get, "live/cams/a.hang", &out);
+    // Outside the subscriber's grant, and without any token: refused.
+    let other = sub(&get, "live/cams/b.hang", &dir.path("b.mp4"));
+    let anonymous = sub("", "live/cams/a.hang", &dir.path("anon.mp4"));
+    std::thread::sleep(Duration::from_secs(1));
+    let mut ffmpeg = Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-re", "-i"])
+        .arg(&input)
+        .args([
+            "-c",
+            "copy",
+            "-f",
+            "mp4",
+            "-movflags",
+            CMAF_PIPE,
+            "-frag_duration",
+            "1",
+            "-",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url = format!("https://127.0.0.1:{port}/?jwt={put}");
+    let mut publisher = Proc(
+        moq(bin, &dir, &url, "live/cams/a.hang")
+            .args(["import", "fmp4"])
+            .stdin(ffmpeg.stdout.take().unwrap())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path("moq.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let published = wait_for(&mut publisher.0, Duration::from_secs(30));
+    let _ = ffmpeg.wait();
+    let allowed = allowed.wait_with_output().unwrap();
+    let logs = |extra: &str| {
+        format!(
+            "--- moq import\n{}\n--- quichub sub\n{extra}\n--- relay\n{}",
+            dir.log("moq.log"),
+            dir.log("relay.log")
+        )
+    };
+    let sub_log = String::from_utf8_lossy(&allowed.stderr).to_string();
+    assert!(published, "moq import did not end\n{}", logs(&sub_log));
+    assert!(
+        allowed.status.success(),
+        "quichub sub failed\n{}",
+        logs(&sub_log)
+    );
+    // The sub asks for the broadcast before it exists: it gets every frame.
+    let frames = count_frames(&out);
+    assert!(
+        frames.iter().any(|(c, n)| c == "h264" && *n == 60),
+        "{frames:?}\n{}",
+        logs(&sub_log)
+    );
+    for (what, child) in [("outside its grant", other), ("without a token", anonymous)] {
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "a subscriber {what} was served\n{err}");
+        assert!(err.contains("not authorized"), "{what}: {err}");
+    }
+}
+
+#[test]
+fn moq_cli_tokens_authorise_publish_and_subscribe() {
+    let Some(bin) = tools() else { return };
+    moq_tokens(&bin);
 }
 
 #[test]

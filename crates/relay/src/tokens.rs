@@ -39,12 +39,14 @@ impl TokenAuthorizer {
     }
 }
 
-/// The `jwt` parameter of a path's query, percent-decoded.
+/// The `jwt` parameter of a path's query, percent-decoded; an empty one
+/// (`?jwt=`) is no token.
 pub fn query_jwt(path: &str) -> Option<String> {
     let (_, query) = path.split_once('?')?;
     url::form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == "jwt")
         .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty())
 }
 
 fn session_error(e: TokenError) -> SessionError {
@@ -257,5 +259,6 @@ mod tests {
         assert_eq!(query_jwt("/?x=1&jwt=a%2Eb"), Some("a.b".into()));
         assert_eq!(query_jwt("/moq"), None);
         assert_eq!(query_jwt("/moq?jwtx=1"), None);
+        assert_eq!(query_jwt("/moq?jwt="), None);
     }
 }
