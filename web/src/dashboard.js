@@ -8,7 +8,7 @@
 // the payload's size.
 
 import uPlot from 'uplot';
-import { Session, relayInfo, relayUrl } from './session.js';
+import { Session, relayInfo, relayUrl, pageToken } from './session.js';
 import { FILTER } from './moqt.js';
 
 const $ = (id) => document.getElementById(id);
@@ -32,7 +32,10 @@ function el(tag, text, attrs = {}) {
 }
 
 function watchHref(fields) {
-  return '/watch/' + fields.map(encodeURIComponent).join('/');
+  // The player needs the dashboard's token too.
+  const t = pageToken();
+  const path = '/watch/' + fields.map(encodeURIComponent).join('/');
+  return t ? `${path}?jwt=${encodeURIComponent(t)}` : path;
 }
 
 function kbit(bytesPerSec) {

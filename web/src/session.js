@@ -358,16 +358,43 @@ function withTimeout(p, ms, what) {
   ]).finally(() => clearTimeout(t));
 }
 
-/** Reads the relay's facts the pages need (`/v1/relay` on the page's own origin). */
+/**
+ * The token of the page's own URL (`?jwt=`), or null: with auth on, the
+ * pages pass it on to the relay (MoQT session, `/v1/relay`, event streams).
+ * The pages send `Referrer-Policy: no-referrer`, so it does not leak from
+ * them to other sites.
+ */
+export function pageToken() {
+  return new URLSearchParams(location.search).get('jwt') || null;
+}
+
+/** `url` (absolute, or relative to the page) with the page's token as `?jwt=`. */
+export function withToken(url) {
+  const t = pageToken();
+  const u = new URL(url, location.href);
+  if (t) u.searchParams.set('jwt', t);
+  return u.href;
+}
+
+/**
+ * Reads the relay's facts the pages need (`/v1/relay` on the page's own
+ * origin; with a token, only what it may read).
+ */
 export async function relayInfo() {
-  const r = await fetch('/v1/relay', { cache: 'no-store' });
+  const t = pageToken();
+  const headers = t ? { Authorization: `Bearer ${t}` } : {};
+  const r = await fetch('/v1/relay', { cache: 'no-store', headers });
+  if (r.status === 401 || r.status === 403) {
+    const why = t ? 'the token in ?jwt= was refused' : 'the relay needs a token: add ?jwt=TOKEN to this page\'s URL';
+    throw new Error(`/v1/relay: HTTP ${r.status}: ${why}`);
+  }
   if (!r.ok) throw new Error(`/v1/relay: HTTP ${r.status}`);
   return r.json();
 }
 
-/** The WebTransport URL of the relay that served the page. */
+/** The WebTransport URL of the relay that served the page (with the page's token). */
 export function relayUrl(info) {
-  return `https://${location.hostname}:${info.quic_port}/`;
+  return withToken(`https://${location.hostname}:${info.quic_port}/`);
 }
 
 /**

@@ -96,9 +96,15 @@ fn start_relay_observed() -> Relay {
 }
 
 fn spawn_relay(observed: bool) -> Relay {
+    spawn_relay_with(observed, &[])
+}
+
+/// A relay with `extra` arguments (e.g. `--config FILE`).
+fn spawn_relay_with(observed: bool, extra: &[&str]) -> Relay {
     let mut child = Command::new(BIN)
+        .arg("relay")
+        .args(extra)
         .args([
-            "relay",
             "--bind",
             "127.0.0.1:0",
             "--metrics",
@@ -281,6 +287,94 @@ async fn player_decodes_a_live_broadcast() {
         r["hostileSafe"], true,
         "a hostile name reached the DOM: {r}"
     );
+}
+
+/// A relay with auth on (`[auth] key`): the player given `?jwt=` passes
+/// the token to `/v1/relay` and to the WebTransport session and plays; with
+/// no token the relay refuses it and the page says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn player_plays_with_a_token_and_is_refused_without() {
+    use quichub_auth::jwt::{Claims, Key};
+    if prerequisites(true).is_none() {
+        return;
+    }
+    let dir = out_dir().join(format!("auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = b"0123456789abcdef0123456789abcdef-e2e-web-auth";
+    std::fs::write(dir.join("secret"), secret).unwrap();
+    let config = dir.join("relay.toml");
+    std::fs::write(
+        &config,
+        format!("[auth]\nkey = {:?}\n", dir.join("secret").to_str().unwrap()),
+    )
+    .unwrap();
+    let relay = spawn_relay_with(false, &["--config", config.to_str().unwrap()]);
+    let key = Key::parse(secret).unwrap();
+    // Comma-separated grants; "" grants nothing.
+    let token = |put: &str, get: &str| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let claims = Claims {
+            put: put.split_terminator(',').map(str::to_string).collect(),
+            get: get.split_terminator(',').map(str::to_string).collect(),
+            exp: Some(now + 600),
+            ..Claims::default()
+        };
+        key.sign(&claims, None).unwrap()
+    };
+    let home = format!("http://{}/", relay.http);
+    let (ok, codecs) = node("codecs.mjs", &[&home]);
+    assert!(ok, "codec probe failed: {codecs}");
+    let video = if codecs["video"]["avc1.42c01e"] == true {
+        media::h264(&out_dir())
+    } else {
+        media::vp8(&out_dir())
+    };
+    let session = ClientSession::connect(
+        &format!(
+            "moqt://127.0.0.1:{}/?jwt={}",
+            relay.quic,
+            token("live/auth-test", "")
+        ),
+        ConnectOptions::default(),
+    )
+    .await
+    .expect("connect publisher");
+    let tasks = media::publish(&session, "live/auth-test", video, None, false).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Without a token: /v1/relay answers 401 and the player shows it.
+    let (status, head, _) = http_get(relay.http.clone(), "/v1/relay").await;
+    assert_eq!(status, 401);
+    assert!(head.contains("www-authenticate: bearer"), "{head}");
+    let url = format!("{home}watch/live/auth-test");
+    let (ok, r) = tokio::task::spawn_blocking(move || node("refused.mjs", &[&url]))
+        .await
+        .unwrap();
+    assert!(ok, "the player did not fail: {r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("401"),
+        "the page does not say why: {r}"
+    );
+
+    // With a token that may read the broadcast: it plays.
+    let shot = out_dir().join("player-auth.png");
+    let url = format!(
+        "{home}watch/live/auth-test?jwt={}",
+        token("", "live/auth-test")
+    );
+    let (ok, r) =
+        tokio::task::spawn_blocking(move || node("player.mjs", &[&url, shot.to_str().unwrap()]))
+            .await
+            .unwrap();
+    for t in tasks {
+        t.abort();
+    }
+    assert!(ok, "the player with a token did not play: {r}");
+    assert!(r["stats"]["decodedFrames"].as_u64().unwrap() > 30, "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The same with the "cmaf" container (fragmented MP4 from ffmpeg, one

@@ -10,9 +10,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
+use quichub_auth::Access;
 use quichub_mqtt::{QoS, SubscriptionOptions};
 use tokio::sync::{mpsc, watch};
 
+use super::auth;
 use super::route::{route, Route, TIME_METHODS, TOPIC_METHODS};
 use super::sse;
 use crate::bridge::Bridge;
@@ -200,7 +202,9 @@ impl Api {
     }
 
     /// Handles one request. The URI's path routes it (its query is
-    /// ignored); the body is the whole request body.
+    /// ignored but for `jwt`, see [`auth`]); the body is the whole request
+    /// body. Topic routes and `/v1/relay` are authenticated with the
+    /// [`Api::auth`] in force: one token verification per request.
     pub async fn handle(self: &Arc<Self>, req: Request<Bytes>) -> Resp {
         self.metrics.requests.fetch_add(1, Relaxed);
         let head = req.method() == Method::HEAD;
@@ -214,35 +218,51 @@ impl Api {
 
     async fn dispatch(self: &Arc<Self>, req: Request<Bytes>) -> Resp {
         let (parts, body) = req.into_parts();
-        let method = parts.method;
-        if let Some(r) = self
-            .web
-            .get()
-            .and_then(|w| w.handle(&method, parts.uri.path()))
-        {
+        if let Some(r) = self.web.get().and_then(|w| {
+            // Only the dashboard's JSON holds data: the pages, assets and
+            // certificate hash are public, the JSON shows what the
+            // requester may read.
+            w.handle(&parts.method, parts.uri.path(), || {
+                auth::authenticate(&self.auth(), &parts)
+            })
+        }) {
             return r;
         }
         match route(parts.uri.path()) {
             Route::NotFound => error(StatusCode::NOT_FOUND, "no such route"),
-            Route::Time => match method {
+            Route::Time => match parts.method {
                 Method::GET | Method::HEAD => time(),
                 _ => not_allowed(TIME_METHODS),
             },
             Route::BadTopic(why) => {
-                if is_topic_method(&method) {
+                if is_topic_method(&parts.method) {
                     error(StatusCode::BAD_REQUEST, why)
                 } else {
                     not_allowed(TOPIC_METHODS)
                 }
             }
-            Route::Topic(topic) => match method {
-                Method::PUT => self.create(&topic),
-                Method::HEAD => self.exists(&topic),
-                Method::DELETE => self.delete(&topic),
-                Method::POST => self.publish(&topic, &parts.headers, body).await,
-                Method::GET => self.subscribe(&topic, &parts.headers),
-                _ => not_allowed(TOPIC_METHODS),
-            },
+            Route::Topic(topic) => {
+                let access = match parts.method {
+                    Method::GET | Method::HEAD => Access::Read,
+                    Method::PUT | Method::DELETE | Method::POST => Access::Write,
+                    _ => return not_allowed(TOPIC_METHODS),
+                };
+                let shared = self.auth();
+                let id = match auth::authenticate(&shared, &parts) {
+                    Ok(id) => id,
+                    Err(r) => return r.response(),
+                };
+                if !id.may_topic(access, &topic) {
+                    return auth::forbidden(&shared, &id).response();
+                }
+                match parts.method {
+                    Method::PUT => self.create(&topic),
+                    Method::HEAD => self.exists(&topic),
+                    Method::DELETE => self.delete(&topic),
+                    Method::POST => self.publish(&topic, &parts.headers, body).await,
+                    _ => self.subscribe(&topic, &parts.headers, id.expires()),
+                }
+            }
         }
     }
 
@@ -314,7 +334,14 @@ impl Api {
         r
     }
 
-    fn subscribe(self: &Arc<Self>, topic: &str, headers: &HeaderMap) -> Resp {
+    /// A stream of `topic`'s messages; it ends at `expires` (the token's
+    /// `exp`), as a MoQT session does.
+    fn subscribe(
+        self: &Arc<Self>,
+        topic: &str,
+        headers: &HeaderMap,
+        expires: Option<SystemTime>,
+    ) -> Resp {
         let history = match headers.get(HISTORY_LENGTH) {
             None => 0,
             Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()) {
@@ -410,7 +437,13 @@ impl Api {
                 }
             }
             drop(past);
-            stream.live(&mut rx, dedupe, deleted, kicked, &topic).await;
+            let expiry = expires.map(|at| {
+                let left = at.duration_since(SystemTime::now()).unwrap_or_default();
+                tokio::time::Instant::now() + left
+            });
+            stream
+                .live(&mut rx, dedupe, deleted, kicked, expiry, &topic)
+                .await;
         });
         let mut r = Response::new(ApiBody::Stream(body));
         let h = r.headers_mut();
@@ -535,8 +568,14 @@ impl Stream<'_> {
         mut dedupe: Dedupe,
         mut deleted: watch::Receiver<()>,
         mut kicked: mpsc::Receiver<u8>,
+        expiry: Option<tokio::time::Instant>,
         topic: &str,
     ) {
+        // No expiry: a deadline that never comes (the branch is disabled).
+        let expired = tokio::time::sleep_until(
+            expiry.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(1)),
+        );
+        tokio::pin!(expired);
         let period = self.api.config.keepalive.max(Duration::from_millis(10));
         let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -550,6 +589,10 @@ impl Stream<'_> {
                     return;
                 }
                 _ = kicked.recv() => return,
+                _ = &mut expired, if expiry.is_some() => {
+                    let _ = self.send(sse::comment("token expired")).await;
+                    return;
+                }
                 _ = self.out.closed() => return,
                 d = rx.recv() => {
                     let Some(d) = d else { return };
@@ -871,6 +914,154 @@ mod tests {
         let mut rx = stream(call(&api, Method::GET, "/v1/t/k").await);
         assert_eq!(next(&mut rx).await.unwrap(), ": subscribed\n\n");
         assert_eq!(next(&mut rx).await.unwrap(), ": keep-alive\n\n");
+    }
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef-api-test";
+
+    /// An API whose auth verifies HS256 tokens signed with [`SECRET`] and
+    /// lets anonymous clients read and write `pub/...`; the key signing.
+    fn authed(dir: &str) -> (Arc<Api>, quichub_auth::jwt::Key) {
+        let dir = std::env::temp_dir().join(format!("quichub-api-{dir}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("key");
+        std::fs::write(&key, SECRET).unwrap();
+        let cfg = quichub_auth::AuthConfig {
+            key: Some(key),
+            public: vec!["mqtt/pub".into()],
+            ..Default::default()
+        };
+        let auth = quichub_auth::Auth::load(&cfg).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let api = api(ApiConfig::default());
+        api.set_auth(quichub_auth::SharedAuth::new(auth));
+        (api, quichub_auth::jwt::Key::parse(SECRET).unwrap())
+    }
+
+    fn token(key: &quichub_auth::jwt::Key, put: &[&str], get: &[&str], ttl: i64) -> String {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let claims = quichub_auth::jwt::Claims {
+            root: "mqtt".into(),
+            put: put.iter().map(|s| s.to_string()).collect(),
+            get: get.iter().map(|s| s.to_string()).collect(),
+            exp: Some((now + ttl) as u64),
+            ..Default::default()
+        };
+        key.sign(&claims, None).unwrap()
+    }
+
+    async fn call_with(api: &Arc<Api>, method: Method, path: &str, bearer: &str) -> Resp {
+        let mut r = req(method, path, b"");
+        r.headers_mut().insert(
+            http::header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {bearer}")).unwrap(),
+        );
+        api.handle(r).await
+    }
+
+    fn challenge(r: &Resp) -> &str {
+        r.headers()[http::header::WWW_AUTHENTICATE]
+            .to_str()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn topic_routes_need_the_right_grant() {
+        let (api, key) = authed("grants");
+        let rw = token(&key, &["s"], &["s"], 60);
+        let ro = token(&key, &[], &["s"], 60);
+        // No credentials, a non-public topic: 401 with a bare challenge.
+        let r = call(&api, Method::PUT, "/v1/t/s/1").await;
+        assert_eq!(r.status(), 401);
+        assert_eq!(challenge(&r), "Bearer");
+        // Public prefix: anonymous clients may.
+        assert_eq!(call(&api, Method::PUT, "/v1/t/pub/x").await.status(), 201);
+        // A bad token: 401 invalid_token, whatever the route.
+        for bad in [
+            "nope",
+            &rw[..rw.len() - 2],
+            &token(&key, &["s"], &["s"], -10),
+        ] {
+            let r = call_with(&api, Method::PUT, "/v1/t/pub/x", bad).await;
+            assert_eq!(r.status(), 401, "{bad}");
+            assert!(
+                challenge(&r).starts_with("Bearer error=\"invalid_token\", error_description=\"")
+            );
+        }
+        // Read-only: GET/HEAD yes, PUT/POST/DELETE 403.
+        assert_eq!(
+            call_with(&api, Method::PUT, "/v1/t/s/1", &rw)
+                .await
+                .status(),
+            201
+        );
+        assert_eq!(
+            call_with(&api, Method::HEAD, "/v1/t/s/1", &ro)
+                .await
+                .status(),
+            200
+        );
+        for m in [Method::PUT, Method::POST, Method::DELETE] {
+            let r = call_with(&api, m.clone(), "/v1/t/s/1", &ro).await;
+            assert_eq!(r.status(), 403, "{m}");
+            assert!(challenge(&r).contains("insufficient_scope"));
+        }
+        // Outside the grant: 403; a non-topic method: still 405.
+        assert_eq!(
+            call_with(&api, Method::HEAD, "/v1/t/t/1", &rw)
+                .await
+                .status(),
+            403
+        );
+        assert_eq!(
+            call_with(&api, Method::HEAD, "/v1/t/sx", &rw)
+                .await
+                .status(),
+            403
+        );
+        assert_eq!(
+            call_with(&api, Method::PATCH, "/v1/t/s/1", &rw)
+                .await
+                .status(),
+            405
+        );
+        // The clock stays open; another scheme is a bad request.
+        assert_eq!(call(&api, Method::GET, "/v1/time").await.status(), 200);
+        let mut r = req(Method::GET, "/v1/t/s/1", b"");
+        r.headers_mut().insert(
+            http::header::AUTHORIZATION,
+            HeaderValue::from_static("Basic dXNlcjpwYXNz"),
+        );
+        assert_eq!(api.handle(r).await.status(), 400);
+        // The query token, for EventSource.
+        let r = call(&api, Method::GET, &format!("/v1/t/s/1?a=b&jwt={ro}")).await;
+        stream(r);
+        assert_eq!(
+            call_with(&api, Method::DELETE, "/v1/t/s/1", &rw)
+                .await
+                .status(),
+            204
+        );
+        let m = &api.auth().metrics;
+        assert_eq!(m.get("http", true, "jwt"), 9);
+        assert_eq!(m.get("http", false, "expired"), 1);
+        assert_eq!(m.get("http", false, "not_authorized"), 6);
+    }
+
+    #[tokio::test]
+    async fn a_stream_ends_when_its_token_expires() {
+        let (api, key) = authed("expiry");
+        let t = token(&key, &["e"], &["e"], 2);
+        assert_eq!(
+            call_with(&api, Method::PUT, "/v1/t/e", &t).await.status(),
+            201
+        );
+        let mut rx = stream(call_with(&api, Method::GET, "/v1/t/e", &t).await);
+        assert_eq!(next(&mut rx).await.unwrap(), ": subscribed\n\n");
+        assert_eq!(next(&mut rx).await.unwrap(), ": token expired\n\n");
+        assert_eq!(next(&mut rx).await, None);
     }
 
     #[test]

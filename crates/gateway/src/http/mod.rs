@@ -30,6 +30,7 @@
 //! in `docs/http-api.md`.
 
 pub mod api;
+pub mod auth;
 pub mod h3;
 pub mod route;
 pub mod sse;

@@ -13,11 +13,13 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use http::{Method, Response, StatusCode};
+use quichub_auth::{Access, Identity};
 use quichub_relay::core::Origin;
 use quichub_relay::Relay;
 use serde_json::json;
 
 use super::api::{error, ApiBody};
+use super::auth::Refusal;
 
 /// The dashboard route.
 pub const DASHBOARD_PATH: &str = "/";
@@ -95,8 +97,16 @@ impl Web {
     }
 
     /// Answers `path` if it is one of the pages' routes (`None`: not ours,
-    /// the API routes it). Only `GET` and `HEAD` are allowed on them.
-    pub fn handle(&self, method: &Method, path: &str) -> Option<Response<ApiBody>> {
+    /// the API routes it). Only `GET` and `HEAD` are allowed on them. The
+    /// pages, assets and certificate hash hold no data and are public;
+    /// `/v1/relay` is the relay's state as `who` (called for that route
+    /// only; `Err` is the refusal to send) may read it.
+    pub fn handle(
+        &self,
+        method: &Method,
+        path: &str,
+        who: impl FnOnce() -> Result<Identity, Refusal>,
+    ) -> Option<Response<ApiBody>> {
         let ours = path == DASHBOARD_PATH
             || path == CERTIFICATE_PATH
             || path == RELAY_PATH
@@ -126,7 +136,11 @@ impl Web {
                 r
             }
             RELAY_PATH => {
-                let mut r = body(self.relay_json().into(), "application/json");
+                let who = match who() {
+                    Ok(id) => id,
+                    Err(r) => return Some(r.response()),
+                };
+                let mut r = body(self.relay_json(&who).into(), "application/json");
                 no_store(&mut r);
                 r
             }
@@ -157,8 +171,9 @@ impl Web {
 
     /// The dashboard's JSON: the relay's QUIC port and certificate hash
     /// (what a page needs to open WebTransport), sessions, published
-    /// namespaces, and tracks with their subscribers and rates.
-    pub fn relay_json(&self) -> String {
+    /// namespaces, and tracks with their subscribers and rates: only the
+    /// namespaces and tracks `who` may read.
+    pub fn relay_json(&self, who: &Identity) -> String {
         let snap = self.relay.snapshot();
         let fields = |ns: &moqt::TrackNamespace| -> Vec<String> {
             ns.fields()
@@ -169,11 +184,19 @@ impl Web {
         let namespaces: Vec<_> = snap
             .namespaces
             .iter()
+            .filter(|n| who.may_prefix(Access::Read, n.namespace.fields()))
             .map(|n| json!({ "namespace": fields(&n.namespace), "session": n.session }))
             .collect();
         let tracks: Vec<_> = snap
             .tracks
             .iter()
+            .filter(|t| {
+                who.may_track(
+                    Access::Read,
+                    t.name.namespace.fields(),
+                    Some(&t.name.name[..]),
+                )
+            })
             .map(|t| {
                 json!({
                     "namespace": fields(&t.name.namespace),
@@ -242,6 +265,14 @@ mod tests {
         )
     }
 
+    /// Anyone, while nothing is configured.
+    fn everyone() -> Result<Identity, Refusal> {
+        Ok(quichub_auth::SharedAuth::open()
+            .get()
+            .anonymous("")
+            .unwrap())
+    }
+
     fn text(r: &Response<ApiBody>) -> String {
         match r.body() {
             ApiBody::Full(b) => String::from_utf8_lossy(b).into_owned(),
@@ -252,30 +283,34 @@ mod tests {
     #[test]
     fn routes() {
         let w = web();
-        assert!(w.handle(&Method::GET, "/v1/time").is_none());
-        assert!(w.handle(&Method::GET, "/v1/t/x").is_none());
-        let r = w.handle(&Method::GET, "/").unwrap();
+        assert!(w.handle(&Method::GET, "/v1/time", everyone).is_none());
+        assert!(w.handle(&Method::GET, "/v1/t/x", everyone).is_none());
+        let r = w.handle(&Method::GET, "/", everyone).unwrap();
         assert_eq!(r.status(), StatusCode::OK);
         assert!(r.headers()["content-security-policy"]
             .to_str()
             .unwrap()
             .contains("script-src 'self'"));
-        let r = w.handle(&Method::GET, CERTIFICATE_PATH).unwrap();
+        let r = w.handle(&Method::GET, CERTIFICATE_PATH, everyone).unwrap();
         assert_eq!(text(&r), format!("{}\n", "ab".repeat(32)));
-        let r = w.handle(&Method::GET, "/assets/player.js").unwrap();
+        let r = w
+            .handle(&Method::GET, "/assets/player.js", everyone)
+            .unwrap();
         assert_eq!(r.status(), StatusCode::OK);
         assert_eq!(
-            w.handle(&Method::GET, "/assets/../Cargo.toml")
+            w.handle(&Method::GET, "/assets/../Cargo.toml", everyone)
                 .unwrap()
                 .status(),
             StatusCode::NOT_FOUND
         );
         assert_eq!(
-            w.handle(&Method::POST, "/").unwrap().status(),
+            w.handle(&Method::POST, "/", everyone).unwrap().status(),
             StatusCode::METHOD_NOT_ALLOWED
         );
         assert_eq!(
-            w.handle(&Method::GET, "/watch/").unwrap().status(),
+            w.handle(&Method::GET, "/watch/", everyone)
+                .unwrap()
+                .status(),
             StatusCode::NOT_FOUND
         );
     }
@@ -285,20 +320,27 @@ mod tests {
     #[test]
     fn watch_page_does_not_reflect_the_name() {
         let w = web();
-        let plain = text(&w.handle(&Method::GET, "/watch/live/demo").unwrap());
+        let plain = text(
+            &w.handle(&Method::GET, "/watch/live/demo", everyone)
+                .unwrap(),
+        );
         for hostile in [
             "/watch/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
             "/watch/<img src=x onerror=alert(1)>",
             "/watch/\"'><svg/onload=alert(1)>",
         ] {
-            assert_eq!(text(&w.handle(&Method::GET, hostile).unwrap()), plain);
+            assert_eq!(
+                text(&w.handle(&Method::GET, hostile, everyone).unwrap()),
+                plain
+            );
         }
     }
 
     #[test]
     fn relay_json_shape() {
         let w = web();
-        let v: serde_json::Value = serde_json::from_str(&w.relay_json()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&w.relay_json(&everyone().unwrap())).unwrap();
         assert_eq!(v["quic_port"], 4443);
         assert_eq!(v["certificate_sha256"], "ab".repeat(32));
         assert!(v["tracks"].as_array().unwrap().is_empty());
