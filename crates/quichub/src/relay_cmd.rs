@@ -245,7 +245,8 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
-            _ = hup.recv() => match hub.reload() {
+            // Flags keep winning over the file re-read.
+            _ = hup.recv() => match hub.reload_with(&|c| args.apply(c)) {
                 Ok(()) => tracing::info!("reloaded (SIGHUP)"),
                 Err(e) => tracing::error!("reload (SIGHUP): {e:#}"),
             },
