@@ -52,9 +52,9 @@ impl ClientSession {
         match reader.next().await? {
             Message::RequestOk(_) => Ok(NamespaceSubscription { send, reader }),
             Message::RequestError(e) => bail!(
-                "{} refused: code {:#x} {}",
+                "{} refused: {} {}",
                 msg.name(),
-                e.code,
+                moqt::error::request_error::describe(e.code),
                 String::from_utf8_lossy(&e.reason)
             ),
             other => bail!("unexpected {} in reply to {}", other.name(), msg.name()),
@@ -103,8 +103,8 @@ impl ClientSession {
         match reader.next().await? {
             Message::RequestOk(ok) => Ok(ok),
             Message::RequestError(e) => bail!(
-                "TRACK_STATUS refused: code {:#x} {}",
-                e.code,
+                "TRACK_STATUS refused: {} {}",
+                moqt::error::request_error::describe(e.code),
                 String::from_utf8_lossy(&e.reason)
             ),
             other => bail!("unexpected {} in reply to TRACK_STATUS", other.name()),

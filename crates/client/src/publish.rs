@@ -393,8 +393,8 @@ impl ClientSession {
                 }
                 Message::RequestError(e) => {
                     bail!(
-                        "PUBLISH refused: {:#x} {}",
-                        e.code,
+                        "PUBLISH refused: {} {}",
+                        moqt::error::request_error::describe(e.code),
                         String::from_utf8_lossy(&e.reason)
                     )
                 }

@@ -148,7 +148,10 @@ impl ClientSession {
                 r.context("no SETUP from the server")?
                     .context("session closed before SETUP")?;
             }
-            e = inner.session.closed() => bail!("the server closed the session: {e}"),
+            e = inner.session.closed() => match describe_close(&e) {
+                Some((_, why)) => bail!("the server closed the session: {why}"),
+                None => bail!("the server closed the session: {e}"),
+            },
         }
         Ok(Self { inner })
     }
@@ -207,8 +210,8 @@ impl ClientSession {
                 namespace,
             }),
             Ok(Message::RequestError(e)) => bail!(
-                "PUBLISH_NAMESPACE refused: code {:#x} {}",
-                e.code,
+                "PUBLISH_NAMESPACE refused: {} {}",
+                moqt::error::request_error::describe(e.code),
                 String::from_utf8_lossy(&e.reason)
             ),
             Ok(other) => bail!("unexpected {} in reply to PUBLISH_NAMESPACE", other.name()),
@@ -245,6 +248,32 @@ impl ClientSession {
     pub async fn closed(&self) -> web_transport_quinn::SessionError {
         self.inner.session.closed().await
     }
+
+    /// Why the relay closed this session, if it has: the MoQT session error
+    /// code and a description with its name and the relay's reason, e.g.
+    /// `EXPIRED_AUTH_TOKEN (0x18): authorization expired`. `None` while
+    /// open, or when it ended otherwise (closed here, timed out).
+    pub fn close_reason(&self) -> Option<(u32, String)> {
+        describe_close(&self.inner.session.close_reason()?)
+    }
+}
+
+/// The MoQT session error code of a close by the peer, and a description
+/// with the code's name and the peer's reason.
+fn describe_close(e: &web_transport_quinn::SessionError) -> Option<(u32, String)> {
+    use web_transport_quinn::{quinn::ConnectionError, SessionError, WebTransportError};
+    let (code, reason) = match e {
+        SessionError::WebTransportError(WebTransportError::Closed(code, reason)) => {
+            (*code, reason.clone())
+        }
+        SessionError::ConnectionError(ConnectionError::ApplicationClosed(c)) => (
+            u32::try_from(c.error_code.into_inner()).ok()?,
+            String::from_utf8_lossy(&c.reason).into_owned(),
+        ),
+        _ => return None,
+    };
+    let name = moqt::SessionErrorCode::from_code(code).map_or("code", |c| c.name());
+    Some((code, format!("{name} ({code:#x}): {reason}")))
 }
 
 /// A published namespace; dropping or [`NamespaceHandle::withdraw`] cancels it.

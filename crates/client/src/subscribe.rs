@@ -131,6 +131,12 @@ impl Subscription {
                     stream_count,
                 });
             }
+            // The request stream is gone and so is the session (closed by
+            // the relay, e.g. for an expired token, or lost): nothing can
+            // come beyond what is queued, so end rather than wait forever.
+            if self.reader.is_none() && self.session.inner.session.close_reason().is_some() {
+                return self.rx.try_recv().ok().map(|ev| self.count(ev));
+            }
             let control = async {
                 match self.reader.as_mut() {
                     Some(r) => r.next().await,
@@ -236,8 +242,8 @@ impl ClientSession {
                 })
             }
             Message::RequestError(e) => bail!(
-                "SUBSCRIBE refused: code {:#x} {}",
-                e.code,
+                "SUBSCRIBE refused: {} {}",
+                moqt::error::request_error::describe(e.code),
                 String::from_utf8_lossy(&e.reason)
             ),
             other => bail!("unexpected {} in reply to SUBSCRIBE", other.name()),
@@ -274,8 +280,8 @@ impl ClientSession {
                     .expect("fetches")
                     .remove(&request_id);
                 bail!(
-                    "FETCH refused: code {:#x} {}",
-                    e.code,
+                    "FETCH refused: {} {}",
+                    moqt::error::request_error::describe(e.code),
                     String::from_utf8_lossy(&e.reason)
                 )
             }

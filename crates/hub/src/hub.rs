@@ -396,6 +396,14 @@ impl Hub {
     /// fails to load leaves what was in effect and is named in the error;
     /// the other part still applies.
     pub fn reload(&self) -> anyhow::Result<()> {
+        self.reload_with(&|_| {})
+    }
+
+    /// [`Hub::reload`], with `flags` applied over the file's configuration
+    /// before its `[auth]` is used, so that command-line flags keep winning
+    /// over the file after a reload. Without a configuration file the
+    /// `[auth]` in effect is re-read (its key, password and ACL files).
+    pub fn reload_with(&self, flags: &dyn Fn(&mut Config)) -> anyhow::Result<()> {
         let mut errors = Vec::new();
         if let (Some(c), Some(k)) = (&self.config.tls.cert, &self.config.tls.key) {
             match self.reload_certificate(c, k) {
@@ -403,17 +411,25 @@ impl Hub {
                 Err(e) => errors.push(format!("certificate not reloaded: {e:#}")),
             }
         }
-        if let Some(path) = &self.config.source {
-            match Config::load(path) {
-                Ok(c) => match self.shared_auth.reload(&c.auth) {
+        let loaded = match &self.config.source {
+            Some(path) => Config::load(path),
+            None => Ok(Config {
+                auth: self.auth.read().unwrap_or_else(|e| e.into_inner()).clone(),
+                ..Config::default()
+            }),
+        };
+        match loaded {
+            Ok(mut c) => {
+                flags(&mut c);
+                match self.shared_auth.reload(&c.auth) {
                     Ok(()) => {
                         *self.auth.write().unwrap_or_else(|e| e.into_inner()) = c.auth;
-                        tracing::info!(file = %path.display(), "[auth] reloaded");
+                        tracing::info!("[auth] reloaded");
                     }
                     Err(e) => errors.push(format!("[auth] not reloaded: {e}")),
-                },
-                Err(e) => errors.push(format!("[auth] not reloaded: {e:#}")),
+                }
             }
+            Err(e) => errors.push(format!("[auth] not reloaded: {e:#}")),
         }
         match errors.is_empty() {
             true => Ok(()),

@@ -72,9 +72,49 @@ pub enum SessionErrorCode {
 }
 
 impl SessionErrorCode {
+    /// Every code, for lookups by value.
+    const ALL: [(SessionErrorCode, &'static str); 20] = [
+        (Self::NoError, "NO_ERROR"),
+        (Self::InternalError, "INTERNAL_ERROR"),
+        (Self::Unauthorized, "UNAUTHORIZED"),
+        (Self::ProtocolViolation, "PROTOCOL_VIOLATION"),
+        (Self::InvalidRequestId, "INVALID_REQUEST_ID"),
+        (Self::DuplicateTrackAlias, "DUPLICATE_TRACK_ALIAS"),
+        (Self::KeyValueFormattingError, "KEY_VALUE_FORMATTING_ERROR"),
+        (Self::InvalidPath, "INVALID_PATH"),
+        (Self::MalformedPath, "MALFORMED_PATH"),
+        (Self::GoawayTimeout, "GOAWAY_TIMEOUT"),
+        (Self::ControlMessageTimeout, "CONTROL_MESSAGE_TIMEOUT"),
+        (Self::DataStreamTimeout, "DATA_STREAM_TIMEOUT"),
+        (Self::AuthTokenCacheOverflow, "AUTH_TOKEN_CACHE_OVERFLOW"),
+        (Self::DuplicateAuthTokenAlias, "DUPLICATE_AUTH_TOKEN_ALIAS"),
+        (Self::VersionNegotiationFailed, "VERSION_NEGOTIATION_FAILED"),
+        (Self::MalformedAuthToken, "MALFORMED_AUTH_TOKEN"),
+        (Self::UnknownAuthTokenAlias, "UNKNOWN_AUTH_TOKEN_ALIAS"),
+        (Self::ExpiredAuthToken, "EXPIRED_AUTH_TOKEN"),
+        (Self::InvalidAuthority, "INVALID_AUTHORITY"),
+        (Self::MalformedAuthority, "MALFORMED_AUTHORITY"),
+    ];
+
     /// Wire value.
     pub fn code(self) -> u32 {
         self as u32
+    }
+
+    /// The code with wire value `code`, if it is one of draft-18's.
+    pub fn from_code(code: u32) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .find(|(c, _)| c.code() == code)
+            .map(|(c, _)| *c)
+    }
+
+    /// The draft's name, e.g. `EXPIRED_AUTH_TOKEN`.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(c, _)| *c == self)
+            .map_or("UNKNOWN", |(_, n)| n)
     }
 }
 
@@ -99,6 +139,39 @@ pub mod request_error {
     pub const INVALID_JOINING_REQUEST_ID: u64 = 0x32;
     pub const UNSUPPORTED_EXTENSION: u64 = 0x33;
     pub const REDIRECT: u64 = 0x34;
+
+    /// The draft's name of a REQUEST_ERROR code, e.g. `UNAUTHORIZED`.
+    pub fn name(code: u64) -> Option<&'static str> {
+        Some(match code {
+            INTERNAL_ERROR => "INTERNAL_ERROR",
+            UNAUTHORIZED => "UNAUTHORIZED",
+            TIMEOUT => "TIMEOUT",
+            NOT_SUPPORTED => "NOT_SUPPORTED",
+            MALFORMED_AUTH_TOKEN => "MALFORMED_AUTH_TOKEN",
+            EXPIRED_AUTH_TOKEN => "EXPIRED_AUTH_TOKEN",
+            GOING_AWAY => "GOING_AWAY",
+            EXCESSIVE_LOAD => "EXCESSIVE_LOAD",
+            DOES_NOT_EXIST => "DOES_NOT_EXIST",
+            INVALID_RANGE => "INVALID_RANGE",
+            MALFORMED_TRACK => "MALFORMED_TRACK",
+            DUPLICATE_SUBSCRIPTION => "DUPLICATE_SUBSCRIPTION",
+            UNINTERESTED => "UNINTERESTED",
+            PREFIX_OVERLAP => "PREFIX_OVERLAP",
+            NAMESPACE_TOO_LARGE => "NAMESPACE_TOO_LARGE",
+            INVALID_JOINING_REQUEST_ID => "INVALID_JOINING_REQUEST_ID",
+            UNSUPPORTED_EXTENSION => "UNSUPPORTED_EXTENSION",
+            REDIRECT => "REDIRECT",
+            _ => return None,
+        })
+    }
+
+    /// `NAME (0xCODE)`, or the value alone for a code the draft does not name.
+    pub fn describe(code: u64) -> String {
+        match name(code) {
+            Some(n) => format!("{n} ({code:#x})"),
+            None => format!("code {code:#x}"),
+        }
+    }
 }
 
 /// PUBLISH_DONE status codes (draft-18 §10.11).

@@ -23,6 +23,10 @@ pub struct BenchFanoutArgs {
     /// Relay URL.
     #[arg(long, default_value = "moqt://127.0.0.1:4443/bench")]
     pub relay: String,
+    /// JWT for a relay with authentication, sent by the publisher and every
+    /// subscriber as the URL's `?jwt=`: it needs `put` and `get` on `bench`.
+    #[arg(long, env = "QUICHUB_JWT", hide_env_values = true)]
+    pub jwt: Option<String>,
     /// PID of the relay process (for its CPU time); omit to skip CPU figures.
     #[arg(long)]
     pub relay_pid: Option<u32>,
@@ -68,7 +72,8 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
         namespace: TrackNamespace::from_path("bench"),
         name: Bytes::from_static(profile.name.as_bytes()),
     };
-    let publisher = ClientSession::connect(&a.relay, opts.clone()).await?;
+    let url = crate::with_jwt(&a.relay, a.jwt.as_deref())?;
+    let publisher = ClientSession::connect(&url, opts.clone()).await?;
     let track = publisher
         .create_track(name.clone(), profile.priority, TrackMode::Push)
         .await?;
@@ -94,7 +99,7 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
             endpoint: endpoint.clone(),
             ..opts.clone()
         };
-        let s = ClientSession::connect(&a.relay, opts)
+        let s = ClientSession::connect(&url, opts)
             .await
             .with_context(|| format!("subscriber {i}"))?;
         let mut sub = s
@@ -177,9 +182,10 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
     let mut out = crate::human_out(a.json);
     writeln!(
         out,
-        "profile {} subscribers {} duration {:.1}s sent {} expected {} received {} loss {:.3}%",
+        "profile {} subscribers {}{} duration {:.1}s sent {} expected {} received {} loss {:.3}%",
         profile.name,
         a.subscribers,
+        if a.jwt.is_some() { " (with a JWT)" } else { "" },
         wall.as_secs_f64(),
         sent,
         expected,
@@ -204,7 +210,7 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
         println!(
             "{}",
             serde_json::json!({
-                "profile": profile.name, "subscribers": a.subscribers, "duration_s": wall.as_secs_f64(),
+                "profile": profile.name, "subscribers": a.subscribers, "jwt": a.jwt.is_some(), "duration_s": wall.as_secs_f64(),
                 "sent": sent, "expected": expected, "received": got, "loss_pct": loss,
                 "latency_p50_ms": h.value_at_quantile(0.5) as f64 / 1000.0,
                 "latency_p99_ms": h.value_at_quantile(0.99) as f64 / 1000.0,

@@ -232,6 +232,22 @@ pub(crate) fn verify_from(fingerprint: Option<&str>) -> anyhow::Result<quichub_c
     })
 }
 
+/// `url` with `jwt` added as its `?jwt=` query parameter (moq-dev's
+/// convention; the relay reads it from the PATH setup option on raw QUIC and
+/// from the CONNECT URL on WebTransport). A URL that already has a `jwt`
+/// parameter and a `--jwt` too is refused rather than guessed.
+pub(crate) fn with_jwt(url: &str, jwt: Option<&str>) -> anyhow::Result<String> {
+    let Some(jwt) = jwt.map(str::trim).filter(|j| !j.is_empty()) else {
+        return Ok(url.to_string());
+    };
+    let mut u = url::Url::parse(url).map_err(|e| anyhow::anyhow!("bad URL {url:?}: {e}"))?;
+    if u.query_pairs().any(|(k, _)| k == "jwt") {
+        anyhow::bail!("{url} already has a jwt parameter; give the token once (--jwt or ?jwt=)");
+    }
+    u.query_pairs_mut().append_pair("jwt", jwt);
+    Ok(u.to_string())
+}
+
 /// The documentation's `quichub` command lines, as a user would paste them.
 #[cfg(test)]
 mod doc_commands {
@@ -376,6 +392,25 @@ mod doc_commands {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jwt_goes_into_the_query() {
+        assert_eq!(
+            with_jwt("moqt://h:1/x", Some("a.b.c")).unwrap(),
+            "moqt://h:1/x?jwt=a.b.c"
+        );
+        // A token read from a file keeps no newline; odd bytes are escaped.
+        assert_eq!(
+            with_jwt("https://h:1/x?y=1", Some("a.b-_c\n")).unwrap(),
+            "https://h:1/x?y=1&jwt=a.b-_c"
+        );
+        assert_eq!(
+            with_jwt("moqt://h:1/", Some("a+b&c")).unwrap(),
+            "moqt://h:1/?jwt=a%2Bb%26c"
+        );
+        assert_eq!(with_jwt("moqt://h:1/x", None).unwrap(), "moqt://h:1/x");
+        assert!(with_jwt("moqt://h:1/x?jwt=a", Some("b")).is_err());
+    }
 
     #[test]
     fn cli_is_well_formed() {

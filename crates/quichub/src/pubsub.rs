@@ -52,6 +52,10 @@ pub struct PubArgs {
     /// Pin the relay certificate by SHA-256 (hex); default accepts any certificate.
     #[arg(long)]
     pub fingerprint: Option<String>,
+    /// JWT for a relay with authentication (docs/auth.md), sent as the URL's
+    /// `?jwt=` (the same as writing it into the URL).
+    #[arg(long, env = "QUICHUB_JWT", hide_env_values = true)]
+    pub jwt: Option<String>,
     /// Real media (`--broadcast`).
     #[command(flatten)]
     pub media: crate::media_cmd::MediaPubArgs,
@@ -94,6 +98,10 @@ pub struct SubArgs {
     /// Pin the relay certificate by SHA-256 (hex).
     #[arg(long)]
     pub fingerprint: Option<String>,
+    /// JWT for a relay with authentication (docs/auth.md), sent as the URL's
+    /// `?jwt=` (the same as writing it into the URL).
+    #[arg(long, env = "QUICHUB_JWT", hide_env_values = true)]
+    pub jwt: Option<String>,
     /// Real media (`--broadcast`).
     #[command(flatten)]
     pub media: crate::media_cmd::MediaSubArgs,
@@ -136,7 +144,8 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
         verify: crate::verify_from(a.fingerprint.as_deref())?,
         ..Default::default()
     };
-    let session = ClientSession::connect(&a.url, opts).await?;
+    let url = crate::with_jwt(&a.url, a.jwt.as_deref())?;
+    let session = ClientSession::connect(&url, opts).await?;
     let result = match &a.media.broadcast {
         Some(b) => {
             crate::media_cmd::publish(&a.media, b, &session, mode, deadline(a.duration)).await
@@ -149,6 +158,15 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
 /// Whatever happened, tells the relay we leave (so it ends our tracks and
 /// subscriptions at once, not at its idle timeout), then passes `result` on.
 async fn leave(session: &ClientSession, result: anyhow::Result<()>) -> anyhow::Result<()> {
+    // A session the relay closed (an expired token, GOAWAY's end) is why
+    // whatever failed failed, or ended early: say so, with the code's name.
+    let result = match (result, session.close_reason()) {
+        (Err(e), Some((_, why))) => Err(e.context(format!("the relay closed the session: {why}"))),
+        (Ok(()), Some((code, why))) if code != 0 => {
+            Err(anyhow::anyhow!("the relay closed the session: {why}"))
+        }
+        (r, _) => r,
+    };
     let (code, reason) = match &result {
         Ok(()) => (0, "done"),
         Err(_) => (1, "error"),
@@ -239,7 +257,8 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
         verify: crate::verify_from(a.fingerprint.as_deref())?,
         ..Default::default()
     };
-    let session = ClientSession::connect(&a.url, opts).await?;
+    let url = crate::with_jwt(&a.url, a.jwt.as_deref())?;
+    let session = ClientSession::connect(&url, opts).await?;
     let result = match &a.media.broadcast {
         Some(b) => {
             crate::media_cmd::subscribe(

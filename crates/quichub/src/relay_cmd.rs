@@ -81,6 +81,38 @@ pub struct RelayArgs {
     /// Default 9,100. Key `quic.ack_frequency`.
     #[arg(long)]
     pub ack_frequency: Option<String>,
+    /// JWT verification key for tokens without a `kid` (and for its own
+    /// `kid`): a JWK file as `quichub token generate-key` writes it, a PEM
+    /// public key, or a raw HMAC secret file (docs/auth.md). Re-read on
+    /// SIGHUP. Key `auth.key`.
+    #[arg(long, value_name = "FILE")]
+    pub auth_key: Option<PathBuf>,
+    /// Directory of JWT verification keys, one file per `kid` (the file name
+    /// without extension). Key `auth.key_dir`.
+    #[arg(long, value_name = "DIR")]
+    pub auth_key_dir: Option<PathBuf>,
+    /// JWKS file (`{"keys": [...]}`), keys chosen by `kid`. Key `auth.jwks`.
+    #[arg(long, value_name = "FILE")]
+    pub jwks: Option<PathBuf>,
+    /// Namespace/topic prefix anyone may publish and subscribe to without
+    /// credentials (path boundaries: `anon` covers `anon/x`, not `anonx`);
+    /// repeatable. Replaces the file's list. Key `auth.public`.
+    #[arg(long, value_name = "PREFIX")]
+    pub public: Vec<String>,
+    /// mosquitto `password_file` (`mosquitto_passwd` output). Key
+    /// `auth.password_file`.
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// mosquitto `acl_file`. Key `auth.acl_file`.
+    #[arg(long, value_name = "FILE")]
+    pub acl_file: Option<PathBuf>,
+    /// Accept clients without credentials (`--allow-anonymous` or
+    /// `--allow-anonymous true`; `false` refuses them even on loopback).
+    /// Unset: only on loopback listeners while no authentication is
+    /// configured; a non-loopback listener without authentication then
+    /// refuses to start. Key `auth.allow_anonymous`.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub allow_anonymous: Option<bool>,
 }
 
 /// `--bind`: checked (and a name resolved) when parsed; kept as given.
@@ -128,6 +160,24 @@ impl RelayArgs {
                 "never" => quichub_hub::FsyncPolicy::Never,
                 _ => quichub_hub::FsyncPolicy::Always,
             };
+        }
+        let auth = &mut c.auth;
+        for (flag, key) in [
+            (&self.auth_key, &mut auth.key),
+            (&self.auth_key_dir, &mut auth.key_dir),
+            (&self.jwks, &mut auth.jwks),
+            (&self.password_file, &mut auth.password_file),
+            (&self.acl_file, &mut auth.acl_file),
+        ] {
+            if flag.is_some() {
+                key.clone_from(flag);
+            }
+        }
+        if !self.public.is_empty() {
+            auth.public.clone_from(&self.public);
+        }
+        if self.allow_anonymous.is_some() {
+            auth.allow_anonymous = self.allow_anonymous;
         }
         if let Some(r) = &self.store_recovery {
             c.store.recovery = match r.as_str() {
@@ -195,7 +245,8 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
-            _ = hup.recv() => match hub.reload() {
+            // Flags keep winning over the file re-read.
+            _ = hup.recv() => match hub.reload_with(&|c| args.apply(c)) {
                 Ok(()) => tracing::info!("reloaded (SIGHUP)"),
                 Err(e) => tracing::error!("reload (SIGHUP): {e:#}"),
             },
@@ -337,6 +388,13 @@ mod tests {
             ("--ack-frequency", "off"),
             ("--cert", "/c.pem"),
             ("--key", "/k.pem"),
+            ("--auth-key", "/a.jwk"),
+            ("--auth-key-dir", "/keys"),
+            ("--jwks", "/jwks.json"),
+            ("--public", "anon"),
+            ("--password-file", "/passwd"),
+            ("--acl-file", "/acl"),
+            ("--allow-anonymous", "false"),
         ];
         let mut args = Vec::new();
         for (f, v) in flags {
@@ -362,6 +420,44 @@ mod tests {
         };
         assert_eq!(relay_flags, flags.len());
         assert_eq!(changed, flags.len(), "{}", c.to_toml());
+    }
+
+    /// The auth flags: `--public` repeats and replaces the file's list,
+    /// `--allow-anonymous` alone means true.
+    #[test]
+    fn auth_flags() {
+        let auth = |args: &[&str]| parse(args).unwrap().config().unwrap().auth;
+        assert_eq!(auth(&[]).allow_anonymous, None);
+        assert_eq!(auth(&["--allow-anonymous"]).allow_anonymous, Some(true));
+        assert_eq!(
+            auth(&["--allow-anonymous", "false"]).allow_anonymous,
+            Some(false)
+        );
+        let a = auth(&[
+            "--public",
+            "anon",
+            "--public",
+            "demo/open",
+            "--auth-key",
+            "k.jwk",
+        ]);
+        assert_eq!(a.public, ["anon", "demo/open"]);
+        assert_eq!(a.key.as_deref(), Some(std::path::Path::new("k.jwk")));
+        assert!(a.configured());
+        // `--bind 0.0.0.0` needs authentication or `--allow-anonymous`.
+        let e = parse(&["--bind", "0.0.0.0:0"])
+            .unwrap()
+            .config()
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allow_anonymous"), "{e}");
+        for extra in [&["--allow-anonymous"][..], &["--auth-key", "k.jwk"]] {
+            let mut args = vec!["--bind", "0.0.0.0:0"];
+            args.extend_from_slice(extra);
+            parse(&args).unwrap().config().unwrap().validate().unwrap();
+        }
     }
 
     #[test]

@@ -313,7 +313,10 @@ async fn rendezvous_timeout_and_does_not_exist() {
         .await
         .err()
         .unwrap();
-    assert!(e.to_string().contains("code 0x2 "), "TIMEOUT expected: {e}");
+    assert!(
+        e.to_string().contains("TIMEOUT (0x2)"),
+        "TIMEOUT expected: {e}"
+    );
     assert!(
         started.elapsed() >= Duration::from_millis(250),
         "the relay must wait for the rendezvous"
@@ -621,7 +624,7 @@ async fn oversized_track_properties_are_refused() {
         .await
         .err()
         .unwrap();
-    assert!(e.to_string().contains("0x3 "), "{e}");
+    assert!(e.to_string().contains("NOT_SUPPORTED (0x3)"), "{e}");
     // The session is still usable.
     publisher
         .create_track(FullTrackName::new("big", "ok"), 1, TrackMode::Push)
