@@ -112,6 +112,11 @@ fn systemd_unit_runs_a_relay_the_cli_accepts() {
     ] {
         assert_eq!(unit_values(SERVICE, key), [value], "{key}");
     }
+    // `systemctl reload` is SIGHUP: certificate and [auth] re-read.
+    assert_eq!(
+        unit_values(SERVICE, "ExecReload"),
+        ["/bin/kill -HUP $MAINPID"]
+    );
     // Every port is unprivileged, so no capability is granted.
     assert!(unit_values(SERVICE, "AmbientCapabilities").is_empty());
     assert_eq!(unit_values(SERVICE, "WantedBy"), ["multi-user.target"]);
