@@ -410,6 +410,13 @@ async fn accept<W: AsyncWrite + Unpin>(
         Ok(x) => x,
         Err(code) => {
             tracing::debug!(client = %client_id, transport = peer.transport.label(), "mqtt: refused by the client certificate policy ({code:#x})");
+            // No certificate where one is required: no credentials; one
+            // without a name to use: bad credentials.
+            let why = match code {
+                reason::NOT_AUTHORIZED => quichub_auth::AuthError::NoCredentials,
+                _ => quichub_auth::AuthError::BadCredentials,
+            };
+            broker.auth().metrics.failure(access::PROTOCOL, &why);
             let _ = encode(&refuse(code), v, &mut out);
             wr.write_all(&out).await?;
             return Ok(None);
