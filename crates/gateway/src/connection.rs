@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Buf, BytesMut};
 use quichub_mqtt::reason;
@@ -26,8 +26,9 @@ use tokio::sync::mpsc;
 
 use quichub_net::tls::{ClientCertConfig, PeerCert};
 
+use crate::access::{self, ConnAuth};
 use crate::broker::{Broker, Delivery, Message, Outbox, Source, SubOptions};
-use crate::metrics::Transport;
+use crate::metrics::{DropReason, Transport};
 use crate::store::Durability;
 
 /// Unsent bytes past which the connection stops reading and taking deliveries.
@@ -201,6 +202,8 @@ struct Conn {
     /// The store's durable ticket (none without a store).
     durable: Option<(tokio::sync::watch::Receiver<u64>, Arc<crate::store::Store>)>,
     expiry_override: Option<Option<Duration>>,
+    /// Who the client is and what it may do.
+    auth: ConnAuth,
 }
 
 /// Serves one MQTT connection over TCP until it ends.
@@ -306,6 +309,15 @@ where
         Ok(Ending::Normal) => None,
         _ => conn.will.take(),
     };
+    // The Will is checked as a publish when it is about to be published (as
+    // mosquitto does), with the rights in force now; a client whose
+    // credentials expired or were revoked leaves none.
+    let now = SystemTime::now();
+    let will = will.filter(|(m, _)| {
+        conn.auth.expires().is_none_or(|e| e > now)
+            && conn.auth.refresh(now).is_ok()
+            && conn.auth.may_publish(&m.topic)
+    });
     if let Err(e) = &result {
         tracing::debug!(client = %conn.client, version = ?version, "mqtt connection ended: {e}");
         // MQTT 5 clients learn why (§4.13.2); a 3.1.1 connection just closes.
@@ -398,6 +410,13 @@ async fn accept<W: AsyncWrite + Unpin>(
         Ok(x) => x,
         Err(code) => {
             tracing::debug!(client = %client_id, transport = peer.transport.label(), "mqtt: refused by the client certificate policy ({code:#x})");
+            // No certificate where one is required: no credentials; one
+            // without a name to use: bad credentials.
+            let why = match code {
+                reason::NOT_AUTHORIZED => quichub_auth::AuthError::NoCredentials,
+                _ => quichub_auth::AuthError::BadCredentials,
+            };
+            broker.auth().metrics.failure(access::PROTOCOL, &why);
             let _ = encode(&refuse(code), v, &mut out);
             wr.write_all(&out).await?;
             return Ok(None);
@@ -408,6 +427,29 @@ async fn accept<W: AsyncWrite + Unpin>(
         wr.write_all(&out).await?;
         return Ok(None);
     }
+    // Before the session is touched: an unauthenticated client must not
+    // take over (or learn about) anyone's session.
+    let user = credentials.username.clone();
+    let from_certificate = credentials.from_certificate;
+    let auth = match ConnAuth::connect(
+        broker.auth(),
+        credentials,
+        client_id.clone(),
+        SystemTime::now(),
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::debug!(
+                client = %client_id,
+                transport = peer.transport.label(),
+                user = user.as_deref().unwrap_or(""),
+                "mqtt: refused: {e}"
+            );
+            let _ = encode(&refuse(access::connack_code(&e)), v, &mut out);
+            wr.write_all(&out).await?;
+            return Ok(None);
+        }
+    };
     // Session Expiry: 3.1.1 Clean Session 1 ends with the connection, 0 is
     // kept (up to the broker's maximum); 5.0 says it in seconds.
     let requested = match v {
@@ -472,8 +514,9 @@ async fn accept<W: AsyncWrite + Unpin>(
     tracing::debug!(
         client = %client_id,
         transport = peer.transport.label(),
-        user = credentials.username.as_deref().unwrap_or(""),
-        certificate = credentials.from_certificate,
+        user = user.as_deref().unwrap_or(""),
+        certificate = from_certificate,
+        method = auth.identity().method().as_str(),
         "mqtt connected"
     );
     let ack = Packet::ConnAck(ConnAck {
@@ -505,6 +548,7 @@ async fn accept<W: AsyncWrite + Unpin>(
         acks: VecDeque::new(),
         durable: broker.durable(),
         expiry_override: None,
+        auth,
     };
     Ok(Some((conn, kick_tx, kick_rx, rx, keep_alive)))
 }
@@ -537,6 +581,11 @@ where
     let mut eof = false;
     // Packets that arrived with the CONNECT.
     loop {
+        // A reload since the last turn: the rights of the credentials now.
+        if let Err(e) = conn.auth.refresh(SystemTime::now()) {
+            tracing::debug!(client = %conn.client, "mqtt: credentials no longer accepted: {e}");
+            return Err(ConnError::Refused(access::disconnect_code(&e)));
+        }
         while let Some(p) = decode(inbuf, Some(conn.version), max_in)? {
             if let Some(k) = keep_alive {
                 deadline = Some(tokio::time::Instant::now() + k);
@@ -580,6 +629,17 @@ where
                 None => std::future::pending().await,
             }
         };
+        // The credentials' end (a JWT's `exp`).
+        let expiry = conn.auth.expires().map(|e| {
+            e.duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+        });
+        let expired = async {
+            match expiry {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             n = rd.read_buf(inbuf), if can_read => {
                 if n? == 0 {
@@ -611,6 +671,14 @@ where
             }
             _ = synced => {}
             _ = sleep => return Err(ConnError::Timeout),
+            _ = expired => {
+                tracing::debug!(client = %conn.client, "mqtt: credentials expired");
+                broker
+                    .auth()
+                    .metrics
+                    .failure(access::PROTOCOL, &quichub_auth::AuthError::Expired);
+                return Err(ConnError::Refused(reason::MAXIMUM_CONNECT_TIME));
+            }
         }
     }
 }
@@ -751,7 +819,12 @@ fn on_publish(
     let utf8_bad = p.properties.payload_format_indicator == Some(1)
         && std::str::from_utf8(&p.payload).is_err();
     let mut ticket = 0;
-    let code = if utf8_bad {
+    let code = if !conn.auth.may_publish(&p.topic) {
+        // Not routed. QoS 0: dropped silently; QoS 1/2: Not authorized
+        // (3.1.1: acknowledged all the same, as mosquitto does).
+        tracing::debug!(client = %conn.client, topic = %p.topic, "mqtt: publish not authorized");
+        access::refused_publish_code(conn.version)
+    } else if utf8_bad {
         reason::PAYLOAD_FORMAT_INVALID
     } else {
         let m = Message::new(
@@ -796,6 +869,11 @@ fn on_subscribe(broker: &Arc<Broker>, conn: &mut Conn, s: Subscribe) {
     for f in &s.filters {
         if conn.pending.len() + retained.len() > cap {
             codes.push(reason::QUOTA_EXCEEDED);
+            continue;
+        }
+        if !conn.auth.may_subscribe(&f.filter) {
+            tracing::debug!(client = %conn.client, filter = %f.filter, "mqtt: subscription not authorized");
+            codes.push(access::REFUSED_SUBSCRIBE_CODE);
             continue;
         }
         let opts = SubOptions {
@@ -960,6 +1038,17 @@ impl Conn {
                 // Its identifier is gone: the PUBLISH goes again (the best
                 // we can do; the client may see it twice).
                 d.released = false;
+            }
+            // Read rights per delivery (retained messages included): a
+            // wildcard subscription may match topics the client may not
+            // read, and a reload may have changed the rules.
+            if !self.auth.may_deliver(&d.message.topic) {
+                if let Some(id) = old_id {
+                    self.release_id(id);
+                }
+                broker.metrics.count_drop(DropReason::NotAuthorized);
+                self.done(broker, d.seq);
+                continue;
             }
             // Expired messages are dropped, unless sent already: delivery
             // has begun (§3.3.2.3.3).
@@ -1177,6 +1266,166 @@ mod tests {
         task.await.unwrap().unwrap();
         assert_eq!(m.connected(), 0);
         assert_eq!(m.connections_accepted(), 1);
+    }
+
+    /// Writes `p` and reads the next packet the broker sends.
+    async fn exchange(
+        client: &mut tokio::io::DuplexStream,
+        buf: &mut BytesMut,
+        v: Version,
+        p: Option<Packet>,
+    ) -> Packet {
+        if let Some(p) = p {
+            let mut out = BytesMut::new();
+            encode(&p, v, &mut out).unwrap();
+            client.write_all(&out).await.unwrap();
+        }
+        loop {
+            if let Some(p) = decode(buf, Some(v), 1 << 20).unwrap() {
+                return p;
+            }
+            let n = tokio::time::timeout(Duration::from_secs(5), client.read_buf(buf))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "closed");
+        }
+    }
+
+    fn connect(v: Version, user: &str, pass: &str, will: Option<&str>) -> Packet {
+        Packet::Connect(Connect {
+            version: v,
+            client_id: "c1".into(),
+            clean_start: true,
+            keep_alive: 0,
+            username: Some(user.into()),
+            password: Some(bytes::Bytes::copy_from_slice(pass.as_bytes())),
+            will: will.map(|t| quichub_mqtt::Will {
+                topic: t.into(),
+                payload: bytes::Bytes::from_static(b"gone"),
+                qos: QoS::AtLeastOnce,
+                retain: true,
+                properties: Properties::default(),
+            }),
+            properties: Properties::default(),
+        })
+    }
+
+    fn publish(topic: &str, qos: QoS, id: u16) -> Packet {
+        Packet::Publish(Publish {
+            qos,
+            topic: topic.into(),
+            packet_id: (qos != QoS::AtMostOnce).then_some(id),
+            payload: bytes::Bytes::from_static(b"x"),
+            ..Publish::default()
+        })
+    }
+
+    #[tokio::test]
+    async fn auth_reason_codes_on_the_wire() {
+        let (_d, cfg, _key) = crate::access::tests::setup("wire");
+        let broker = Broker::new(BrokerConfig::default());
+        broker.set_auth(quichub_auth::SharedAuth::new(
+            quichub_auth::Auth::load(&cfg).unwrap(),
+        ));
+        let start = || {
+            let (client, server) = tokio::io::duplex(1 << 16);
+            let (rd, wr) = tokio::io::split(server);
+            let task = tokio::spawn(serve(
+                broker.clone(),
+                Arc::new(ConnConfig::default()),
+                rd,
+                wr,
+            ));
+            (client, task)
+        };
+        let code = |p: Packet| match p {
+            Packet::ConnAck(a) => a.code,
+            Packet::PubAck(a) | Packet::PubRec(a) => a.code,
+            p => panic!("unexpected {}", p.name()),
+        };
+        // Wrong password: 0x86 / 4.
+        for (v, want) in [(Version::V5, 0x86), (Version::V311, 4)] {
+            let (mut c, _t) = start();
+            let mut buf = BytesMut::new();
+            let p = exchange(&mut c, &mut buf, v, Some(connect(v, "alice", "x", None))).await;
+            assert_eq!(code(p), want);
+        }
+        // alice: sensors/# but not sensors/secret; her Will on `other` is
+        // accepted at CONNECT and dropped when it would be published.
+        let v = Version::V5;
+        let (mut c, task) = start();
+        let mut buf = BytesMut::new();
+        let hello = connect(v, "alice", "s3cret", Some("other/will"));
+        assert_eq!(code(exchange(&mut c, &mut buf, v, Some(hello)).await), 0);
+        let sub = Packet::Subscribe(Subscribe {
+            packet_id: 1,
+            filters: ["sensors/#", "#", "$share/g/sensors/+"]
+                .into_iter()
+                .map(|f| quichub_mqtt::SubscribeFilter {
+                    filter: f.into(),
+                    options: quichub_mqtt::SubscriptionOptions {
+                        qos: QoS::AtLeastOnce,
+                        ..Default::default()
+                    },
+                })
+                .collect(),
+            properties: Properties::default(),
+        });
+        match exchange(&mut c, &mut buf, v, Some(sub)).await {
+            Packet::SubAck(s) => assert_eq!(s.codes, [1, 0x87, 1]),
+            p => panic!("unexpected {}", p.name()),
+        }
+        let refused = [
+            publish("other/x", QoS::AtLeastOnce, 2),
+            publish("other/y", QoS::ExactlyOnce, 3),
+            publish("$SYS/x", QoS::AtLeastOnce, 4),
+        ];
+        for p in refused {
+            assert_eq!(code(exchange(&mut c, &mut buf, v, Some(p)).await), 0x87);
+        }
+        // QoS 0 is dropped silently; the next QoS 1 is the first answer.
+        let p0 = publish("other/z", QoS::AtMostOnce, 0);
+        let mut out = BytesMut::new();
+        encode(&p0, v, &mut out).unwrap();
+        c.write_all(&out).await.unwrap();
+        // A message on sensors/secret from elsewhere (an HTTP POST) matches
+        // her `sensors/#` but she may not read it: not delivered.
+        broker.publish(Message::new(
+            "sensors/secret",
+            bytes::Bytes::from_static(b"s"),
+            QoS::AtLeastOnce,
+            false,
+            Source::Http,
+        ));
+        let ok = publish("sensors/a", QoS::AtLeastOnce, 5);
+        let mut got = Vec::new();
+        got.push(exchange(&mut c, &mut buf, v, Some(ok)).await);
+        got.push(exchange(&mut c, &mut buf, v, None).await);
+        let topics: Vec<String> = got
+            .iter()
+            .filter_map(|p| match p {
+                Packet::Publish(p) => Some(p.topic.clone()),
+                _ => None,
+            })
+            .collect();
+        // Its own message (once: the session's overlapping subscriptions
+        // make one delivery), not the one on sensors/secret before it.
+        assert_eq!(topics, ["sensors/a"], "{got:?}");
+        assert!(got
+            .iter()
+            .any(|p| matches!(p, Packet::PubAck(a) if a.packet_id == 5 && a.code == 0)));
+        assert_eq!(broker.metrics.dropped(DropReason::NotAuthorized), 1);
+        // Gone without DISCONNECT: the Will on `other/will` is not hers to
+        // publish.
+        drop(c);
+        let _ = task.await;
+        assert!(broker.retained("other/will").is_none());
+        let m = &broker.auth().metrics;
+        assert_eq!(m.get("mqtt", false, "bad_credentials"), 2);
+        assert_eq!(m.get("mqtt", true, "password"), 1);
+        // #, other/x, other/y, $SYS/x, other/z, the will.
+        assert_eq!(m.get("mqtt", false, "not_authorized"), 6);
     }
 
     #[tokio::test]

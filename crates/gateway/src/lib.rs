@@ -8,6 +8,8 @@
 //! - [`broker`]: sessions, subscriptions, shared subscriptions, retained
 //!   messages, offline queues and wills.
 //! - [`connection`]: one MQTT connection over any byte stream.
+//! - [`access`]: a connection's identity (CONNECT credentials through
+//!   `quichub-auth`) and its checks on PUBLISH, SUBSCRIBE and delivery.
 //! - [`listener`]: accept loops.
 //! - [`quic`]: MQTT over QUIC (ALPN `mqtt`), single- and multi-stream.
 //! - [`metrics`]: the broker's counters for `/metrics`.
@@ -21,6 +23,7 @@
 //!   relay's UDP port.
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod bridge;
 pub mod broker;
 pub mod connection;

@@ -9,7 +9,6 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
 
 use quichub_mqtt::QoS;
 
@@ -25,14 +24,19 @@ pub enum DropReason {
     /// A QoS 0 delivery was pending on a connection that closed (QoS 0 is
     /// not kept for an offline session).
     Disconnected,
+    /// The subscriber's identity may not read the message's topic (an ACL
+    /// checked per delivery: a wildcard subscription, a rule changed by a
+    /// reload).
+    NotAuthorized,
 }
 
 impl DropReason {
     /// Every reason, in the order of [`BrokerMetrics::dropped_by`].
-    pub const ALL: [DropReason; 3] = [
+    pub const ALL: [DropReason; 4] = [
         DropReason::QueueFull,
         DropReason::Expired,
         DropReason::Disconnected,
+        DropReason::NotAuthorized,
     ];
 
     /// The metric label.
@@ -41,6 +45,7 @@ impl DropReason {
             DropReason::QueueFull => "queue_full",
             DropReason::Expired => "expired",
             DropReason::Disconnected => "disconnected",
+            DropReason::NotAuthorized => "not_authorized",
         }
     }
 }
@@ -83,7 +88,7 @@ pub struct BrokerMetrics {
     /// Deliveries dropped, for any reason.
     pub dropped: AtomicU64,
     /// Deliveries dropped by reason, indexed as [`DropReason::ALL`].
-    pub dropped_by: [AtomicU64; 3],
+    pub dropped_by: [AtomicU64; 4],
     /// Deliveries queued for offline sessions.
     pub queued_offline: AtomicU64,
     /// Messages published into the broker, by their QoS (0, 1, 2).
@@ -101,10 +106,6 @@ pub struct BrokerMetrics {
     pub connections_total: [AtomicU64; 3],
     /// Most MQTT connections open at once since start.
     pub connections_max: AtomicU64,
-    /// Authentication outcomes: (success, reason) → count. Seen once per
-    /// CONNECT, never per message, so a lock is fine here; only reasons that
-    /// happened are rendered.
-    auth: Mutex<Vec<(bool, &'static str, u64)>>,
 }
 
 /// Counts one open MQTT connection while it lives (see
@@ -185,25 +186,6 @@ impl BrokerMetrics {
             metrics: self,
             transport,
         }
-    }
-
-    /// Counts an authentication outcome: `ok` and a short `reason` (how the
-    /// client authenticated, e.g. `password`, or why it was refused, e.g.
-    /// `bad_credentials`), a metric label.
-    pub fn count_auth(&self, ok: bool, reason: &'static str) {
-        let mut a = self.auth.lock().unwrap_or_else(|e| e.into_inner());
-        match a.iter_mut().find(|(o, r, _)| *o == ok && *r == reason) {
-            Some(e) => e.2 += 1,
-            None => a.push((ok, reason, 1)),
-        }
-    }
-
-    /// Authentication outcomes counted for (`ok`, `reason`).
-    pub fn auth(&self, ok: bool, reason: &str) -> u64 {
-        let a = self.auth.lock().unwrap_or_else(|e| e.into_inner());
-        a.iter()
-            .find(|(o, r, _)| *o == ok && *r == reason)
-            .map_or(0, |e| e.2)
     }
 
     /// The counters in Prometheus text format, to append to the relay's
@@ -290,24 +272,6 @@ impl BrokerMetrics {
                 sample(&mut s, name, &[("transport", t.label())], v.load(Relaxed));
             }
         }
-        let auth = self.auth.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        for (ok, name, help) in [
-            (
-                true,
-                "quichub_mqtt_auth_successes_total",
-                "MQTT clients authenticated, by method.",
-            ),
-            (
-                false,
-                "quichub_mqtt_auth_failures_total",
-                "MQTT clients refused by authentication, by reason.",
-            ),
-        ] {
-            family(&mut s, name, "counter", help);
-            for (_, reason, n) in auth.iter().filter(|e| e.0 == ok) {
-                sample(&mut s, name, &[("reason", reason)], *n);
-            }
-        }
         s
     }
 }
@@ -383,35 +347,5 @@ mod tests {
         has(&t, "quichub_mqtt_messages_sent_total{qos=\"1\"} 1");
         has(&t, "quichub_mqtt_messages_sent_total{qos=\"0\"} 0");
         assert_eq!((m.received(), m.sent()), (3, 1));
-    }
-
-    #[test]
-    fn auth_reasons_appear_once_seen() {
-        let m = BrokerMetrics::default();
-        let t = m.render();
-        has(&t, "# TYPE quichub_mqtt_auth_failures_total counter");
-        assert!(!t.contains("quichub_mqtt_auth_failures_total{"), "{t}");
-        m.count_auth(true, "password");
-        m.count_auth(false, "bad_credentials");
-        m.count_auth(false, "bad_credentials");
-        m.count_auth(false, "not_authorized");
-        let t = m.render();
-        has(
-            &t,
-            "quichub_mqtt_auth_successes_total{reason=\"password\"} 1",
-        );
-        has(
-            &t,
-            "quichub_mqtt_auth_failures_total{reason=\"bad_credentials\"} 2",
-        );
-        has(
-            &t,
-            "quichub_mqtt_auth_failures_total{reason=\"not_authorized\"} 1",
-        );
-        assert!(
-            !t.contains("quichub_mqtt_auth_successes_total{reason=\"bad"),
-            "{t}"
-        );
-        assert_eq!(m.auth(false, "bad_credentials"), 2);
     }
 }

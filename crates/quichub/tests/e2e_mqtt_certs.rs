@@ -1,7 +1,8 @@
 //! TLS client certificates (mosquitto's `cafile`, `require_certificate`,
 //! `use_identity_as_username`) on MQTT over TLS, driven by `mosquitto_pub`,
 //! and on MQTT over QUIC, driven by a quinn client; the CA and every
-//! certificate are made by the `openssl` command line in the test.
+//! certificate are made by the `openssl` command line in the test. With
+//! `use_identity_as_username` the certificate's CN is the `acl_file` user.
 
 mod common;
 
@@ -331,4 +332,42 @@ async fn mqtt_over_quic_refuses_a_client_without_a_certificate_at_connect() {
         text.contains("quichub_mqtt_connections_total{transport=\"quic\"} 1\n"),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificate_name_is_the_acl_user() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let pki = Pki::make("acl");
+    let gw = gateway(
+        &pki,
+        ClientCertConfig {
+            cafile: Some(pki.path("ca.pem")),
+            require_certificate: true,
+            use_identity_as_username: true,
+        },
+    )
+    .await;
+    // The client certificate's CN is `sensor-1`: its rules are that user's.
+    std::fs::write(
+        pki.path("acl"),
+        "user sensor-1\ntopic write certs/sensor-1/#\n\nuser other\ntopic write certs/#\n",
+    )
+    .unwrap();
+    let auth = quichub_auth::AuthConfig {
+        acl_file: Some(pki.path("acl")),
+        ..Default::default()
+    };
+    gw.broker.set_auth(quichub_auth::SharedAuth::new(
+        quichub_auth::Auth::load(&auth).unwrap(),
+    ));
+    assert!(mosquitto_pub(&pki, &gw, Some("client"), "certs/sensor-1/t").await);
+    assert!(gw.broker.retained("certs/sensor-1/t").is_some());
+    // 3.1.1: acknowledged and dropped (as mosquitto does).
+    assert!(mosquitto_pub(&pki, &gw, Some("client"), "certs/sensor-2/t").await);
+    assert!(gw.broker.retained("certs/sensor-2/t").is_none());
+    let m = &gw.broker.auth().metrics;
+    assert_eq!(m.get("mqtt", true, "certificate"), 2);
+    assert_eq!(m.get("mqtt", false, "not_authorized"), 1);
 }
