@@ -7,15 +7,12 @@
 //! `quichub_gateway::quic`), and still arrives, after the QoS 1 one.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use quichub_mqtt::{Packet, QoS, Version};
 use quichub_net::client::{Client, Dialed};
-use quichub_net::server::{Server, ALPN_MQTT};
+use quichub_net::server::ALPN_MQTT;
 use quichub_net::tls::{Identity, Verify};
-use quichub_relay::endpoint::{AlpnHandler, AlpnHandlers};
-use quichub_relay::{Config, Relay};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 const STEP: Duration = Duration::from_secs(10);
@@ -24,42 +21,35 @@ struct Gateway {
     udp: SocketAddr,
     tcp: SocketAddr,
     identity: Identity,
-    _server: Arc<Server>,
+    _hub: quichub_hub::Hub,
 }
 
+/// What `quichub relay` runs (a [`quichub_hub::Hub`]) with MQTT over TCP and
+/// QUIC on loopback.
 async fn gateway() -> Gateway {
+    let dir = std::env::temp_dir().join(format!("quichub-mqtt-0rtt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
     let identity = Identity::self_signed(&["localhost", "127.0.0.1"]).unwrap();
-    let server = Arc::new(Server::bind("127.0.0.1:0".parse().unwrap(), &identity).unwrap());
-    let udp = server.local_addr().unwrap();
-    let relay = Relay::new(Config::default());
-    let broker = quichub_gateway::Broker::new(quichub_gateway::BrokerConfig::default());
-    let cfg = Arc::new(quichub_gateway::ConnConfig::default());
-    let tcp = quichub_gateway::listener::spawn_tcp(
-        "127.0.0.1:0".parse().unwrap(),
-        broker.clone(),
-        cfg.clone(),
-    )
-    .await
-    .unwrap();
-    let handler: AlpnHandler = Arc::new(move |conn| {
-        Box::pin(quichub_gateway::quic::serve_quic(
-            conn,
-            broker.clone(),
-            cfg.clone(),
-        ))
-    });
-    let mut handlers = AlpnHandlers::new();
-    handlers.insert(ALPN_MQTT.to_vec(), handler);
-    tokio::spawn(quichub_relay::endpoint::accept_loop_with(
-        relay,
-        server.clone(),
-        handlers,
-    ));
+    identity
+        .write_pem(&dir.join("cert.pem"), &dir.join("key.pem"))
+        .unwrap();
+    let mut config = quichub_hub::Config::default();
+    config.quic.bind = "127.0.0.1:0".into();
+    config.mqtt.tcp = "127.0.0.1:0".into();
+    config.mqtt.tls = "off".into();
+    config.http.address = "off".into();
+    config.metrics.address = "off".into();
+    config.store.data_dir = Some("off".into());
+    config.tls.cert = Some(dir.join("cert.pem"));
+    config.tls.key = Some(dir.join("key.pem"));
+    let hub = quichub_hub::Hub::start(config).await.unwrap();
+    // The certificate is loaded: the files are no longer needed.
+    let _ = std::fs::remove_dir_all(&dir);
     Gateway {
-        udp,
-        tcp,
+        udp: hub.addr(),
+        tcp: hub.mqtt_addr().unwrap(),
         identity,
-        _server: server,
+        _hub: hub,
     }
 }
 

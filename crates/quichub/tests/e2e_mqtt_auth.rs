@@ -381,7 +381,10 @@ async fn an_acl_user_publishes_the_same_topics_over_moqt() {
         let opts = gw.relay.opts();
         async move { quichub_client::ClientSession::connect(&url, opts).await }
     };
-    let unauthorized = format!("UNAUTHORIZED ({:#x})", moqt::error::request_error::UNAUTHORIZED);
+    let unauthorized = format!(
+        "UNAUTHORIZED ({:#x})",
+        moqt::error::request_error::UNAUTHORIZED
+    );
     let c = moqt(&carol).await.unwrap();
     let ok = c
         .publish_namespace(moqt::TrackNamespace::from_path("mqtt/sensors"))

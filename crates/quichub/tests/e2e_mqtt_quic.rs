@@ -22,10 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quichub_net::server::Server;
 use quichub_net::tls::Identity;
-use quichub_relay::endpoint::{AlpnHandler, AlpnHandlers};
-use quichub_relay::{Config, Relay};
 use web_transport_quinn::quinn;
 
 /// The MQTT-over-QUIC clients, found in `$QUICHUB_TOOLS/bin` (default
@@ -79,14 +76,14 @@ struct Gateway {
     udp: SocketAddr,
     tcp: SocketAddr,
     broker: Arc<quichub_gateway::Broker>,
-    _relay: Arc<Relay>,
-    _server: Arc<Server>,
-    _bridge: Arc<quichub_gateway::bridge::Bridge>,
+    _hub: quichub_hub::Hub,
     dir: PathBuf,
     identity: Identity,
 }
 
 impl Gateway {
+    /// What `quichub relay` runs (a [`quichub_hub::Hub`]) with MQTT over
+    /// TCP and QUIC on loopback and the directory's certificate.
     async fn start(name: &str) -> Self {
         let dir =
             std::env::temp_dir().join(format!("quichub-mqtt-quic-{name}-{}", std::process::id()));
@@ -94,49 +91,21 @@ impl Gateway {
         let id = Identity::self_signed(&["localhost", "127.0.0.1"]).unwrap();
         id.write_pem(&dir.join("cert.pem"), &dir.join("key.pem"))
             .unwrap();
-        let server = Arc::new(Server::bind("127.0.0.1:0".parse().unwrap(), &id).unwrap());
-        let udp = server.local_addr().unwrap();
-        let relay = Relay::new(Config::default());
-        let broker = quichub_gateway::Broker::new(quichub_gateway::BrokerConfig::default());
-        let bridge = quichub_gateway::bridge::Bridge::start(relay.clone(), &broker);
-        let b = broker.clone();
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(Duration::from_millis(200));
-            loop {
-                t.tick().await;
-                b.tick(Instant::now());
-            }
-        });
-        let cfg = Arc::new(quichub_gateway::ConnConfig::default());
-        let tcp = quichub_gateway::listener::spawn_tcp(
-            "127.0.0.1:0".parse().unwrap(),
-            broker.clone(),
-            cfg.clone(),
-        )
-        .await
-        .unwrap();
-        let (b, c) = (broker.clone(), cfg);
-        let handler: AlpnHandler = Arc::new(move |conn| {
-            Box::pin(quichub_gateway::quic::serve_quic(
-                conn,
-                b.clone(),
-                c.clone(),
-            ))
-        });
-        let mut handlers = AlpnHandlers::new();
-        handlers.insert(quichub_net::server::ALPN_MQTT.to_vec(), handler);
-        tokio::spawn(quichub_relay::endpoint::accept_loop_with(
-            relay.clone(),
-            server.clone(),
-            handlers,
-        ));
+        let mut config = quichub_hub::Config::default();
+        config.quic.bind = "127.0.0.1:0".into();
+        config.mqtt.tcp = "127.0.0.1:0".into();
+        config.mqtt.tls = "off".into();
+        config.http.address = "off".into();
+        config.metrics.address = "off".into();
+        config.store.data_dir = Some("off".into());
+        config.tls.cert = Some(dir.join("cert.pem"));
+        config.tls.key = Some(dir.join("key.pem"));
+        let hub = quichub_hub::Hub::start(config).await.unwrap();
         Self {
-            udp,
-            tcp,
-            broker,
-            _relay: relay,
-            _server: server,
-            _bridge: bridge,
+            udp: hub.addr(),
+            tcp: hub.mqtt_addr().unwrap(),
+            broker: hub.broker().clone(),
+            _hub: hub,
             dir,
             identity: id,
         }
