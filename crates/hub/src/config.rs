@@ -482,9 +482,10 @@ impl Config {
                     "{key} = {addr} is not a loopback address and no authentication is \
                      configured, so anyone who reaches it could publish and subscribe to \
                      everything. Configure [auth] (key, key_dir or jwks for JWTs; \
-                     password_file and acl_file as mosquitto's; public prefixes), or set \
-                     auth.allow_anonymous = true to serve anonymous clients on the network \
-                     deliberately (docs/auth.md)"
+                     password_file and acl_file as mosquitto's; public prefixes; or the \
+                     flags --auth-key, --password-file, --acl-file, --public), or set \
+                     auth.allow_anonymous = true (--allow-anonymous) to serve anonymous \
+                     clients on the network deliberately (docs/auth.md)"
                 );
             }
         }
