@@ -152,6 +152,19 @@ impl TokenAccess {
     }
 }
 
+/// The request's namespace (and track) as a token path, `demo/bbb/video`:
+/// what a grant is written against.
+fn path(op: &Operation<'_>) -> String {
+    op.namespace()
+        .fields()
+        .iter()
+        .map(|f| &f[..])
+        .chain(op.track_name())
+        .map(String::from_utf8_lossy)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 fn allows(id: &Identity, op: &Operation<'_>) -> bool {
     let access = if op.is_write() {
         Access::Write
@@ -229,7 +242,7 @@ impl SessionAccess for TokenAccess {
                         } else {
                             "subscribe to"
                         },
-                        op.namespace()
+                        path(op)
                     ),
                 )
             })
