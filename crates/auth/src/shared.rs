@@ -4,15 +4,21 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
+use tokio::sync::watch;
+
 use crate::{Auth, AuthConfig, AuthError, Method};
 
 /// The [`Auth`] every listener consults. Sessions read it when they
 /// authenticate and on each request, so a reload (new keys, password or ACL
-/// files) applies to new requests at once without dropping anyone.
+/// files) applies to new requests at once without dropping anyone; sessions
+/// that wait idle watch [`SharedAuth::subscribe`] and check their
+/// credentials again at once, so a reload that revokes them ends them.
 #[derive(Debug)]
 pub struct SharedAuth {
     current: RwLock<Arc<Auth>>,
     generation: AtomicU64,
+    /// The generation, sent on every [`SharedAuth::set`].
+    changes: watch::Sender<u64>,
     /// Outcomes of authentication, by protocol and reason.
     pub metrics: AuthMetrics,
 }
@@ -23,6 +29,7 @@ impl SharedAuth {
         Arc::new(Self {
             current: RwLock::new(Arc::new(auth)),
             generation: AtomicU64::new(0),
+            changes: watch::Sender::new(0),
             metrics: AuthMetrics::default(),
         })
     }
@@ -37,10 +44,25 @@ impl SharedAuth {
         self.current.read().expect("auth lock").clone()
     }
 
-    /// Replaces the [`Auth`] in force.
+    /// Replaces the [`Auth`] in force and tells the [subscribers](Self::subscribe).
     pub fn set(&self, auth: Auth) {
-        *self.current.write().expect("auth lock") = Arc::new(auth);
-        self.generation.fetch_add(1, Relaxed);
+        let generation = {
+            let mut current = self.current.write().expect("auth lock");
+            *current = Arc::new(auth);
+            // Bumped under the lock: whoever reads the new generation also
+            // finds the new Auth.
+            self.generation.fetch_add(1, Relaxed) + 1
+        };
+        self.changes.send_replace(generation);
+    }
+
+    /// Notifications of [`set`](Self::set): the receiver's value is the
+    /// [`generation`](Self::generation), and `changed()` resolves after each
+    /// replacement. Connections that sit idle (an MQTT client, an open MoQT
+    /// subscription, an SSE stream) wait on it to check their credentials
+    /// again without waiting for their next request. Needs no runtime.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Counts replacements: a session that derived its identity from an
@@ -154,6 +176,25 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn set_notifies_subscribers_with_the_generation() {
+        let s = SharedAuth::open();
+        let mut rx = s.subscribe();
+        assert_eq!(*rx.borrow_and_update(), 0);
+        assert!(!rx.has_changed().unwrap());
+        s.set(Auth::load(&AuthConfig::default()).unwrap());
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(*rx.borrow_and_update(), 1);
+        assert_eq!(s.generation(), 1);
+        // A failed reload changes nothing, so tells no one.
+        let bad = AuthConfig {
+            password_file: Some("/nonexistent/quichub/passwd".into()),
+            ..AuthConfig::default()
+        };
+        assert!(s.reload(&bad).is_err());
+        assert!(!rx.has_changed().unwrap());
     }
 
     #[test]

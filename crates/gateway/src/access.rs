@@ -142,6 +142,13 @@ impl ConnAuth {
         }
     }
 
+    /// Notifications of reloads of the auth: a connection waits on them to
+    /// [`refresh`](Self::refresh) at once, even while its client is idle,
+    /// so revoked credentials end it without waiting for its next packet.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.subscribe()
+    }
+
     /// The identity in force.
     pub fn identity(&self) -> &Identity {
         &self.identity

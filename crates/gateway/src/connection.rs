@@ -579,6 +579,10 @@ where
     let max_in = cfg.max_packet_size as usize;
     let mut deadline = keep_alive.map(|k| tokio::time::Instant::now() + k);
     let mut eof = false;
+    // Reloads wake the loop, so an idle client whose credentials a reload
+    // revoked is disconnected at once (reloads before this are caught by
+    // the first `refresh`, which compares generations).
+    let mut auth_changes = conn.auth.changes();
     // Packets that arrived with the CONNECT.
     loop {
         // A reload since the last turn: the rights of the credentials now.
@@ -640,7 +644,15 @@ where
                 None => std::future::pending().await,
             }
         };
+        let reloaded = async {
+            if auth_changes.changed().await.is_err() {
+                // The auth is gone: nothing will change any more.
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
+            // The loop's top refreshes the credentials.
+            () = reloaded => {}
             n = rd.read_buf(inbuf), if can_read => {
                 if n? == 0 {
                     eof = true;

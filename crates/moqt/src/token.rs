@@ -163,6 +163,12 @@ impl TokenCache {
         self.used
     }
 
+    /// The token registered under `alias`, if any; changes nothing (for
+    /// checking a request again, after its REGISTERs were applied).
+    pub fn get(&self, alias: u64) -> Option<&TokenValue> {
+        self.entries.get(&alias)
+    }
+
     /// Resolves the AUTHORIZATION TOKEN values of one message: applies its
     /// REGISTERs and DELETEs and returns the tokens that authorise it, in
     /// order. `setup`: the values come from CLIENT_SETUP, where DELETE and

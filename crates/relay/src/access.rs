@@ -3,6 +3,12 @@
 //! object before each request it serves ([`Operation`]) and closes itself
 //! when the access [expires](SessionAccess::expires).
 //!
+//! Credentials can also be revoked while a session is up (a reload of the
+//! auth configuration): the session waits on [`SessionAccess::changes`] and
+//! then asks [`SessionAccess::revalidate`] (an error closes the session) and
+//! [`SessionAccess::still_allows`] for each of its open subscriptions (a
+//! refusal ends that subscription with PUBLISH_DONE UNAUTHORIZED).
+//!
 //! The relay knows nothing of tokens or ACLs: an authorizer (the hub's, built
 //! from the auth configuration) decides. Without one every session may do
 //! everything ([`AllowAll`]), which is the relay's behaviour when no auth is
@@ -15,6 +21,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use moqt::session::SessionError;
 use moqt::{FullTrackName, TrackNamespace};
+use tokio::sync::watch;
 
 use crate::core::Refusal;
 
@@ -168,6 +175,33 @@ pub trait SessionAccess: Send + Sync {
     fn expires(&self) -> Option<SystemTime> {
         None
     }
+
+    /// Changes of what grants access (the auth configuration reloaded): the
+    /// session then calls [`revalidate`](Self::revalidate) and
+    /// [`still_allows`](Self::still_allows) at once, even while it is idle.
+    /// `None` (the default): access never changes. Asked once, at SETUP; a
+    /// change after [`Authorizer::connect`] and before this call must still
+    /// show as a change of the receiver returned.
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
+
+    /// After a [change](Self::changes): whether the session's own
+    /// credentials still admit it. An error closes the session with it
+    /// (normally UNAUTHORIZED).
+    fn revalidate(&self) -> Result<(), SessionError> {
+        Ok(())
+    }
+
+    /// After a [change](Self::changes) the session passed
+    /// [`revalidate`](Self::revalidate): whether `op`, allowed earlier and
+    /// still being served (an open subscription), is still allowed. Unlike
+    /// [`authorize`](Self::authorize) this changes nothing (the request's
+    /// token aliases were registered already) and counts nothing. `false`
+    /// ends that request only.
+    fn still_allows(&self, _op: &Operation<'_>) -> bool {
+        true
+    }
 }
 
 /// Decides, per session, what it may do.
@@ -255,5 +289,7 @@ mod tests {
             })
             .is_ok());
         assert_eq!(access.expires(), None);
+        assert!(access.changes().is_none());
+        assert_eq!(access.revalidate(), Ok(()));
     }
 }

@@ -12,7 +12,7 @@ use bytes::BytesMut;
 use moqt::data::{ObjectStatus, SubgroupHeader, SubgroupId, SubgroupObject};
 use moqt::error::{publish_done, reset};
 use moqt::{GroupOrder, Location};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, watch, Notify};
 use web_transport_quinn::{SendStream, Session};
 
 use crate::config::Config;
@@ -85,6 +85,8 @@ pub struct Forwarder {
     stream_count: u64,
     lagged: u64,
     header: BytesMut,
+    /// Signalled when the subscriber lost the right to read the track.
+    revoked: Option<Arc<Notify>>,
 }
 
 impl Forwarder {
@@ -108,7 +110,16 @@ impl Forwarder {
             stream_count: 0,
             lagged: 0,
             header: BytesMut::with_capacity(64),
+            revoked: None,
         }
+    }
+
+    /// Ends the subscription with PUBLISH_DONE UNAUTHORIZED, its open data
+    /// streams reset, when `revoked` is signalled (a reload of the auth took
+    /// the right to read the track).
+    pub fn revocable(mut self, revoked: Arc<Notify>) -> Self {
+        self.revoked = Some(revoked);
+        self
     }
 
     /// Runs until done; returns the PUBLISH_DONE to send.
@@ -122,6 +133,14 @@ impl Forwarder {
         // Datagram objects reach the subscriber through its sink, straight from
         // the publisher's task; this task handles subgroup streams.
         sink.sink().activate(self.sink_filter(), &self.metrics);
+        let revoked = self.revoked.clone();
+        let revoked = async {
+            match &revoked {
+                Some(n) => n.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(revoked);
         let status = loop {
             tokio::select! {
                 biased;
@@ -174,6 +193,12 @@ impl Forwarder {
                     }
                 }
                 _ = self.session.closed() => break publish_done::GOING_AWAY,
+                () = &mut revoked => {
+                    // Nothing more of the track may reach the subscriber,
+                    // not even what is already queued on open streams.
+                    self.reset_all(reset::CANCELLED);
+                    break publish_done::UNAUTHORIZED;
+                }
             }
         };
         self.finish_all();

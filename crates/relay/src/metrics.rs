@@ -20,6 +20,8 @@ pub struct Metrics {
     pub requests_unauthorized: AtomicU64,
     /// Sessions closed because their credentials expired.
     pub sessions_expired: AtomicU64,
+    /// Sessions closed because a reload of the auth revoked their credentials.
+    pub sessions_revoked: AtomicU64,
     /// Tracks ended by PUBLISH_DONE before all the data streams its Stream
     /// Count announced had arrived and been read (after a grace period).
     pub publish_done_streams_missing: AtomicU64,
@@ -102,6 +104,13 @@ impl Metrics {
             "MoQT sessions closed because their token expired.",
             "counter",
             self.sessions_expired.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "sessions_revoked_total",
+            "MoQT sessions closed because a reload revoked their credentials.",
+            "counter",
+            self.sessions_revoked.load(Relaxed) as i128,
             "",
         );
         g(

@@ -9,15 +9,23 @@
 //! request with its own token still can; a request nothing allows is refused
 //! with REQUEST_ERROR UNAUTHORIZED, and only that request. A token that is
 //! present but invalid refuses the session at SETUP.
+//!
+//! A reload of the auth configuration reaches sessions already up at once:
+//! one whose token no longer verifies (its key removed), or that was
+//! admitted anonymously with public prefixes that are now gone, is closed
+//! with UNAUTHORIZED; one that still authenticates keeps going, and each of
+//! its open subscriptions whose track it may no longer read (by its identity
+//! or by the subscription's own tokens) ends with PUBLISH_DONE UNAUTHORIZED.
 
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use moqt::error::request_error;
 use moqt::session::SessionError;
-use moqt::token::{TokenCache, TokenError};
+use moqt::token::{Token, TokenCache, TokenError};
 use moqt::SessionErrorCode;
 use quichub_auth::{Access, AuthError, Identity, SharedAuth};
+use tokio::sync::watch;
 
 use crate::access::{Authorizer, ConnectInfo, Denied, Operation, SessionAccess};
 use crate::core::Refusal;
@@ -63,6 +71,8 @@ fn session_error(e: TokenError) -> SessionError {
 
 impl Authorizer for TokenAuthorizer {
     fn connect(&self, info: &ConnectInfo) -> Result<Arc<dyn SessionAccess>, SessionError> {
+        // Before reading the auth: a reload from here on shows as a change.
+        let changes = self.auth.subscribe();
         let generation = self.auth.generation();
         let auth = self.auth.get();
         let mut cache = TokenCache::new(self.max_cache);
@@ -112,6 +122,8 @@ impl Authorizer for TokenAuthorizer {
         };
         Ok(Arc::new(TokenAccess {
             auth: self.auth.clone(),
+            changes,
+            admitted: identity.is_some(),
             token,
             identity: Mutex::new((generation, identity)),
             cache: Mutex::new(cache),
@@ -126,6 +138,13 @@ impl Authorizer for TokenAuthorizer {
 /// One session's identity and registered token aliases.
 struct TokenAccess {
     auth: Arc<SharedAuth>,
+    /// Reloads since SETUP.
+    changes: watch::Receiver<u64>,
+    /// The session had an identity at SETUP (a token, or anonymous access to
+    /// public prefixes): losing it closes the session. A session admitted
+    /// without one lives on its requests' tokens, so a reload cannot take
+    /// anything from it.
+    admitted: bool,
     /// The session's token, to derive its identity again after a reload.
     token: Option<String>,
     /// The identity, and the [`SharedAuth::generation`] it was derived in.
@@ -141,14 +160,32 @@ impl TokenAccess {
         let generation = self.auth.generation();
         let mut held = self.identity.lock().expect("identity");
         if held.0 != generation {
-            let auth = self.auth.get();
-            let id = match &self.token {
-                Some(t) => auth.jwt(t, SystemTime::now()).ok(),
-                None => auth.anonymous("").ok(),
-            };
-            *held = (generation, id);
+            *held = (generation, self.derive().ok());
         }
         held.1.clone()
+    }
+
+    /// The session's identity under the auth in force, derived now.
+    fn derive(&self) -> Result<Identity, AuthError> {
+        let auth = self.auth.get();
+        match &self.token {
+            Some(t) => auth.jwt(t, SystemTime::now()),
+            None => auth.anonymous(""),
+        }
+    }
+
+    /// The values of a request's raw AUTHORIZATION TOKEN structures, without
+    /// applying them: an alias resolves to what is registered under it now.
+    fn token_values(&self, raw: &[bytes::Bytes]) -> Vec<bytes::Bytes> {
+        let cache = self.cache.lock().expect("token cache");
+        raw.iter()
+            .filter_map(Token::decode)
+            .filter_map(|t| match t {
+                Token::Register { value, .. } | Token::UseValue { value, .. } => Some(value),
+                Token::UseAlias { alias } => cache.get(alias).map(|v| v.value.clone()),
+                Token::Delete { .. } => None,
+            })
+            .collect()
     }
 }
 
@@ -247,6 +284,45 @@ impl SessionAccess for TokenAccess {
                 )
             })
             .into())
+    }
+
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.changes.clone())
+    }
+
+    fn revalidate(&self) -> Result<(), SessionError> {
+        let generation = self.auth.generation();
+        let derived = self.derive();
+        let refusal = match &derived {
+            Err(e) if self.admitted => {
+                self.auth.metrics.failure(PROTOCOL, e);
+                let code = match e {
+                    AuthError::Expired => SessionErrorCode::ExpiredAuthToken,
+                    _ => SessionErrorCode::Unauthorized,
+                };
+                Some(SessionError {
+                    code,
+                    reason: format!("credentials revoked: {e}"),
+                })
+            }
+            _ => None,
+        };
+        *self.identity.lock().expect("identity") = (generation, derived.ok());
+        refusal.map_or(Ok(()), Err)
+    }
+
+    fn still_allows(&self, op: &Operation<'_>) -> bool {
+        if self.identity().is_some_and(|id| allows(&id, op)) {
+            return true;
+        }
+        let auth = self.auth.get();
+        let now = SystemTime::now();
+        self.token_values(op.tokens()).iter().any(|v| {
+            std::str::from_utf8(v)
+                .ok()
+                .and_then(|t| auth.jwt(t, now).ok())
+                .is_some_and(|id| allows(&id, op))
+        })
     }
 
     fn expires(&self) -> Option<SystemTime> {

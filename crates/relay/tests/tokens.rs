@@ -1,6 +1,7 @@
 //! The relay with quichub-auth's JWTs over real QUIC on loopback: tokens in
 //! the URL query and in AUTHORIZATION TOKEN parameters (by value and by
-//! alias), anonymous public prefixes, refused and expiring tokens.
+//! alias), anonymous public prefixes, refused and expiring tokens, and reloads
+//! that revoke credentials or grants of sessions already up.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -310,6 +311,105 @@ async fn a_token_expiring_mid_session_closes_it() {
             Some(SessionErrorCode::ExpiredAuthToken.code().into()),
             "{e}"
         );
+    })
+    .await;
+}
+
+/// The auth config of a harness with `key` and `public` prefixes, written to
+/// its directory.
+fn reload(h: &Harness, key: &[u8], public: &[&str]) {
+    let key_file = h._dir.0.join("reloaded.key");
+    std::fs::write(&key_file, key).unwrap();
+    let cfg = AuthConfig {
+        key: Some(key_file),
+        public: public.iter().map(|s| s.to_string()).collect(),
+        ..AuthConfig::default()
+    };
+    h.auth.reload(&cfg).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_revoking_the_credentials_closes_idle_sessions() {
+    let h = Harness::start(&["anon"]);
+    let t = h.token("demo", &[""], &[""], Duration::from_secs(600));
+    within(async {
+        let by_token = h.client("moqt", &format!("/?jwt={t}")).await.unwrap();
+        let anonymous = h.client("https", "/").await.unwrap();
+        for c in [&by_token, &anonymous] {
+            let r = namespace_request(c, "anon", Message::SubscribeNamespace, vec![]).await;
+            assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
+        }
+        // Both sessions now idle. The key changes and the public prefix goes.
+        reload(&h, b"another-secret-another-secret-another-secret", &[]);
+        for c in [&by_token, &anonymous] {
+            let e = c.closed().await;
+            assert_eq!(
+                close_code(&e),
+                Some(SessionErrorCode::Unauthorized.code().into()),
+                "{e}"
+            );
+        }
+    })
+    .await;
+    assert!(h.auth.metrics.get("moqt", false, "bad_signature") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_ends_only_the_subscriptions_it_no_longer_allows() {
+    use moqt::error::publish_done;
+    use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
+
+    let h = Harness::start(&["anon", "open"]);
+    within(async {
+        let publisher = h.client("moqt", "/").await.unwrap();
+        let subscriber = h.client("moqt", "/").await.unwrap();
+        let revoked_name = FullTrackName::new("anon", "v");
+        let kept_name = FullTrackName::new("open", "v");
+        let _revoked = publisher
+            .create_track(revoked_name.clone(), 1, TrackMode::Push)
+            .await
+            .unwrap();
+        let kept = publisher
+            .create_track(kept_name.clone(), 1, TrackMode::Push)
+            .await
+            .unwrap();
+        let mut revoked_sub = subscriber
+            .subscribe(revoked_name, SubscribeOptions::default())
+            .await
+            .unwrap();
+        let mut kept_sub = subscriber
+            .subscribe(kept_name, SubscribeOptions::default())
+            .await
+            .unwrap();
+
+        // Anonymous clients keep `open`, lose `anon`: the session stays.
+        reload(&h, SECRET, &["open"]);
+        let ev = revoked_sub.next().await;
+        assert!(
+            matches!(
+                ev,
+                Some(SubscriptionEvent::Done {
+                    status: publish_done::UNAUTHORIZED,
+                    ..
+                })
+            ),
+            "{ev:?}"
+        );
+        // The other subscription still delivers.
+        let mut w = kept.open_subgroup(0, 0).await.unwrap().expect("subscribed");
+        w.write(0, Bytes::from_static(b"still here")).await.unwrap();
+        let ev = kept_sub.next().await;
+        match ev {
+            Some(SubscriptionEvent::Object(o)) => assert_eq!(&o.payload[..], b"still here"),
+            other => panic!("{other:?}"),
+        }
+        assert!(subscriber.session().close_reason().is_none());
+        // A new subscription to the revoked track is refused.
+        let (r, ..) = subscriber
+            .subscribe_raw(FullTrackName::new("anon", "v"), Parameters::default())
+            .await
+            .unwrap();
+        assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
     })
     .await;
 }

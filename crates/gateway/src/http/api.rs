@@ -248,6 +248,7 @@ impl Api {
                     _ => return not_allowed(TOPIC_METHODS),
                 };
                 let shared = self.auth();
+                let recheck = auth::Recheck::new(shared.clone(), &parts);
                 let id = match auth::authenticate(&shared, &parts) {
                     Ok(id) => id,
                     Err(r) => return r.response(),
@@ -260,7 +261,7 @@ impl Api {
                     Method::HEAD => self.exists(&topic),
                     Method::DELETE => self.delete(&topic),
                     Method::POST => self.publish(&topic, &parts.headers, body).await,
-                    _ => self.subscribe(&topic, &parts.headers, id.expires()),
+                    _ => self.subscribe(&topic, &parts.headers, id.expires(), recheck),
                 }
             }
         }
@@ -335,12 +336,14 @@ impl Api {
     }
 
     /// A stream of `topic`'s messages; it ends at `expires` (the token's
-    /// `exp`), as a MoQT session does.
+    /// `exp`), as a MoQT session does, and when a reload of the auth means
+    /// `recheck`'s request may no longer read the topic.
     fn subscribe(
         self: &Arc<Self>,
         topic: &str,
         headers: &HeaderMap,
         expires: Option<SystemTime>,
+        recheck: auth::Recheck,
     ) -> Resp {
         let history = match headers.get(HISTORY_LENGTH) {
             None => 0,
@@ -442,7 +445,7 @@ impl Api {
                 tokio::time::Instant::now() + left
             });
             stream
-                .live(&mut rx, dedupe, deleted, kicked, expiry, &topic)
+                .live(&mut rx, dedupe, deleted, kicked, expiry, recheck, &topic)
                 .await;
         });
         let mut r = Response::new(ApiBody::Stream(body));
@@ -562,6 +565,7 @@ impl Stream<'_> {
         self.send(sse::message(self.seq, payload)).await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn live(
         &mut self,
         rx: &mut mpsc::Receiver<Delivery>,
@@ -569,6 +573,7 @@ impl Stream<'_> {
         mut deleted: watch::Receiver<()>,
         mut kicked: mpsc::Receiver<u8>,
         expiry: Option<tokio::time::Instant>,
+        mut recheck: auth::Recheck,
         topic: &str,
     ) {
         // No expiry: a deadline that never comes (the branch is disabled).
@@ -592,6 +597,12 @@ impl Stream<'_> {
                 _ = &mut expired, if expiry.is_some() => {
                     let _ = self.send(sse::comment("token expired")).await;
                     return;
+                }
+                () = recheck.changed() => {
+                    if !recheck.allows(Access::Read, topic) {
+                        let _ = self.send(sse::comment("credentials revoked")).await;
+                        return;
+                    }
                 }
                 _ = self.out.closed() => return,
                 d = rx.recv() => {
@@ -1062,6 +1073,58 @@ mod tests {
         assert_eq!(next(&mut rx).await.unwrap(), ": subscribed\n\n");
         assert_eq!(next(&mut rx).await.unwrap(), ": token expired\n\n");
         assert_eq!(next(&mut rx).await, None);
+    }
+
+    #[tokio::test]
+    async fn streams_end_when_a_reload_revokes_their_credentials() {
+        let (api, key) = authed("revoke");
+        let t = token(&key, &["s"], &["s"], 60);
+        for (topic, bearer) in [("/v1/t/s/1", Some(&t)), ("/v1/t/pub/x", None)] {
+            let r = match bearer {
+                Some(b) => call_with(&api, Method::PUT, topic, b).await,
+                None => call(&api, Method::PUT, topic).await,
+            };
+            assert_eq!(r.status(), 201, "{topic}");
+        }
+        let mut by_token = stream(call(&api, Method::GET, &format!("/v1/t/s/1?jwt={t}")).await);
+        let mut anonymous = stream(call(&api, Method::GET, "/v1/t/pub/x").await);
+        for rx in [&mut by_token, &mut anonymous] {
+            assert_eq!(next(rx).await.unwrap(), ": subscribed\n\n");
+        }
+        let dir = std::env::temp_dir().join(format!("quichub-api-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let reload = |public: &[&str]| {
+            let key = dir.join("key");
+            std::fs::write(&key, b"another-secret-another-secret-another-secret").unwrap();
+            let cfg = quichub_auth::AuthConfig {
+                key: Some(key),
+                public: public.iter().map(|p| p.to_string()).collect(),
+                ..Default::default()
+            };
+            api.auth().reload(&cfg).unwrap();
+        };
+        // The key changes: the token's stream ends; the anonymous one, whose
+        // public prefix stays, goes on.
+        reload(&["mqtt/pub"]);
+        assert_eq!(
+            next(&mut by_token).await.unwrap(),
+            ": credentials revoked\n\n"
+        );
+        assert_eq!(next(&mut by_token).await, None);
+        let r = api.handle(req(Method::POST, "/v1/t/pub/x", b"still")).await;
+        assert!(r.status().is_success(), "{}", r.status());
+        assert!(next(&mut anonymous).await.unwrap().contains("data: still"));
+        // The public prefix goes too.
+        reload(&[]);
+        assert_eq!(
+            next(&mut anonymous).await.unwrap(),
+            ": credentials revoked\n\n"
+        );
+        assert_eq!(next(&mut anonymous).await, None);
+        let _ = std::fs::remove_dir_all(&dir);
+        let m = &api.auth().metrics;
+        assert_eq!(m.get("http", false, "bad_signature"), 1);
+        assert_eq!(m.get("http", false, "no_credentials"), 1);
     }
 
     #[test]

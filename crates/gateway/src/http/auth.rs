@@ -1,16 +1,19 @@
 //! Who an HTTP request comes from: the JWT of `Authorization: Bearer` or of
 //! the `?jwt=` query parameter (for `EventSource`, which cannot set
 //! headers), verified once per request, and the RFC 6750 answers when it is
-//! missing, invalid or not enough.
+//! missing, invalid or not enough. A response that lasts (an SSE stream)
+//! checks its request again on every reload of the auth ([`Recheck`]).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use http::header::{HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
 use http::request::Parts;
 use http::{Response, StatusCode};
 use percent_encoding::percent_decode_str;
-use quichub_auth::{AuthError, Identity, Method, SharedAuth};
+use quichub_auth::{Access, AuthError, Identity, Method, SharedAuth};
+use tokio::sync::watch;
 
 use super::api::{error, ApiBody};
 
@@ -123,6 +126,61 @@ pub fn authenticate(auth: &SharedAuth, parts: &Parts) -> Result<Identity, Refusa
                 AuthError::NoCredentials => Refusal::NoCredentials,
                 e => Refusal::InvalidToken(e),
             })
+        }
+    }
+}
+
+/// A request's credentials, kept to check it again when the auth in force
+/// changes: a long-lived response (an SSE stream) ends when a reload revokes
+/// its token's key, or the public prefixes an anonymous request relied on.
+pub struct Recheck {
+    auth: Arc<SharedAuth>,
+    token: Option<String>,
+    changes: watch::Receiver<u64>,
+}
+
+impl Recheck {
+    /// Keeps the credentials of `parts`. Made before the request is
+    /// authenticated, so a reload from then on shows in [`Self::changed`].
+    pub fn new(auth: Arc<SharedAuth>, parts: &Parts) -> Self {
+        let changes = auth.subscribe();
+        let token = match credentials(parts) {
+            Credentials::Token(t) => Some(t.into_owned()),
+            // Malformed credentials are refused before anything lasts.
+            Credentials::None | Credentials::Malformed(_) => None,
+        };
+        Self {
+            auth,
+            token,
+            changes,
+        }
+    }
+
+    /// Resolves at the next reload of the auth; never once the auth is gone.
+    pub async fn changed(&mut self) {
+        if self.changes.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Whether the credentials still authenticate, under the auth in force,
+    /// and grant `access` to the MQTT `topic`. Counts a refusal.
+    pub fn allows(&self, access: Access, topic: &str) -> bool {
+        let auth = self.auth.get();
+        let id = match &self.token {
+            Some(t) => auth.jwt(t, SystemTime::now()),
+            None => auth.anonymous(""),
+        };
+        match id {
+            Ok(id) if id.may_topic(access, topic) => true,
+            Ok(_) => {
+                self.auth.metrics.failure_reason(PROTOCOL, "not_authorized");
+                false
+            }
+            Err(e) => {
+                self.auth.metrics.failure(PROTOCOL, &e);
+                false
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 //! PUBLISH for SUBSCRIBE_TRACKS) towards the peer.
 //!
 //! This module holds the session's lifecycle (accept, SETUP, limits, GOAWAY,
-//! expiry) and the request dispatch with its one authorisation point
+//! expiry, revocation) and the request dispatch with its one authorisation point
 //! ([`authorize`]); each concern has its own part:
 //! - `ingest`: data from publishers (subgroup streams, datagrams, early datagrams);
 //! - `upstream`: SUBSCRIBE sent towards publishers (the [`Peer`] side core calls);
@@ -51,10 +51,17 @@ use subscribe::{on_subscribe, on_track_status};
 pub(crate) const IMPLEMENTATION: &str = concat!("quichub/", env!("CARGO_PKG_VERSION"));
 
 /// A downstream subscription's facts needed by a Joining FETCH.
+/// and by the revocation check.
 struct SubInfo {
     entry: Arc<TrackEntry>,
     joining: Option<Location>,
     forward: bool,
+    /// The AUTHORIZATION_TOKEN values it was authorised with (for a track
+    /// pushed to a SUBSCRIBE_TRACKS subscriber: that request's).
+    tokens: Vec<Bytes>,
+    /// Signalled when a reload of the auth revoked the right to read the
+    /// track: the subscription ends with PUBLISH_DONE UNAUTHORIZED.
+    revoked: Arc<Notify>,
 }
 
 /// State shared by the tasks of one session.
@@ -192,6 +199,21 @@ impl SessionHandle {
         match self.access.get() {
             Some(a) => a.as_ref(),
             None => &AllowAll,
+        }
+    }
+
+    /// After a change of the auth in force that left the session up: ends
+    /// each open subscription whose track it may no longer read.
+    fn revoke_subscriptions(&self) {
+        let access = self.access();
+        for info in self.subscriptions.lock().expect("subs").values() {
+            let op = Operation::Subscribe {
+                track: &info.entry.track.name,
+                tokens: &info.tokens,
+            };
+            if !access.still_allows(&op) {
+                info.revoked.notify_one();
+            }
         }
     }
 
@@ -394,6 +416,26 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
         }
     };
     tokio::pin!(expiry);
+    // A reload of the auth reaches the session even while it is idle: its
+    // credentials are checked again (an error closes it), then its open
+    // subscriptions (see `revoke_subscriptions`).
+    let revoked = async {
+        h.wait_setup().await;
+        let Some(mut changes) = h.access().changes() else {
+            return std::future::pending().await;
+        };
+        loop {
+            if changes.changed().await.is_err() {
+                // The auth is gone (relay shutting down): nothing more to watch.
+                return std::future::pending().await;
+            }
+            if let Err(e) = h.access().revalidate() {
+                return e;
+            }
+            h.revoke_subscriptions();
+        }
+    };
+    tokio::pin!(revoked);
     let outcome = loop {
         tokio::select! {
             e = fail_rx.recv() => if let Some(e) = e { break Err(e) },
@@ -414,6 +456,10 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
                     code: SessionErrorCode::ExpiredAuthToken,
                     reason: "authorization expired".into(),
                 });
+            }
+            e = &mut revoked => {
+                relay.metrics.sessions_revoked.fetch_add(1, Relaxed);
+                break Err(e);
             }
             _ = h.session.closed() => break Ok(()),
             r = shutdown.changed() => {

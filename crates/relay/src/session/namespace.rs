@@ -200,16 +200,17 @@ pub(super) async fn on_subscribe_tracks(
         return Ok(());
     }
     let forward = m.params.forward.unwrap_or(true);
+    let tokens: Arc<[bytes::Bytes]> = m.params.authorization_tokens.clone().into();
     let id = relay.next_id();
     let (existing, mut rx) = relay.subscribe_tracks(id, m.namespace.clone());
     let _ = write_message(&mut send, &Message::RequestOk(RequestOk::default())).await;
     for e in existing {
-        spawn_publish_downstream(relay, h, e, forward);
+        spawn_publish_downstream(relay, h, e, forward, tokens.clone());
     }
     let result = loop {
         tokio::select! {
             e = rx.recv() => match e {
-                Some(e) => spawn_publish_downstream(relay, h, e, forward),
+                Some(e) => spawn_publish_downstream(relay, h, e, forward, tokens.clone()),
                 None => {
                     // The relay dropped us for falling behind.
                     let _ = send.reset(reset::EXCESSIVE_LOAD);

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use moqt::error::{publish_done, request_error};
 use moqt::message::{Message, Publish, RequestOk};
 use moqt::session::SessionError;
@@ -14,17 +15,29 @@ use web_transport_quinn::SendStream;
 use super::subscribe::serve_subscription;
 use super::upstream::settle;
 use super::{reply_error, reserved_namespace, RequestSlot, Result, SessionHandle};
+use crate::access::Operation;
 use crate::core::{Relay, TrackEntry};
 use crate::track::{Track, TrackInfo};
 
 /// Sends PUBLISH for a track to a SUBSCRIBE_TRACKS subscriber and, once it
-/// accepts, delivers the track like a subscription.
+/// accepts, delivers the track like a subscription. `tokens`: the
+/// SUBSCRIBE_TRACKS request's AUTHORIZATION_TOKEN values; the track is not
+/// pushed if they and the session no longer allow reading it (a reload of
+/// the auth since the request was authorised).
 pub(super) fn spawn_publish_downstream(
     relay: &Arc<Relay>,
     h: &Arc<SessionHandle>,
     entry: Arc<TrackEntry>,
     forward: bool,
+    tokens: Arc<[Bytes]>,
 ) {
+    let allowed = h.access().still_allows(&Operation::Subscribe {
+        track: &entry.track.name,
+        tokens: &tokens,
+    });
+    if !allowed {
+        return;
+    }
     let (relay, h) = (relay.clone(), h.clone());
     tokio::spawn(async move {
         entry.subscribers.fetch_add(1, Relaxed);
@@ -57,6 +70,7 @@ pub(super) fn spawn_publish_downstream(
                 &entry,
                 request_id,
                 &params,
+                &tokens,
                 Some(joined),
             )
             .await;

@@ -12,7 +12,7 @@ use moqt::message::{Message, PublishDone, RequestOk, Subscribe, SubscribeOk};
 use moqt::session::SessionError;
 use moqt::{Location, Parameters};
 use quichub_net::io::{write_message, MessageReader, ReadError};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use web_transport_quinn::SendStream;
 
 use super::{
@@ -132,6 +132,7 @@ pub(super) async fn on_subscribe(
         &entry,
         m.request_id,
         &m.params,
+        &m.params.authorization_tokens,
         Some(joined),
     )
     .await;
@@ -141,7 +142,9 @@ pub(super) async fn on_subscribe(
 
 /// Delivers a track to the peer: replies SUBSCRIBE_OK (for a SUBSCRIBE) or
 /// expects PUBLISH_OK already handled (for our PUBLISH), runs the forwarder,
-/// applies REQUEST_UPDATEs, and ends with PUBLISH_DONE.
+/// applies REQUEST_UPDATEs, and ends with PUBLISH_DONE (UNAUTHORIZED when a
+/// reload of the auth revoked the right to read the track, which `tokens`,
+/// the request's AUTHORIZATION_TOKEN values, are checked again for).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn serve_subscription(
     relay: &Arc<Relay>,
@@ -151,6 +154,7 @@ pub(super) async fn serve_subscription(
     entry: &Arc<TrackEntry>,
     request_id: u64,
     params: &Parameters,
+    tokens: &[Bytes],
     joined: Option<crate::track::Joined>,
 ) -> Result<()> {
     let track = entry.track.clone();
@@ -173,12 +177,15 @@ pub(super) async fn serve_subscription(
     }
     // Registered before SUBSCRIBE_OK goes out: a joining FETCH the peer sends
     // the moment it reads the OK must find the subscription.
+    let revoked = Arc::new(Notify::new());
     h.subscriptions.lock().expect("subs").insert(
         request_id,
         SubInfo {
             entry: entry.clone(),
             joining: if settings.forward { largest } else { None },
             forward: settings.forward,
+            tokens: tokens.to_vec(),
+            revoked: revoked.clone(),
         },
     );
     // A SUBSCRIBE (which comes with a reader for its updates) is answered here;
@@ -205,7 +212,8 @@ pub(super) async fn serve_subscription(
         settings_rx,
         relay.metrics.clone(),
         relay.config.clone(),
-    );
+    )
+    .revocable(revoked);
     let mut run = Box::pin(forwarder.run(joined));
     let done = loop {
         let next = async {
@@ -216,6 +224,7 @@ pub(super) async fn serve_subscription(
         };
         tokio::select! {
             d = &mut run => break Some(d),
+
             m = next => match m {
                 Ok(Message::RequestUpdate(u)) => {
                     if let Err(e) = h.request_ids.lock().expect("ids").accept_peer(u.request_id) {
