@@ -562,11 +562,20 @@ fn moq_tokens(bin: &Path) {
     }
 }
 
-/// One after the other (not as tests of their own, which run in parallel):
-/// three ffmpeg + moq + relay + sub pipelines at once overload 2 cores.
+/// The tests of this file take turns: each runs real-time ffmpeg, moq, a
+/// relay and subscribers, and two such pipelines at once on a 2-core
+/// machine starved one another (a lost first GOP at a joining subscriber, a
+/// lost last audio packet at `moq export`).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn moq_cli_imports_fmp4_into_quichub_and_quichub_sub_plays_it() {
     let Some(bin) = tools() else { return };
+    let _turn = one_at_a_time();
     moq_publishes(&bin, "moqt");
     moq_publishes(&bin, "https");
     // With tokens from moq-dev's `moq auth`.
@@ -576,6 +585,7 @@ fn moq_cli_imports_fmp4_into_quichub_and_quichub_sub_plays_it() {
 #[test]
 fn quichub_pub_hang_plays_through_moq_cli_export() {
     let Some(bin) = tools() else { return };
+    let _turn = one_at_a_time();
     moq_subscribes(&bin, "moqt", "hang", "push");
     moq_subscribes(&bin, "https", "hang-cmaf", "push");
     moq_subscribes(&bin, "moqt", "hang", "announce");
