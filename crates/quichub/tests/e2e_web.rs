@@ -39,7 +39,15 @@ fn chromium() -> PathBuf {
 
 /// `None` (after printing why) when something the tests need is missing
 /// and `QUICHUB_WEB_TESTS` is not `1`; a panic when it is.
-fn prerequisites(need_browser: bool) -> Option<()> {
+/// Browser tests take turns: several Chromium instances with live
+/// publishers at once on a 2-core machine crashed a renderer ("Target
+/// crashed") now and then.
+static ONE_BROWSER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A browser test's turn (held until the test ends); nothing for others.
+struct Turn(#[allow(dead_code)] Option<std::sync::MutexGuard<'static, ()>>);
+
+fn prerequisites(need_browser: bool) -> Option<Turn> {
     let mut missing = Vec::new();
     if Command::new("node").arg("--version").output().is_err() {
         missing.push("node".to_string());
@@ -59,7 +67,11 @@ fn prerequisites(need_browser: bool) -> Option<()> {
         }
     }
     if missing.is_empty() {
-        return Some(());
+        return Some(Turn(need_browser.then(|| {
+            ONE_BROWSER_AT_A_TIME
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        })));
     }
     let why = format!("missing {}", missing.join(", "));
     if std::env::var("QUICHUB_WEB_TESTS").as_deref() == Ok("1") {
@@ -217,9 +229,9 @@ async fn http_request(addr: &str, method: &str, path: &str, body: &str) -> (u16,
 /// The JS MoQT codec against crates/moqt's byte vectors.
 #[test]
 fn js_codec_unit_tests() {
-    if prerequisites(false).is_none() {
+    let Some(_turn) = prerequisites(false) else {
         return;
-    }
+    };
     let out = Command::new("node")
         .args(["--test", "test/unit/"])
         .current_dir(web_dir())
@@ -235,9 +247,9 @@ fn js_codec_unit_tests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn player_decodes_a_live_broadcast() {
-    if prerequisites(true).is_none() {
+    let Some(_turn) = prerequisites(true) else {
         return;
-    }
+    };
     let relay = start_relay();
     let home = format!("http://{}/", relay.http);
     // The codec this Chromium decodes: H.264 first, else VP8.
@@ -295,9 +307,9 @@ async fn player_decodes_a_live_broadcast() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn player_plays_with_a_token_and_is_refused_without() {
     use quichub_auth::jwt::{Claims, Key};
-    if prerequisites(true).is_none() {
+    let Some(_turn) = prerequisites(true) else {
         return;
-    }
+    };
     let dir = out_dir().join(format!("auth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret = b"0123456789abcdef0123456789abcdef-e2e-web-auth";
@@ -382,9 +394,9 @@ async fn player_plays_with_a_token_and_is_refused_without() {
 /// subgroup streams (keyframe, then the rest) that the player reorders.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn player_decodes_a_cmaf_broadcast() {
-    if prerequisites(true).is_none() {
+    let Some(_turn) = prerequisites(true) else {
         return;
-    }
+    };
     let relay = start_relay();
     let home = format!("http://{}/", relay.http);
     let dir = out_dir().join("cmaf");
@@ -442,9 +454,9 @@ fn ingest_clip(dir: &Path, secs: u32) -> PathBuf {
 /// the publisher's clock to the frame on screen, under a second here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn player_plays_what_quichub_pub_ingests_from_ffmpeg() {
-    if prerequisites(true).is_none() {
+    let Some(_turn) = prerequisites(true) else {
         return;
-    }
+    };
     let relay = start_relay();
     let home = format!("http://{}/", relay.http);
     let dir = out_dir().join("ingest");
@@ -503,9 +515,9 @@ async fn protocol_violations(relay: &Relay) -> u64 {
 /// while the player goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moq_watch_reaches_the_relay_and_fails_cleanly() {
-    if prerequisites(true).is_none() {
+    let Some(_turn) = prerequisites(true) else {
         return;
-    }
+    };
     if !web_dir().join("node_modules/@moq/watch").is_dir() {
         let why = "missing web/node_modules/@moq/watch (run `npm ci` in web/)";
         if std::env::var("QUICHUB_WEB_TESTS").as_deref() == Ok("1") {
@@ -604,9 +616,9 @@ async fn moq_watch_reaches_the_relay_and_fails_cleanly() {
 /// packages: rebuilt into a temporary directory and compared byte for byte.
 #[test]
 fn committed_bundle_is_up_to_date() {
-    if prerequisites(true).is_none() {
+    let Some(_turn) = prerequisites(true) else {
         return;
-    }
+    };
     let fresh = out_dir().join("dist");
     let _ = std::fs::remove_dir_all(&fresh);
     let out = Command::new("node")
@@ -640,9 +652,9 @@ fn committed_bundle_is_up_to_date() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_lists_tracks_and_plots_the_imu() {
-    if prerequisites(true).is_none() {
+    let Some(_turn) = prerequisites(true) else {
         return;
-    }
+    };
     let relay = start_relay();
     let home = format!("http://{}/", relay.http);
     let url = format!("moqt://127.0.0.1:{}/", relay.quic);
