@@ -27,6 +27,12 @@ pub mod alias_type {
 /// What a cache entry costs against MAX_AUTH_TOKEN_CACHE_SIZE beyond its value.
 pub const ENTRY_OVERHEAD: u64 = 16;
 
+/// Most AUTHORIZATION TOKEN values one message may carry. The draft sets no
+/// bound, but a 64 KiB control message fits thousands of tiny ones, each
+/// costing a signature check and the uniqueness check a comparison with
+/// every other; real clients send one or two.
+pub const MAX_TOKENS_PER_MESSAGE: usize = 16;
+
 /// One decoded Token structure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Token {
@@ -175,6 +181,15 @@ impl TokenCache {
     /// USE_ALIAS are protocol violations and a REGISTER over the limit is
     /// used by value instead of failing.
     pub fn resolve(&mut self, raw: &[Bytes], setup: bool) -> Result<Vec<TokenValue>, TokenError> {
+        if raw.len() > MAX_TOKENS_PER_MESSAGE {
+            return Err(TokenError::Request(
+                request_error::MALFORMED_AUTH_TOKEN,
+                format!(
+                    "{} AUTHORIZATION TOKEN values, at most {MAX_TOKENS_PER_MESSAGE}",
+                    raw.len()
+                ),
+            ));
+        }
         let mut out = Vec::with_capacity(raw.len());
         // Decode everything first: a malformed structure anywhere closes the
         // session before any alias changes.
@@ -342,6 +357,30 @@ mod tests {
             c.resolve(&[Token::UseAlias { alias: 1 }.encode()], true),
             Err(TokenError::Session(SessionErrorCode::ProtocolViolation, _))
         ));
+    }
+
+    #[test]
+    fn too_many_tokens_in_one_message_are_refused() {
+        let mut c = TokenCache::new(1 << 20);
+        let many: Vec<Bytes> = (0..=MAX_TOKENS_PER_MESSAGE)
+            .map(|i| {
+                Token::UseValue {
+                    kind: 0,
+                    value: Bytes::from(vec![b'a'; i + 1]),
+                }
+                .encode()
+            })
+            .collect();
+        assert!(matches!(
+            c.resolve(&many, false),
+            Err(TokenError::Request(request_error::MALFORMED_AUTH_TOKEN, _))
+        ));
+        assert_eq!(
+            c.resolve(&many[..MAX_TOKENS_PER_MESSAGE], false)
+                .unwrap()
+                .len(),
+            MAX_TOKENS_PER_MESSAGE
+        );
     }
 
     #[test]
