@@ -4,6 +4,8 @@
 //! closes its session with EXPIRED_AUTH_TOKEN, and the authorizer sees the
 //! path, query and address a session came with.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -11,13 +13,12 @@ use moqt::error::request_error;
 use moqt::message::{Message, NamespaceRequest, RequestUpdate};
 use moqt::session::SessionError;
 use moqt::{FullTrackName, Parameters, SessionErrorCode, TrackNamespace};
-use quichub_client::{ClientSession, ConnectOptions, Verify};
+use quichub_client::ClientSession;
 use quichub_net::io::{write_message, MessageReader};
-use quichub_net::server::Server;
-use quichub_net::tls::Identity;
 use quichub_relay::access::{Authorizer, ConnectInfo, Denied, Operation, SessionAccess};
 use quichub_relay::core::Refusal;
-use quichub_relay::{Config, Relay};
+
+use common::{close_code, error_code, namespace_request, within, TestRelay};
 
 /// Refuses every request naming the `secret` namespace (or one under it) and
 /// every session whose path contains `deny`; records what it was told at SETUP.
@@ -64,80 +65,21 @@ impl Authorizer for TestAuthorizer {
 }
 
 struct Harness {
-    addr: std::net::SocketAddr,
-    fingerprint: Vec<u8>,
+    relay: TestRelay,
     authorizer: Arc<TestAuthorizer>,
 }
 
 impl Harness {
     fn start(authorizer: TestAuthorizer) -> Self {
-        let id = Identity::self_signed(&["localhost"]).unwrap();
-        let server = Arc::new(Server::bind("127.0.0.1:0".parse().unwrap(), &id).unwrap());
         let authorizer = Arc::new(authorizer);
-        let relay = Relay::with_authorizer(Config::default(), authorizer.clone());
-        let addr = server.local_addr().unwrap();
-        tokio::spawn(quichub_relay::endpoint::accept_loop(relay, server));
         Self {
-            addr,
-            fingerprint: id.fingerprint().to_vec(),
+            relay: TestRelay::start(authorizer.clone()),
             authorizer,
         }
     }
 
     async fn client(&self, scheme: &str, path: &str) -> anyhow::Result<ClientSession> {
-        let opts = ConnectOptions {
-            verify: Verify::Fingerprints(vec![self.fingerprint.clone()]),
-            bind: "127.0.0.1:0".parse().unwrap(),
-            timeout: Duration::from_secs(5),
-            endpoint: None,
-        };
-        let url = format!("{scheme}://127.0.0.1:{}{path}", self.addr.port());
-        ClientSession::connect(&url, opts).await
-    }
-}
-
-async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), f)
-        .await
-        .expect("test step timed out")
-}
-
-/// The first reply to a namespace-level request (`make`) on `ns`. The
-/// request stays open for the rest of the test (a SUBSCRIBE_NAMESPACE lasts
-/// as long as its stream).
-async fn namespace_request(
-    c: &ClientSession,
-    ns: &str,
-    make: fn(NamespaceRequest) -> Message,
-) -> Message {
-    let (mut send, recv) = c.session().open_bi().await.unwrap();
-    let m = make(NamespaceRequest {
-        request_id: c.next_request_id(),
-        namespace: TrackNamespace::from_path(ns),
-        params: Parameters::default(),
-    });
-    write_message(&mut send, &m).await.unwrap();
-    let reply = MessageReader::new(recv, &[]).next().await.unwrap();
-    std::mem::forget(send);
-    reply
-}
-
-fn error_code(m: &Message) -> Option<u64> {
-    match m {
-        Message::RequestError(e) => Some(e.code),
-        _ => None,
-    }
-}
-
-/// The application close code of a closed session, raw QUIC or WebTransport.
-fn close_code(e: &web_transport_quinn::SessionError) -> Option<u64> {
-    use web_transport_quinn::{SessionError, WebTransportError};
-    match e {
-        SessionError::ConnectionError(
-            web_transport_quinn::quinn::ConnectionError::ApplicationClosed(c),
-        ) => Some(c.error_code.into_inner()),
-        SessionError::WebTransportError(WebTransportError::Closed(code, _)) => Some(*code as u64),
-        _ => None,
+        self.relay.client(scheme, path).await
     }
 }
 
@@ -149,11 +91,11 @@ async fn a_refused_request_gets_unauthorized_and_nothing_else_changes() {
         let b = h.client("https", "/moq").await.unwrap();
 
         // Refused: every kind of request naming the secret namespace.
-        let r = namespace_request(&a, "secret/room", Message::PublishNamespace).await;
+        let r = namespace_request(&a, "secret/room", Message::PublishNamespace, vec![]).await;
         assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
-        let r = namespace_request(&b, "secret", Message::SubscribeNamespace).await;
+        let r = namespace_request(&b, "secret", Message::SubscribeNamespace, vec![]).await;
         assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
-        let r = namespace_request(&b, "secret", Message::SubscribeTracks).await;
+        let r = namespace_request(&b, "secret", Message::SubscribeTracks, vec![]).await;
         assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
         let (r, ..) = b
             .subscribe_raw(FullTrackName::new("secret", "t"), Parameters::default())
@@ -171,10 +113,10 @@ async fn a_refused_request_gets_unauthorized_and_nothing_else_changes() {
             .publish_namespace(TrackNamespace::from_path("open"))
             .await
             .unwrap();
-        let r = namespace_request(&b, "open", Message::SubscribeNamespace).await;
+        let r = namespace_request(&b, "open", Message::SubscribeNamespace, vec![]).await;
         assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
         // Namespaces match by field, not by bytes: `secretary` is open.
-        let r = namespace_request(&b, "secretary", Message::SubscribeTracks).await;
+        let r = namespace_request(&b, "secretary", Message::SubscribeTracks, vec![]).await;
         assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
         // Reaches its handler: nobody publishes this track.
         let (r, ..) = b
@@ -214,7 +156,7 @@ async fn a_refused_request_gets_unauthorized_and_nothing_else_changes() {
 
         // A third session is unaffected too.
         let c = h.client("moqt", "/moq").await.unwrap();
-        let r = namespace_request(&c, "open", Message::SubscribeNamespace).await;
+        let r = namespace_request(&c, "open", Message::SubscribeNamespace, vec![]).await;
         assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
         assert!(a.session().close_reason().is_none());
         assert!(b.session().close_reason().is_none());
@@ -229,7 +171,7 @@ async fn the_authorizer_sees_path_query_and_address() {
         for (scheme, path) in [("https", "/moq?jwt=abc"), ("moqt", "/moq?jwt=def")] {
             let c = h.client(scheme, path).await.unwrap();
             // Answered only after the relay handled the SETUP.
-            let r = namespace_request(&c, "open", Message::SubscribeNamespace).await;
+            let r = namespace_request(&c, "open", Message::SubscribeNamespace, vec![]).await;
             assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
         }
     })
@@ -266,7 +208,7 @@ async fn a_refused_setup_closes_the_session_with_the_authorizers_code() {
         }
         // Others still get in.
         let ok = h.client("moqt", "/moq").await.unwrap();
-        let r = namespace_request(&ok, "open", Message::SubscribeNamespace).await;
+        let r = namespace_request(&ok, "open", Message::SubscribeNamespace, vec![]).await;
         assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
     })
     .await;

@@ -3,6 +3,8 @@
 //! alias), anonymous public prefixes, refused and expiring tokens, and reloads
 //! that revoke credentials or grants of sessions already up.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -13,18 +15,16 @@ use moqt::token::Token;
 use moqt::{FullTrackName, Parameters, SessionErrorCode, TrackNamespace};
 use quichub_auth::jwt::{Claims, Key};
 use quichub_auth::{Auth, AuthConfig, SharedAuth};
-use quichub_client::{ClientSession, ConnectOptions, Verify};
-use quichub_net::io::{write_message, MessageReader};
-use quichub_net::server::Server;
-use quichub_net::tls::Identity;
+use quichub_client::ClientSession;
+use quichub_net::io::write_message;
 use quichub_relay::tokens::TokenAuthorizer;
-use quichub_relay::{Config, Relay};
+
+use common::{close_code, error_code, namespace_request, within, TestRelay};
 
 const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef-test-secret";
 
 struct Harness {
-    addr: std::net::SocketAddr,
-    fingerprint: Vec<u8>,
+    relay: TestRelay,
     key: Key,
     auth: Arc<SharedAuth>,
     _dir: TempDir,
@@ -58,15 +58,9 @@ impl Harness {
             ..AuthConfig::default()
         };
         let auth = SharedAuth::new(Auth::load(&cfg).unwrap());
-        let id = Identity::self_signed(&["localhost"]).unwrap();
-        let server = Arc::new(Server::bind("127.0.0.1:0".parse().unwrap(), &id).unwrap());
-        let relay =
-            Relay::with_authorizer(Config::default(), TokenAuthorizer::new(auth.clone(), 4096));
-        let addr = server.local_addr().unwrap();
-        tokio::spawn(quichub_relay::endpoint::accept_loop(relay, server));
+        let relay = TestRelay::start(TokenAuthorizer::new(auth.clone(), 4096));
         Self {
-            addr,
-            fingerprint: id.fingerprint().to_vec(),
+            relay,
             key: Key::parse(SECRET).unwrap(),
             auth,
             _dir: TempDir(dir),
@@ -87,60 +81,7 @@ impl Harness {
     }
 
     async fn client(&self, scheme: &str, path: &str) -> anyhow::Result<ClientSession> {
-        let opts = ConnectOptions {
-            verify: Verify::Fingerprints(vec![self.fingerprint.clone()]),
-            bind: "127.0.0.1:0".parse().unwrap(),
-            timeout: Duration::from_secs(5),
-            endpoint: None,
-        };
-        let url = format!("{scheme}://127.0.0.1:{}{path}", self.addr.port());
-        ClientSession::connect(&url, opts).await
-    }
-}
-
-async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(15), f)
-        .await
-        .expect("test step timed out")
-}
-
-/// The first reply to a namespace-level request on `ns`, carrying `tokens`.
-async fn namespace_request(
-    c: &ClientSession,
-    ns: &str,
-    make: fn(NamespaceRequest) -> Message,
-    tokens: Vec<Bytes>,
-) -> Message {
-    let (mut send, recv) = c.session().open_bi().await.unwrap();
-    let m = make(NamespaceRequest {
-        request_id: c.next_request_id(),
-        namespace: TrackNamespace::from_path(ns),
-        params: Parameters {
-            authorization_tokens: tokens,
-            ..Default::default()
-        },
-    });
-    write_message(&mut send, &m).await.unwrap();
-    let reply = MessageReader::new(recv, &[]).next().await.unwrap();
-    std::mem::forget(send);
-    reply
-}
-
-fn code(m: &Message) -> Option<u64> {
-    match m {
-        Message::RequestError(e) => Some(e.code),
-        _ => None,
-    }
-}
-
-fn close_code(e: &web_transport_quinn::SessionError) -> Option<u64> {
-    use web_transport_quinn::{SessionError, WebTransportError};
-    match e {
-        SessionError::ConnectionError(
-            web_transport_quinn::quinn::ConnectionError::ApplicationClosed(c),
-        ) => Some(c.error_code.into_inner()),
-        SessionError::WebTransportError(WebTransportError::Closed(code, _)) => Some(*code as u64),
-        _ => None,
+        self.relay.client(scheme, path).await
     }
 }
 
@@ -156,7 +97,11 @@ async fn a_query_token_grants_its_paths_and_nothing_else() {
             // Path boundaries: `alicex` is not under `alice`.
             for ns in ["demo/bob", "demo/alicex", "other"] {
                 let r = namespace_request(&c, ns, Message::PublishNamespace, vec![]).await;
-                assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{ns}: {r:?}");
+                assert_eq!(
+                    error_code(&r),
+                    Some(request_error::UNAUTHORIZED),
+                    "{ns}: {r:?}"
+                );
             }
             // `get: ""` reads everything under the root, and only there.
             let r = namespace_request(&c, "demo", Message::SubscribeNamespace, vec![]).await;
@@ -165,14 +110,14 @@ async fn a_query_token_grants_its_paths_and_nothing_else() {
                 .subscribe_raw(FullTrackName::new("demo/bob", "v"), Parameters::default())
                 .await
                 .unwrap();
-            assert_eq!(code(&r), Some(request_error::DOES_NOT_EXIST), "{r:?}");
+            assert_eq!(error_code(&r), Some(request_error::DOES_NOT_EXIST), "{r:?}");
             let (r, ..) = c
                 .subscribe_raw(FullTrackName::new("other", "v"), Parameters::default())
                 .await
                 .unwrap();
-            assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+            assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
             let r = namespace_request(&c, "", Message::SubscribeTracks, vec![]).await;
-            assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+            assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
             assert!(c.session().close_reason().is_none());
         }
     })
@@ -191,7 +136,7 @@ async fn anonymous_sessions_get_the_public_prefixes() {
         let r = namespace_request(&c, "anon", Message::SubscribeNamespace, vec![]).await;
         assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
         let r = namespace_request(&c, "demo", Message::SubscribeNamespace, vec![]).await;
-        assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+        assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
     })
     .await;
 }
@@ -204,7 +149,7 @@ async fn request_tokens_by_value_and_by_alias() {
         // No session token: nothing allowed until a request brings one.
         let c = h.client("moqt", "/").await.unwrap();
         let r = namespace_request(&c, "demo/bob", Message::PublishNamespace, vec![]).await;
-        assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+        assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
         let by_value = Token::UseValue {
             kind: 0,
             value: t.clone(),
@@ -233,7 +178,7 @@ async fn request_tokens_by_value_and_by_alias() {
         assert!(matches!(r, Message::RequestOk(_)), "{r:?}");
         // The token still grants only its paths.
         let r = namespace_request(&c, "demo/eve", Message::PublishNamespace, vec![alias]).await;
-        assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+        assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
         // A garbage token value is MALFORMED_AUTH_TOKEN for that request only.
         let junk = Token::UseValue {
             kind: 0,
@@ -241,7 +186,11 @@ async fn request_tokens_by_value_and_by_alias() {
         }
         .encode();
         let r = namespace_request(&c, "demo/bob/c", Message::PublishNamespace, vec![junk]).await;
-        assert_eq!(code(&r), Some(request_error::MALFORMED_AUTH_TOKEN), "{r:?}");
+        assert_eq!(
+            error_code(&r),
+            Some(request_error::MALFORMED_AUTH_TOKEN),
+            "{r:?}"
+        );
         assert!(c.session().close_reason().is_none());
 
         // An unknown alias closes the session (UNKNOWN_AUTH_TOKEN_ALIAS).
@@ -409,7 +358,7 @@ async fn a_reload_ends_only_the_subscriptions_it_no_longer_allows() {
             .subscribe_raw(FullTrackName::new("anon", "v"), Parameters::default())
             .await
             .unwrap();
-        assert_eq!(code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+        assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
     })
     .await;
 }
