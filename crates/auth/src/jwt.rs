@@ -242,12 +242,16 @@ impl Key {
                     serde_json::from_str(t).map_err(|e| format!("JWK: {e}"))?;
                 return Key::from_jwk(&v);
             }
-            if let Ok(json) = URL_SAFE_NO_PAD.decode(t) {
-                if json.first() == Some(&b'{') {
-                    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&json) {
-                        return Key::from_jwk(&v);
-                    }
-                }
+            // moq-token's base64url JWK (`eyJ` is `{"`). A damaged one must
+            // not become a raw HMAC secret: a public key's text is public,
+            // and anyone could then sign HS256 tokens with it.
+            if t.starts_with("eyJ") {
+                let json = URL_SAFE_NO_PAD
+                    .decode(t)
+                    .map_err(|e| format!("base64url JWK: {e}"))?;
+                let v: serde_json::Value =
+                    serde_json::from_slice(&json).map_err(|e| format!("base64url JWK: {e}"))?;
+                return Key::from_jwk(&v);
             }
         }
         let secret = bytes

@@ -362,3 +362,21 @@ fn hs256_token_signed_by_openssl() {
     assert_eq!(c.root, "demo");
     assert_eq!(c.get, [""]);
 }
+
+/// A damaged key file is an error, never a raw HMAC secret made of its text
+/// (a public key's text is public: anyone could sign HS256 tokens with it).
+#[test]
+fn damaged_key_files_are_refused_not_taken_as_secrets() {
+    let g = generate(Algorithm::ES256, Some("k")).unwrap();
+    let public = g.public.unwrap();
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(serde_json::to_vec(&public).unwrap());
+    assert!(Key::parse(b64.as_bytes()).is_ok());
+    for cut in [b64.len() - 1, b64.len() - 7, b64.len() / 2] {
+        let e = Key::parse(&b64.as_bytes()[..cut]).err();
+        assert!(e.is_some_and(|e| e.contains("JWK")), "cut at {cut}");
+    }
+    let json = serde_json::to_string(&public).unwrap();
+    assert!(Key::parse(&json.as_bytes()[..json.len() - 3]).is_err());
+    assert!(Key::parse(b"-----BEGIN PUBLIC KEY-----\nAAAA\n").is_err());
+}
