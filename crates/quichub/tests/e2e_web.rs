@@ -546,14 +546,28 @@ async fn moq_watch_reaches_the_relay_and_fails_cleanly() {
         "live/moq-watch".to_string(),
         dir.to_str().unwrap().to_string(),
     ];
-    let (ok, r) = tokio::task::spawn_blocking(move || {
-        node(
-            "moq-watch.mjs",
-            &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        )
-    })
-    .await
-    .unwrap();
+    let run = || {
+        let args = args.clone();
+        tokio::task::spawn_blocking(move || {
+            node(
+                "moq-watch.mjs",
+                &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            )
+        })
+    };
+    let (mut ok, mut r) = run().await.unwrap();
+    // @moq/watch's tab, reconnecting after each session the relay closes,
+    // now and then takes Chromium's renderer down ("Target crashed"): a
+    // browser fault, not the relay's (the relay and the player beside it
+    // are what this test checks), so the whole run is repeated once.
+    if !ok
+        && r["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Target crashed"))
+    {
+        eprintln!("moq-watch.mjs: Chromium's renderer crashed; running it once more: {r}");
+        (ok, r) = run().await.unwrap();
+    }
     let violations = protocol_violations(&relay).await - violations_before;
     let _ = publisher.kill();
     let _ = publisher.wait();
