@@ -22,15 +22,15 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::model::{Link, LinkStats, Verdict};
-use crate::profile::Profile;
+use crate::model::{ConfigError, Link, LinkConfig, LinkStats, Verdict};
+use crate::profile::{Direction, Profile};
 use crate::sys::{self, IfaceConfig, SysError};
 
 /// Client address inside the client namespace.
@@ -47,6 +47,81 @@ pub const MTU: u32 = 1500;
 pub const MAX_HELD_PACKETS: usize = 200_000;
 /// Most bytes one direction holds at once.
 pub const MAX_HELD_BYTES: usize = 256 * 1024 * 1024;
+/// Most packets one capture records (24 bytes each); later ones are counted
+/// in [`Capture::missed`].
+pub const MAX_CAPTURED: usize = 2_000_000;
+
+/// One packet as an on-path observer at the emulator sees it: when, which
+/// way, how big, and the cleartext transport header fields (what encryption
+/// leaves visible). No payload is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PacketRecord {
+    /// When it reached the emulator, microseconds since [`Emulator::epoch`].
+    pub t_us: u64,
+    /// Client → server (`true`) or server → client (`false`).
+    pub up: bool,
+    /// Length of the IP packet, headers included, bytes.
+    pub len: u32,
+    /// IP protocol number (6 TCP, 17 UDP), 0 when not IPv4.
+    pub proto: u8,
+    /// Source port (TCP and UDP; 0 otherwise).
+    pub src_port: u16,
+    /// Destination port (TCP and UDP; 0 otherwise).
+    pub dst_port: u16,
+    /// Whether the link model dropped it (loss or a full queue).
+    pub dropped: bool,
+}
+
+impl PacketRecord {
+    /// Reads the header fields of an IPv4 packet (no packet information
+    /// prefix, as the TUN devices are opened); anything shorter or not IPv4
+    /// gives protocol 0 and no ports.
+    pub fn parse(t_us: u64, up: bool, packet: &[u8], dropped: bool) -> PacketRecord {
+        let mut r = PacketRecord {
+            t_us,
+            up,
+            len: packet.len() as u32,
+            proto: 0,
+            src_port: 0,
+            dst_port: 0,
+            dropped,
+        };
+        if packet.len() >= 20 && packet[0] >> 4 == 4 {
+            r.proto = packet[9];
+            let ihl = usize::from(packet[0] & 0x0f) * 4;
+            if matches!(r.proto, 6 | 17) && packet.len() >= ihl + 4 && ihl >= 20 {
+                r.src_port = u16::from_be_bytes([packet[ihl], packet[ihl + 1]]);
+                r.dst_port = u16::from_be_bytes([packet[ihl + 2], packet[ihl + 3]]);
+            }
+        }
+        r
+    }
+}
+
+/// What a capture recorded.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Capture {
+    /// Packets of both directions, in the order each direction saw them
+    /// (sort by `t_us` for one timeline).
+    pub packets: Vec<PacketRecord>,
+    /// Packets not recorded because [`MAX_CAPTURED`] was reached.
+    pub missed: u64,
+}
+
+/// Shared between the forwarders and [`Emulator::start_capture`].
+#[derive(Default)]
+struct CaptureState {
+    on: AtomicBool,
+    missed: AtomicU64,
+    packets: Mutex<Vec<PacketRecord>>,
+}
+
+/// A configuration waiting for a forwarder to take it.
+#[derive(Default)]
+struct Pending {
+    dirty: AtomicBool,
+    cfg: Mutex<Option<LinkConfig>>,
+}
 
 /// Why the emulator could not start.
 #[derive(Debug, thiserror::Error)]
@@ -208,6 +283,9 @@ pub struct Emulator {
     wake: Arc<OwnedFd>,
     threads: Vec<JoinHandle<()>>,
     stats: [Arc<Mutex<DirectionStats>>; 2],
+    pending: [Arc<Pending>; 2],
+    capture: Arc<CaptureState>,
+    epoch: Instant,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -292,6 +370,8 @@ impl Emulator {
             Arc::new(Mutex::new(DirectionStats::default())),
         ];
         let epoch = Instant::now();
+        let pending = [Arc::new(Pending::default()), Arc::new(Pending::default())];
+        let capture = Arc::new(CaptureState::default());
         let mut emu = Emulator {
             client,
             server,
@@ -300,6 +380,9 @@ impl Emulator {
             wake: wake.clone(),
             threads: Vec::new(),
             stats: stats.clone(),
+            pending: pending.clone(),
+            capture: capture.clone(),
+            epoch,
         };
         let dirs = [
             (
@@ -308,10 +391,20 @@ impl Emulator {
                 stun.clone(),
                 up_link,
                 stats[0].clone(),
+                pending[0].clone(),
+                true,
             ),
-            ("netem-down", stun, ctun, down_link, stats[1].clone()),
+            (
+                "netem-down",
+                stun,
+                ctun,
+                down_link,
+                stats[1].clone(),
+                pending[1].clone(),
+                false,
+            ),
         ];
-        for (name, rx, tx, link, st) in dirs {
+        for (name, rx, tx, link, st, pending, up) in dirs {
             let f = Forwarder {
                 rx,
                 tx,
@@ -320,6 +413,9 @@ impl Emulator {
                 wake: wake.clone(),
                 stats: st,
                 epoch,
+                pending,
+                capture: capture.clone(),
+                up,
             };
             let h = std::thread::Builder::new()
                 .name(name.into())
@@ -351,6 +447,56 @@ impl Emulator {
         EmulatorStats {
             up: get(&self.stats[0]),
             down: get(&self.stats[1]),
+        }
+    }
+
+    /// The instant packet times ([`PacketRecord::t_us`]) count from.
+    pub fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
+    /// Replaces one direction's link configuration from its next packet on
+    /// (e.g. a rate step down mid-run); packets already queued keep their
+    /// release times. [`Emulator::profile`] still names the starting one.
+    pub fn set_link(&self, dir: Direction, cfg: LinkConfig) -> Result<(), ConfigError> {
+        cfg.validate()?;
+        let dirs: &[usize] = match dir {
+            Direction::Up => &[0],
+            Direction::Down => &[1],
+            Direction::Both => &[0, 1],
+        };
+        for &i in dirs {
+            let p = &self.pending[i];
+            if let Ok(mut g) = p.cfg.lock() {
+                *g = Some(cfg.clone());
+            }
+            p.dirty.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Starts recording every packet's size, time and ports (both
+    /// directions), discarding what an earlier capture left.
+    pub fn start_capture(&self) {
+        if let Ok(mut g) = self.capture.packets.lock() {
+            g.clear();
+        }
+        self.capture.missed.store(0, Ordering::Relaxed);
+        self.capture.on.store(true, Ordering::Release);
+    }
+
+    /// Stops recording and returns what was recorded.
+    pub fn stop_capture(&self) -> Capture {
+        self.capture.on.store(false, Ordering::Release);
+        let packets = self
+            .capture
+            .packets
+            .lock()
+            .map(|mut g| std::mem::take(&mut *g))
+            .unwrap_or_default();
+        Capture {
+            packets,
+            missed: self.capture.missed.swap(0, Ordering::Relaxed),
         }
     }
 
@@ -415,6 +561,9 @@ struct Forwarder {
     wake: Arc<OwnedFd>,
     stats: Arc<Mutex<DirectionStats>>,
     epoch: Instant,
+    pending: Arc<Pending>,
+    capture: Arc<CaptureState>,
+    up: bool,
 }
 
 /// Longest single wait, so a stop request is never missed for long.
@@ -469,6 +618,16 @@ impl Forwarder {
             if ready[1] {
                 continue; // stop requested; the loop condition sees it
             }
+            if self.pending.dirty.swap(false, Ordering::AcqRel) {
+                let cfg = self.pending.cfg.lock().ok().and_then(|mut g| g.take());
+                if let Some(cfg) = cfg {
+                    if let Err(e) = self.link.reconfigure(cfg) {
+                        tracing::warn!("netem: reconfiguration refused: {e}");
+                    }
+                }
+            }
+            let capturing = self.capture.on.load(Ordering::Acquire);
+            let mut captured = Vec::new();
             if ready[0] {
                 for _ in 0..READ_BATCH {
                     let n = match sys::read_fd(rx, &mut scratch) {
@@ -480,7 +639,16 @@ impl Forwarder {
                         }
                     };
                     let arrival = self.epoch.elapsed();
-                    match self.link.send(arrival, n) {
+                    let verdict = self.link.send(arrival, n);
+                    if capturing {
+                        captured.push(PacketRecord::parse(
+                            arrival.as_micros() as u64,
+                            self.up,
+                            &scratch[..n],
+                            matches!(verdict, Verdict::Dropped(_)),
+                        ));
+                    }
+                    match verdict {
                         Verdict::Dropped(_) => {}
                         Verdict::Deliver { at, duplicate_at } => {
                             for t in std::iter::once(at).chain(duplicate_at) {
@@ -500,6 +668,9 @@ impl Forwarder {
                         }
                     }
                 }
+                if !captured.is_empty() {
+                    self.record(captured);
+                }
             } else if let Some(d) = deadline {
                 // Woke up by timeout: learn how late the timer fired.
                 let late = self.epoch.elapsed().saturating_sub(d);
@@ -512,6 +683,19 @@ impl Forwarder {
             }
         }
         self.publish(&mut io, late_sum, late_n);
+    }
+
+    fn record(&self, captured: Vec<PacketRecord>) {
+        if let Ok(mut g) = self.capture.packets.lock() {
+            let room = MAX_CAPTURED.saturating_sub(g.len());
+            let missed = captured.len().saturating_sub(room);
+            g.extend(captured.into_iter().take(room));
+            if missed > 0 {
+                self.capture
+                    .missed
+                    .fetch_add(missed as u64, Ordering::Relaxed);
+            }
+        }
     }
 
     fn publish(&self, io: &mut DirectionStats, late_sum: f64, late_n: u64) {

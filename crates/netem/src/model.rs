@@ -313,6 +313,16 @@ impl Link {
         &self.stats
     }
 
+    /// Replaces the configuration from now on (a rate step, a loss burst):
+    /// packets already accepted keep their release times, the queue keeps
+    /// its backlog, and the random sequence goes on where it was, so a
+    /// seeded run stays repeatable.
+    pub fn reconfigure(&mut self, cfg: LinkConfig) -> Result<(), ConfigError> {
+        cfg.validate()?;
+        self.cfg = cfg;
+        Ok(())
+    }
+
     /// Bytes waiting in (or being serialised from) the queue at `now`.
     pub fn backlog_bytes(&mut self, now: Duration) -> u64 {
         self.purge(now);
@@ -457,6 +467,32 @@ mod tests {
             );
         }
         assert_eq!(link.stats().delivered, 100);
+    }
+
+    #[test]
+    fn reconfigured_rate_applies_from_then_on() {
+        // 8 Mbit/s: 1000 B take 1 ms; then 1 Mbit/s: 8 ms.
+        let fast = LinkConfig {
+            rate_bps: Some(8_000_000),
+            ..Default::default()
+        };
+        let mut link = Link::new(fast.clone(), 1).unwrap();
+        assert_eq!(release(link.send(ms(0), 1000)), ms(1));
+        link.reconfigure(LinkConfig {
+            rate_bps: Some(1_000_000),
+            ..fast
+        })
+        .unwrap();
+        // Queued behind nothing (the first finished at 1 ms).
+        assert_eq!(release(link.send(ms(10), 1000)), ms(18));
+        assert_eq!(link.stats().delivered, 2);
+        assert!(link
+            .reconfigure(LinkConfig {
+                loss: 2.0,
+                ..Default::default()
+            })
+            .is_err());
+        assert_eq!(link.config().rate_bps, Some(1_000_000), "kept on error");
     }
 
     #[test]

@@ -778,3 +778,96 @@ fn run_command_reports_exit_code_and_cleans_up() {
     assert_eq!(quichub_netem::main(cli.args).expect("netem run"), 128 + 11);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The capture sees what crosses the link (sizes, ports, direction, drops)
+/// and nothing after it stops; `set_link` changes the rate mid-run.
+#[test]
+fn capture_and_rate_step() {
+    if skipped() {
+        return;
+    }
+    let _g = lock();
+    let profile = Profile {
+        name: "step".into(),
+        ..Profile::unimpaired()
+    };
+    let emu = Emulator::start(EmulatorConfig::new(profile)).expect("emulator");
+    let (tx, rx) = mpsc::channel();
+    let server = emu
+        .server()
+        .spawn(move || {
+            let sock = UdpSocket::bind((SERVER_ADDR, 0)).unwrap();
+            sock.set_read_timeout(Some(Duration::from_millis(300)))
+                .unwrap();
+            tx.send(sock.local_addr().unwrap()).unwrap();
+            let mut buf = [0u8; 2048];
+            let mut got = 0u32;
+            while sock.recv(&mut buf).is_ok() {
+                got += 1;
+            }
+            got
+        })
+        .unwrap();
+    let addr = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    let send = |n: usize, size: usize| {
+        emu.client()
+            .spawn(move || {
+                let sock = UdpSocket::bind((CLIENT_ADDR, 0)).unwrap();
+                for _ in 0..n {
+                    sock.send_to(&vec![7u8; size], addr).unwrap();
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                sock.local_addr().unwrap().port()
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap()
+    };
+    send(5, 100); // not captured
+    emu.start_capture();
+    let port = send(20, 1000);
+    std::thread::sleep(Duration::from_millis(50));
+    let cap = emu.stop_capture();
+    send(5, 100); // not captured either
+    let ours: Vec<_> = cap
+        .packets
+        .iter()
+        .filter(|p| p.proto == 17 && p.src_port == port)
+        .collect();
+    assert_eq!(ours.len(), 20, "{:?}", cap.packets);
+    assert!(ours
+        .iter()
+        .all(|p| p.up && p.len == 1028 && p.dst_port == addr.port() && !p.dropped));
+    assert!(ours.windows(2).all(|w| w[0].t_us <= w[1].t_us));
+    assert_eq!(cap.missed, 0);
+
+    // A 100 kbit/s uplink with a 50 ms queue: 20 packets of 1028 B sent in
+    // 40 ms (3.4 Mbit/s) cannot all fit; some are dropped at the queue.
+    emu.set_link(
+        Direction::Up,
+        LinkConfig {
+            rate_bps: Some(100_000),
+            queue: QueueLimit::Time(Duration::from_millis(50)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    emu.start_capture();
+    send(20, 1000);
+    let cap = emu.stop_capture();
+    let dropped = cap.packets.iter().filter(|p| p.dropped).count();
+    assert!(dropped >= 10, "queue drops after the step: {dropped}");
+    assert!(emu
+        .set_link(
+            Direction::Both,
+            LinkConfig {
+                loss: 7.0,
+                ..Default::default()
+            }
+        )
+        .is_err());
+    drop(emu);
+    let got = server.join().unwrap().unwrap();
+    assert!((30..=45).contains(&got), "received {got}");
+}
