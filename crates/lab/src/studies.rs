@@ -51,6 +51,15 @@ pub const CAO_MAR: Study = Study {
     short: "Cao et al.",
 };
 
+/// The live-video throughput study, MoQ against RTMP ingest + HLS delivery
+/// over TCP (`lab live-video`).
+pub const ESTUPINAN_2025: Study = Study {
+    authors: "E. P. Estupiñan-Cuesta, J. C. Martínez, W. A. Roldán-Pineda",
+    title: "Evaluation of Throughput in Live Video Streaming: TCP vs. QUIC as a Proof of Concept",
+    published: "Visión Investigadora 19(1), 2025",
+    short: "Estupiñan-Cuesta et al. 2025",
+};
+
 /// The Drift paper: HTTP/3 pub/sub against MQTT over QUIC (`lab zero-rtt`
 /// extends its time-to-broker measurement to 0-RTT, which it set aside).
 pub const DRIFT: Study = Study {
@@ -74,5 +83,6 @@ mod tests {
             .cite()
             .starts_with("J. Cao, X. Su, B. Finley, P. Zhou, P. Hui, \"Evaluating"));
         assert!(DRIFT.cite().starts_with("\"A Pure HTTP/3"));
+        assert!(ESTUPINAN_2025.cite().ends_with("Visión Investigadora 19(1), 2025"));
     }
 }
