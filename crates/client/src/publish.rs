@@ -219,6 +219,16 @@ impl std::ops::Deref for TrackRef<'_> {
     }
 }
 
+/// The quinn priority of a subgroup stream this client sends: publisher
+/// priority first, then group order. Tracks are published without a
+/// GROUP_ORDER parameter, so ascending (§7.2): on an uplink slower than the
+/// track, the oldest open group finishes first instead of every open group
+/// advancing round-robin (see `moqt::priority`). The subscriber-priority
+/// term is the same for every stream of the session.
+fn send_order(priority: u8, group: u64) -> i32 {
+    moqt::priority::stream_priority(128, priority, group, moqt::GroupOrder::Ascending)
+}
+
 async fn open(
     track: TrackRef<'_>,
     group: u64,
@@ -230,7 +240,7 @@ async fn open(
         return Ok(None);
     }
     let mut stream = track.session.open_uni().await?;
-    let _ = stream.set_priority(255 - priority as i32);
+    let _ = stream.set_priority(send_order(priority, group));
     let mut b = BytesMut::new();
     SubgroupHeader {
         track_alias: track.alias,
@@ -403,5 +413,18 @@ impl ClientSession {
             *track.publish_stream.lock().await = Some((send, reader));
         }
         Ok(track)
+    }
+}
+
+#[cfg(test)]
+mod send_order_tests {
+    use super::send_order;
+
+    #[test]
+    fn older_groups_first_within_a_priority() {
+        assert!(send_order(128, 7) > send_order(128, 8));
+        // Publisher priority dominates group order: keyframes of a newer
+        // group (priority 0) go before disposable frames of an older one.
+        assert!(send_order(0, 9) > send_order(2, 8));
     }
 }

@@ -703,6 +703,21 @@ mod tests {
         assert!(e.starts_with("t.toml:2:9:"), "{e}");
         let e = err("[quic\n");
         assert!(e.starts_with("t.toml:1:"), "{e}");
+        let e = err("[quic]\ncongestion_control = \"fast\"\n");
+        assert!(e.starts_with("t.toml:2:22:"), "{e}");
+    }
+
+    #[test]
+    fn congestion_control_reaches_the_transport() {
+        let c = Config::parse("[quic]\ncongestion_control = \"bbr\"\n", "t").unwrap();
+        assert_eq!(
+            c.quic.limits.congestion_control,
+            quichub_net::CongestionControl::Bbr
+        );
+        assert_eq!(
+            Config::default().quic.limits.congestion_control,
+            quichub_net::CongestionControl::Cubic
+        );
     }
 
     #[test]

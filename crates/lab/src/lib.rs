@@ -18,6 +18,7 @@ pub mod rt;
 pub mod stats;
 pub mod studies;
 pub mod svg;
+pub mod uplink;
 pub mod zero_rtt;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,10 @@ pub struct LabArgs {
     /// Results root: the run is written to OUT/EXPERIMENT/TIMESTAMP/.
     #[arg(long, default_value = "results", global = true)]
     pub out: PathBuf,
+    /// QUIC congestion controller: cubic, newreno or bbr (default: the
+    /// relay's, cubic; `lab uplink` compares all three unless this is given).
+    #[arg(long, global = true)]
+    pub cc: Option<quichub_net::CongestionControl>,
 }
 
 /// Experiments.
@@ -63,6 +68,10 @@ pub enum Experiment {
     /// Alternative to MQTT-over-QUIC in Resource-Constrained IoT" (the Drift
     /// paper) to 0-RTT, which that paper set aside.
     ZeroRtt(ZeroRttArgs),
+    /// One bulk transfer over the uplink of every link profile: the kernel's
+    /// TCP against QUIC (quinn) with each congestion controller (cubic,
+    /// newreno, bbr): goodput, utilisation, wire overhead, queue drops, RTT.
+    Uplink(uplink::UplinkArgs),
 }
 
 /// Options of `lab zero-rtt`.
@@ -118,6 +127,9 @@ pub struct MarArgs {
     /// Cao et al., or 1152x648,128x72 with --quick).
     #[arg(long)]
     pub resolutions: Option<String>,
+    /// Order of the concurrent request streams of `quic-stream`.
+    #[arg(long, value_enum, default_value_t = mar::QuicOrder::OldestFirst)]
+    pub quic_order: mar::QuicOrder,
 }
 
 /// Options of `lab imu`.
@@ -161,6 +173,11 @@ pub fn main(args: LabArgs) -> anyhow::Result<i32> {
         }
         Experiment::ZeroRtt(z) => {
             let (dir, ok) = zero_rtt::run(&args, z)?;
+            eprintln!("results in {}", dir.display());
+            Ok(if ok { 0 } else { 1 })
+        }
+        Experiment::Uplink(u) => {
+            let (dir, ok) = uplink::run(&args, u)?;
             eprintln!("results in {}", dir.display());
             Ok(if ok { 0 } else { 1 })
         }
@@ -384,6 +401,8 @@ pub fn run_mar(args: &LabArgs, mar: &MarArgs) -> anyhow::Result<(PathBuf, bool)>
         rate_hz: mar::REQUEST_HZ,
         reply_size: mar::REPLY_SIZE,
         udp_payload: mar::UDP_PAYLOAD,
+        cc: args.cc.unwrap_or_default(),
+        quic_order: mar.quic_order,
     };
     let links = mar_links(args, mar)?;
     let resolutions = mar_resolutions(args, mar)?;
@@ -437,7 +456,7 @@ mod tests {
         use clap::CommandFactory;
         let mut cmd = Cli::command();
         let mut help = cmd.render_long_help().to_string();
-        for sub in ["imu", "mar", "zero-rtt"] {
+        for sub in ["imu", "mar", "zero-rtt", "uplink"] {
             let c = cmd.find_subcommand_mut(sub).expect(sub);
             help.push_str(&c.render_long_help().to_string());
         }

@@ -509,6 +509,24 @@ pub struct RunConfig {
     pub reply_size: usize,
     /// Largest UDP payload of `udp` and `rtp` datagrams.
     pub udp_payload: usize,
+    /// QUIC congestion controller (both ends).
+    pub cc: quichub_net::CongestionControl,
+    /// Order in which `quic-stream` sends its concurrent request streams.
+    pub quic_order: QuicOrder,
+}
+
+/// How `quic-stream` schedules requests that wait for the link at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+pub enum QuicOrder {
+    /// Oldest request first (each stream's priority falls with its request
+    /// id), as TCP's one byte stream delivers them: a request completes
+    /// before the next one starts taking the link.
+    #[default]
+    OldestFirst,
+    /// quinn's default for streams of equal priority: round-robin, so
+    /// every waiting request advances together and, on a link slower than
+    /// the offered load, few complete before they are stale.
+    RoundRobin,
 }
 
 impl RunConfig {
@@ -674,7 +692,11 @@ async fn server_side(
                 }
                 Protocol::QuicStream | Protocol::QuicDgram => {
                     let id = quichub_net::tls::Identity::self_signed(&["localhost"])?;
-                    let server = quichub_net::server::Server::bind(any, &id)?;
+                    let quic = quichub_net::QuicConfig {
+                        congestion_control: cfg.cc,
+                        ..Default::default()
+                    };
+                    let server = quichub_net::server::Server::bind_config(any, &id, None, &quic)?;
                     let port = server.local_addr()?.port();
                     let task = tokio::spawn(serve_quic(proto, server, arrivals.clone()));
                     (port, id.fingerprint().to_vec(), task)
@@ -870,7 +892,11 @@ async fn serve_quic(
 enum Sender {
     Udp(Arc<UdpSocket>, UdpCodec),
     Tcp(mpsc::UnboundedSender<Bytes>),
-    QuicStream(quichub_net::Session, mpsc::UnboundedSender<(u32, u64)>),
+    QuicStream(
+        quichub_net::Session,
+        mpsc::UnboundedSender<(u32, u64)>,
+        QuicOrder,
+    ),
     QuicDgram(quichub_net::Session, UdpCodec),
 }
 
@@ -883,12 +909,17 @@ impl Sender {
                 }
             }
             Sender::Tcp(tx) => tx.send(msg).map_err(|_| anyhow!("TCP writer stopped"))?,
-            Sender::QuicStream(session, replies) => {
+            Sender::QuicStream(session, replies, order) => {
                 let session = session.clone();
                 let replies = replies.clone();
+                let order = *order;
                 tokio::spawn(async move {
                     let r: anyhow::Result<()> = async {
                         let (mut s, mut r) = session.open_bi().await?;
+                        if order == QuicOrder::OldestFirst {
+                            // Higher goes first; ids are below 2^31.
+                            s.set_priority(-(id.min(i32::MAX as u32) as i32))?;
+                        }
                         s.write_all(&msg).await?;
                         s.finish()?;
                         let reply = r.read_to_end(4096).await?;
@@ -984,15 +1015,16 @@ async fn client_side(
             Sender::Tcp(wtx)
         }
         Protocol::QuicStream | Protocol::QuicDgram => {
-            let client = quichub_net::client::Client::new(
+            let mut client = quichub_net::client::Client::new(
                 any,
                 quichub_net::tls::Verify::Fingerprints(vec![fingerprint]),
             )?;
+            client.set_congestion_control(cfg.cc);
             let url = url::Url::parse(&format!("moqt://{addr}/mar"))?;
             let session = step("QUIC handshake", client.connect(&url)).await?.session;
             keep = Some(client);
             if proto == Protocol::QuicStream {
-                Sender::QuicStream(session, rep_tx.clone())
+                Sender::QuicStream(session, rep_tx.clone(), cfg.quic_order)
             } else {
                 let s = session.clone();
                 let tx = rep_tx.clone();
@@ -1069,7 +1101,7 @@ async fn client_side(
         t.abort();
     }
     match &sender {
-        Sender::QuicStream(s, _) | Sender::QuicDgram(s, _) => s.close(0, b"done"),
+        Sender::QuicStream(s, _, _) | Sender::QuicDgram(s, _) => s.close(0, b"done"),
         _ => {}
     }
     drop(sender);

@@ -658,7 +658,10 @@ impl Output {
             ("tcp", "one TCP connection (TCP_NODELAY), 4-byte length prefix per request and reply; the client queues requests to a writer, so a request waits while earlier ones are sent.".into()),
             ("rtp", format!("RFC 3550 packets over UDP, at most {} B: V=2, PT 96, sequence number, 90 kHz timestamp (3000 per request), SSRC, marker on the last packet of a request. Reply: one RTP packet.", self.config.udp_payload)),
             ("mpeg-ts", "the request in a PES packet (stream_id 0xBD, PTS) in 188-byte TS packets (sync 0x47, PID 0x100, payload_unit_start on the first, continuity counter, adaptation-field stuffing on the last), 7 TS packets (1316 B) per UDP datagram; a continuity-counter gap drops the request. Reply: one TS packet on PID 0x101.".into()),
-            ("quic-stream", "QUIC (quinn, via quichub-net's endpoints), one bidirectional stream per request; the reply on the same stream.".into()),
+            ("quic-stream", format!("QUIC (quinn, via quichub-net's endpoints, {} congestion control), one bidirectional stream per request; the reply on the same stream. {}", self.config.cc, match self.config.quic_order {
+                crate::mar::QuicOrder::OldestFirst => "Waiting requests are sent oldest first (each stream's priority falls with its request id), as TCP's byte stream sends them (`--quic-order oldest-first`, the default).",
+                crate::mar::QuicOrder::RoundRobin => "Waiting requests share the link round-robin (quinn's default for streams of equal priority; `--quic-order round-robin`).",
+            })),
             ("quic-dgram", "QUIC DATAGRAM frames, fragmented as `udp` within the connection's maximum datagram size; the reply as one datagram. quinn drops the oldest queued datagram when its 1 MiB send buffer is full.".into()),
         ] {
             let _ = writeln!(o, "- `{p}`: {d}");
@@ -1127,6 +1130,8 @@ mod tests {
             rate_hz: crate::mar::REQUEST_HZ,
             reply_size: crate::mar::REPLY_SIZE,
             udp_payload: crate::mar::UDP_PAYLOAD,
+            cc: Default::default(),
+            quic_order: Default::default(),
         };
         let mut runs = Vec::new();
         for l in &links {

@@ -22,6 +22,7 @@ pub mod fuzz;
 pub mod message;
 pub mod names;
 pub mod params;
+pub mod priority;
 pub mod session;
 pub mod token;
 

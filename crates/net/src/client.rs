@@ -34,6 +34,7 @@ pub struct Client {
     /// credentials (the same `Arc`s) that made it. Its ticket store is shared
     /// by every dial of this client (and its clones).
     dial_tls: Arc<rustls::ClientConfig>,
+    congestion: crate::CongestionControl,
 }
 
 /// Session tickets a client keeps (per server name; each is used once).
@@ -100,7 +101,14 @@ impl Client {
             endpoint,
             verify,
             dial_tls: Arc::new(dial_tls),
+            congestion: crate::CongestionControl::default(),
         })
+    }
+
+    /// Uses `cc` as the congestion controller of the connections made from
+    /// now on.
+    pub fn set_congestion_control(&mut self, cc: crate::CongestionControl) {
+        self.congestion = cc;
     }
 
     /// Connects to `remote` with `alpn` (any protocol: `mqtt`, ...). Every
@@ -124,7 +132,7 @@ impl Client {
         tls.enable_early_data = early;
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(crate::transport_config()));
+        config.transport_config(Arc::new(crate::transport_config_with(self.congestion)));
         let connecting = self.endpoint.connect_with(config, remote, server_name)?;
         let connecting = if early {
             match connecting.into_0rtt() {
@@ -149,7 +157,7 @@ impl Client {
         tls.alpn_protocols = vec![alpn.to_vec()];
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(crate::transport_config()));
+        config.transport_config(Arc::new(crate::transport_config_with(self.congestion)));
         Ok(config)
     }
 

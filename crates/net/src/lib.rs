@@ -108,6 +108,82 @@ impl std::str::FromStr for AckFrequency {
     }
 }
 
+/// QUIC congestion controller: quinn's three.
+///
+/// - `cubic` (RFC 9438), quinn's default and Linux TCP's: loss-based, grows
+///   the window along a cubic curve.
+/// - `newreno` (RFC 9002 §7): loss-based, halves on loss, one packet per
+///   round trip in congestion avoidance.
+/// - `bbr`: model-based (bottleneck bandwidth and RTT); quinn marks its BBR
+///   as experimental.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum CongestionControl {
+    /// CUBIC (RFC 9438).
+    #[default]
+    Cubic,
+    /// NewReno (RFC 9002 §7).
+    NewReno,
+    /// BBR (quinn's experimental implementation).
+    Bbr,
+}
+
+impl CongestionControl {
+    /// Every controller, in documentation order.
+    pub const ALL: [CongestionControl; 3] = [
+        CongestionControl::Cubic,
+        CongestionControl::NewReno,
+        CongestionControl::Bbr,
+    ];
+
+    /// The name used in flags and configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            CongestionControl::Cubic => "cubic",
+            CongestionControl::NewReno => "newreno",
+            CongestionControl::Bbr => "bbr",
+        }
+    }
+
+    /// Makes `t` use this controller.
+    pub fn apply(self, t: &mut quinn::TransportConfig) {
+        use quinn::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
+        match self {
+            CongestionControl::Cubic => {
+                t.congestion_controller_factory(std::sync::Arc::new(CubicConfig::default()))
+            }
+            CongestionControl::NewReno => {
+                t.congestion_controller_factory(std::sync::Arc::new(NewRenoConfig::default()))
+            }
+            CongestionControl::Bbr => {
+                t.congestion_controller_factory(std::sync::Arc::new(BbrConfig::default()))
+            }
+        };
+    }
+}
+
+impl std::fmt::Display for CongestionControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for CongestionControl {
+    type Err = anyhow::Error;
+
+    /// `cubic`, `newreno` (or `new-reno`) or `bbr`, any case.
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cubic" => Ok(CongestionControl::Cubic),
+            "newreno" | "new-reno" | "reno" => Ok(CongestionControl::NewReno),
+            "bbr" => Ok(CongestionControl::Bbr),
+            _ => anyhow::bail!("unknown congestion controller {s:?}: use cubic, newreno or bbr"),
+        }
+    }
+}
+
 /// Transport parameters shared by server and client: generous stream limits
 /// (one stream per subgroup and per request), datagrams on, keep-alives so idle
 /// subscribers are not timed out.
@@ -116,7 +192,13 @@ impl std::str::FromStr for AckFrequency {
 /// receives one stream per subgroup); a server's limits are its
 /// [`QuicConfig`].
 pub fn transport_config() -> quinn::TransportConfig {
+    transport_config_with(CongestionControl::default())
+}
+
+/// [`transport_config`] with the congestion controller `cc`.
+pub fn transport_config_with(cc: CongestionControl) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
+    cc.apply(&mut t);
     t.max_concurrent_bidi_streams(1024u32.into());
     t.max_concurrent_uni_streams(4096u32.into());
     t.datagram_receive_buffer_size(Some(1 << 20));
@@ -143,4 +225,24 @@ pub fn server_transport(quic: &QuicConfig, ack: Option<AckFrequency>) -> quinn::
         t.ack_frequency_config(Some(a));
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CongestionControl;
+
+    #[test]
+    fn congestion_control_names_round_trip() {
+        for cc in CongestionControl::ALL {
+            assert_eq!(cc.name().parse::<CongestionControl>().unwrap(), cc);
+            assert_eq!(cc.to_string(), cc.name());
+        }
+        assert_eq!(
+            "New-Reno".parse::<CongestionControl>().unwrap(),
+            CongestionControl::NewReno
+        );
+        let e = "fast".parse::<CongestionControl>().unwrap_err().to_string();
+        assert!(e.contains("cubic, newreno or bbr"), "{e}");
+        assert_eq!(CongestionControl::default(), CongestionControl::Cubic);
+    }
 }

@@ -62,6 +62,9 @@ pub struct QuicConfig {
     /// Longest a handshake may take, in milliseconds; then the connection is
     /// closed (quinn would otherwise keep it until the idle timeout).
     pub handshake_timeout_ms: u64,
+    /// Congestion controller of the connections: `cubic`, `newreno` or `bbr`
+    /// (the lab's `--cc` compares them).
+    pub congestion_control: crate::CongestionControl,
 }
 
 impl Default for QuicConfig {
@@ -79,6 +82,7 @@ impl Default for QuicConfig {
             max_handshakes: 1024,
             retry_above_handshakes: 64,
             handshake_timeout_ms: 10_000,
+            congestion_control: crate::CongestionControl::default(),
         }
     }
 }
@@ -125,6 +129,7 @@ impl QuicConfig {
     /// quinn's transport settings for these limits.
     pub fn transport(&self) -> quinn::TransportConfig {
         let mut t = quinn::TransportConfig::default();
+        self.congestion_control.apply(&mut t);
         t.max_concurrent_bidi_streams(self.max_concurrent_bidi_streams.into());
         t.max_concurrent_uni_streams(self.max_concurrent_uni_streams.into());
         t.stream_receive_window(self.stream_receive_window.into());

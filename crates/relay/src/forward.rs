@@ -55,17 +55,7 @@ struct OpenSubgroup {
     opened: Instant,
 }
 
-/// Maps the spec's scheduling order (§7.2: subscriber priority, then publisher
-/// priority, then group order) onto quinn's stream priority, where larger runs
-/// first.
-pub fn stream_priority(subscriber: u8, publisher: u8, group: u64, order: GroupOrder) -> i32 {
-    let group_term = match order {
-        // Older groups first: a smaller group id gets a larger value.
-        GroupOrder::Ascending => 0x7fff - (group & 0x7fff) as i32,
-        GroupOrder::Descending => (group & 0x7fff) as i32,
-    };
-    ((255 - subscriber as i32) << 23) | ((255 - publisher as i32) << 15) | group_term
-}
+pub use moqt::priority::stream_priority;
 
 /// Forwards `joined` to `session` until the track ends, the filter's end is
 /// reached, the subscriber falls too far behind, or the session closes.
@@ -412,29 +402,5 @@ impl Forwarder {
         for (_, mut open) in self.streams.drain() {
             let _ = open.stream.finish();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn priority_order_follows_the_spec() {
-        // Subscriber priority dominates publisher priority, which dominates group order.
-        let a = stream_priority(1, 200, 10, GroupOrder::Ascending);
-        let b = stream_priority(2, 0, 0, GroupOrder::Ascending);
-        assert!(a > b);
-        let c = stream_priority(1, 10, 10, GroupOrder::Ascending);
-        let d = stream_priority(1, 11, 0, GroupOrder::Ascending);
-        assert!(c > d);
-        assert!(
-            stream_priority(1, 1, 5, GroupOrder::Ascending)
-                > stream_priority(1, 1, 6, GroupOrder::Ascending)
-        );
-        assert!(
-            stream_priority(1, 1, 6, GroupOrder::Descending)
-                > stream_priority(1, 1, 5, GroupOrder::Descending)
-        );
     }
 }
