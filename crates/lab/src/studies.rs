@@ -83,8 +83,6 @@ mod tests {
             .cite()
             .starts_with("J. Cao, X. Su, B. Finley, P. Zhou, P. Hui, \"Evaluating"));
         assert!(DRIFT.cite().starts_with("\"A Pure HTTP/3"));
-        assert!(ESTUPINAN_2025
-            .cite()
-            .ends_with("Visión Investigadora 19(1), 2025"));
+        assert!(ESTUPINAN_2025.cite().ends_with("Visión Investigadora 19(1), 2025"));
     }
 }
