@@ -537,6 +537,16 @@ impl Output {
         }
     }
 
+    /// Streams reset per run of `delivery`.
+    fn resets(&self, delivery: &str) -> Option<Spread> {
+        spread_of(
+            self.runs
+                .iter()
+                .filter(|r| r.delivery == delivery && r.error.is_none())
+                .map(|r| r.resets as f64),
+        )
+    }
+
     fn row_label(&self, r: &SummaryRow) -> String {
         match r.rate_mbps {
             Some(m) => format!("{m} Mbit/s"),
@@ -818,11 +828,13 @@ impl Output {
             |r: Option<&SummaryRow>| r.map_or("–".into(), |r| show(&r.keyframe_latency_ms, 0));
         let _ = writeln!(
             s,
-            "| \"Implicit Prioritization (FEFS): A single unidirectional QUIC stream is used to deliver the frames in the encoded order. This is also known as First Encode, First Send (FEFS). When there is not enough bandwidth to send the encoded media, a latency increase may occur.\" | `group` (one stream per GOP, frames in encode order): median keyframe latency {} ms at {} Mbit/s, {} ms at {} Mbit/s; frames the relay gave up on (delivery timeout {} ms) are lost with the rest of their GOP's stream. |",
+            "| \"Implicit Prioritization (FEFS): A single unidirectional QUIC stream is used to deliver the frames in the encoded order. This is also known as First Encode, First Send (FEFS). When there is not enough bandwidth to send the encoded media, a latency increase may occur.\" | `group` (one stream per GOP, frames in encode order): median keyframe latency {} ms at {} Mbit/s, {} ms at {} Mbit/s; keyframes lost there {}, streams reset per run {}. The relay applies the delivery timeout ({} ms) when its forwarder takes an object (`crates/relay/src/forward.rs`) and resets that object's subgroup stream, which in this delivery is the rest of the GOP; bytes already written to a QUIC stream are not withdrawn, so the time they wait in the relay's QUIC send buffer is not bounded by it. |",
             kf(g_first),
             self.config.steps_bps[0] as f64 / 1e6,
             kf(g_last),
             self.config.steps_bps[last] as f64 / 1e6,
+            g_last.map_or("–".into(), |r| show(&r.keyframes_lost, 0)),
+            show(&self.resets("group"), 0),
             self.config.target_latency_ms
         );
         let on = |r: Option<&SummaryRow>, t: usize| {
@@ -845,6 +857,7 @@ impl Output {
             fr(f_last),
             fr(g_last),
         );
+        s.push_str("\nWhat decides these figures, from the code (not measured separately): the relay gives each stream to the subscriber a QUIC priority from the subscriber's priority, then the publisher's priority, then the group (the track's group order, ascending by default: older groups first; `stream_priority` in `crates/relay/src/forward.rs`). So in `group` delivery a GOP that fell behind keeps the link while the next GOP's stream, keyframe first, waits behind it; in `frame-type` delivery the keyframes' streams go first, but within one type the frames of a GOP still share one stream in encode order, so once the P or B stream of a GOP falls behind, every later P or B frame of that GOP waits behind it. The delivery timeout drops objects only before they are written to a QUIC stream.\n");
         s.push_str("\nThe study gives no figures for either strategy, so no \"differs from the paper\" comparison can be made; the sentences above are its whole description.\n\n");
         s
     }
@@ -914,7 +927,7 @@ impl Output {
             "- **Clock**: publisher, relay and subscriber share the machine's clock. The publisher's catalog carries `clock`, the wall time of media time zero; the publisher sends each frame when its DTS is due, so its **publish time** is clock + DTS. A frame **arrives** when the subscriber holds its whole object (the client library's arrival time).\n\
              - **On time**: the frame arrived before its play-out deadline, clock + PTS + {} ms (the play-out buffer, `--playout-ms`).\n\
              - **Decodable**: on time, and every frame it references decodable. References are those of the encoder's fixed structure (checked against each frame's H.264 slice type and `nal_ref_idc`): an I frame needs none; a P frame the previous reference frame (I or P) of its GOP; a B frame the previous two reference frames in decode order (its past and future references in display order). A simplification: x264 with one reference picture uses exactly these, but the model does not read the slices' reference lists.\n\
-             - **Decodable fps**: decodable frames per second of media time (presentation time from the first frame); the full rate is {} fps.\n\
+             - **Decodable fps**: decodable frames per second of media time (presentation time since the end of the warm-up); the full rate is {} fps.\n\
              - **Freeze time**: the decodable frames are shown at their presentation times; a gap of more than 1.5 frame intervals ({:.1} ms) to the next shown frame (or to the end of the video) freezes the picture for the gap less one interval. Also counted: the longest single freeze, and the number of such gaps. (A steady 10 fps of I and P frames with every B frame missing counts as frozen two thirds of the time, in 67 ms pieces; the longest freeze tells such a picture from a stall.)\n\
              - **Keyframe latency**: arrival − publish time of each I frame that arrived (at any time, late ones too); keyframes that never arrived are counted as lost.\n\
              - **Warm-up**: the video starts with one GOP ({:.1} s) at the first step's rate that no figure counts (its frames serve only as references): the subscriber subscribes to the video track once the catalog arrives, and what the publisher sent before that comes by a joining FETCH. Media time 0 is the end of the warm-up.\n\
