@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use moqt::message::FetchKind;
-use moqt::{FullTrackName, Parameters, TrackNamespace};
+use moqt::{FullTrackName, GroupOrder, Parameters, TrackNamespace};
 use quichub_client::{ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent};
 use quichub_media::fmp4::Fmp4Demuxer;
 use quichub_media::hang;
@@ -46,6 +46,18 @@ use tokio::sync::oneshot;
 
 use crate::rt::{runtime, step, STEP};
 use crate::LabArgs;
+
+/// The deliveries `--deliveries` accepts.
+pub const DELIVERIES: [&str; 4] = ["group", "frame-type", "group-newest", "frame-type-newest"];
+
+/// The publisher's `--delivery` of a delivery label, and whether the
+/// subscriber asks for newest groups first.
+pub fn delivery_parts(label: &str) -> (&str, bool) {
+    match label.strip_suffix("-newest") {
+        Some(base) => (base, true),
+        None => (label, false),
+    }
+}
 
 /// The broadcast's name at the relay.
 const BROADCAST: &str = "lab/video-priority";
@@ -90,7 +102,10 @@ pub struct VideoPriorityArgs {
     /// Drop-tail queue in front of the rate limiter, ms at the current rate.
     #[arg(long, default_value_t = 100)]
     pub queue_ms: u64,
-    /// Deliveries to compare, comma-separated.
+    /// Deliveries to compare, comma-separated: `group`, `frame-type` (the
+    /// publisher's `--delivery`), and `group-newest`, `frame-type-newest`:
+    /// the same with the subscriber asking for GROUP_ORDER descending
+    /// (newer groups' streams before older ones at equal priority).
     #[arg(long, default_value = "group,frame-type")]
     pub deliveries: String,
 }
@@ -223,8 +238,9 @@ pub fn config(args: &LabArgs, v: &VideoPriorityArgs) -> anyhow::Result<Config> {
         .collect();
     for d in &deliveries {
         anyhow::ensure!(
-            d == "group" || d == "frame-type",
-            "unknown delivery {d:?}: group or frame-type"
+            DELIVERIES.contains(&d.as_str()),
+            "unknown delivery {d:?}: one of {}",
+            DELIVERIES.join(", ")
         );
     }
     anyhow::ensure!(!deliveries.is_empty(), "no deliveries");
@@ -631,10 +647,11 @@ pub fn run_once(
         let limit = Duration::from_secs_f64(cfg.duration() + 15.0);
         let (ready_tx, ready_rx) = smpsc::channel::<()>();
         let sub_url = url.clone();
+        let (pub_delivery, newest) = delivery_parts(delivery);
         let subscriber = emu
             .client()
             .spawn(move || -> anyhow::Result<RawRun> {
-                runtime()?.block_on(subscribe(&sub_url, index, pts, n, ready_tx, limit))
+                runtime()?.block_on(subscribe(&sub_url, index, pts, n, ready_tx, limit, newest))
             })
             .context("starting the subscriber thread")?;
         if ready_rx.recv_timeout(STEP + STEP).is_err() {
@@ -649,7 +666,7 @@ pub fn run_once(
             .command(bin)
             .args(["pub", &url, "--broadcast", BROADCAST, "--input"])
             .arg(video)
-            .args(["--delivery", delivery, "--target-latency-ms"])
+            .args(["--delivery", pub_delivery, "--target-latency-ms"])
             .arg(cfg.target_latency_ms.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -750,6 +767,7 @@ async fn subscribe(
     n: usize,
     ready: smpsc::Sender<()>,
     limit: Duration,
+    newest: bool,
 ) -> anyhow::Result<RawRun> {
     let base_i = Instant::now();
     let base_u = unix_us(SystemTime::now());
@@ -805,7 +823,13 @@ async fn subscribe(
     }
     let mut vid = step(
         "video SUBSCRIBE",
-        session.subscribe(name("video"), SubscribeOptions::default()),
+        session.subscribe(
+            name("video"),
+            SubscribeOptions {
+                group_order: newest.then_some(GroupOrder::Descending),
+                ..Default::default()
+            },
+        ),
     )
     .await?;
     let record = |raw: &mut RawRun,

@@ -358,7 +358,7 @@ pub fn analyse(
         .zip(&raw.subgroups)
         .filter(|(f, sg)| {
             sg.is_some_and(|sg| {
-                let want = if delivery == "group" {
+                let want = if delivery.starts_with("group") {
                     0
                 } else {
                     match (f.kind, f.reference) {
@@ -632,7 +632,7 @@ impl Output {
         }
     }
 
-    fn plots(&self) -> Vec<(&'static str, String, String)> {
+    fn plots(&self) -> Vec<(String, String, String)> {
         let c = &self.config;
         let reps = format!(
             "median of {} repetition(s), band min–max; link relay → subscriber: {}; {} ms one-way delay, {} ms queue; video {:.2} Mbit/s, {} fps, GOP {} frames; play-out buffer {} ms, delivery timeout {} ms.",
@@ -646,7 +646,12 @@ impl Output {
             c.playout_ms,
             c.target_latency_ms
         );
-        let color = |d: &str| if d == "group" { COLORS[1] } else { COLORS[0] };
+        let color = |d: &str| match d {
+            "group" => COLORS[1],
+            "frame-type" => COLORS[0],
+            "group-newest" => COLORS[4],
+            _ => COLORS[3],
+        };
         let mut out = Vec::new();
         let series: Vec<Series> = c
             .deliveries
@@ -654,7 +659,7 @@ impl Output {
             .map(|d| self.bin_series(d, d, color(d), false, &|b| b.decodable_fps))
             .collect();
         out.push((
-            "decodable-fps.svg",
+            "decodable-fps.svg".to_string(),
             "Decodable frames per second".to_string(),
             line_chart(
                 "Decodable frames per second at the subscriber",
@@ -666,29 +671,29 @@ impl Output {
                 &series,
             ),
         ));
-        let mut series = Vec::new();
         for d in &c.deliveries {
-            for (k, kind) in Kind::ALL.iter().enumerate() {
-                series.push(self.bin_series(
-                    d,
-                    &format!("{d} {}", kind.label()),
-                    COLORS[2 + k],
-                    d == "group",
-                    &|b| b.on_time_fps[k],
-                ));
-            }
+            let series: Vec<Series> = Kind::ALL
+                .iter()
+                .enumerate()
+                .map(|(k, kind)| {
+                    self.bin_series(d, kind.label(), COLORS[2 + k], false, &|b| b.on_time_fps[k])
+                })
+                .collect();
+            out.push((
+                on_time_file(d),
+                format!("On-time frames per second by type, {d}"),
+                line_chart(
+                    &format!("On-time frames per second by frame type, {d} delivery"),
+                    &format!("Frames of each type that arrived whole before their play-out deadline, per 1 s of media time ({} I, {} P and {} B frames per s sent at full rate). {reps}",
+                        f64::from(c.fps) / f64::from(c.gop),
+                        self.video.frames_by_type[1] as f64 / self.video.seconds,
+                        self.video.frames_by_type[2] as f64 / self.video.seconds),
+                    "media time, s",
+                    "on-time frames/s",
+                    &series,
+                ),
+            ));
         }
-        out.push((
-            "on-time-by-type.svg",
-            "On-time frames per second by type".to_string(),
-            line_chart(
-                "On-time frames per second by frame type",
-                &format!("Frames of each type that arrived whole before their play-out deadline, per 1 s of media time; dashed: group delivery, solid: frame-type delivery. {reps}"),
-                "media time, s",
-                "on-time frames/s",
-                &series,
-            ),
-        ));
         let series: Vec<Series> = c
             .deliveries
             .iter()
@@ -705,7 +710,7 @@ impl Output {
             })
             .collect();
         out.push((
-            "freeze.svg",
+            "freeze.svg".to_string(),
             "Cumulative freeze time".to_string(),
             line_chart(
                 "Cumulative freeze time",
@@ -751,7 +756,7 @@ impl Output {
             })
             .collect();
         out.push((
-            "keyframe-latency.svg",
+            "keyframe-latency.svg".to_string(),
             "Keyframe latency".to_string(),
             line_chart(
                 "Keyframe latency",
@@ -791,7 +796,7 @@ impl Output {
             })
             .collect();
         out.push((
-            "on-time-per-step.svg",
+            "on-time-per-step.svg".to_string(),
             "Frames on time per type and rate step".to_string(),
             category_chart(
                 "Frames on time per type and rate step",
@@ -911,8 +916,13 @@ impl Output {
         );
         let _ = writeln!(
             r,
-            "- **Deliveries** (`quichub pub --delivery`): `group`: each GOP on one subgroup stream, frames in encode order (the study's FEFS, \"first encode, first send\"), priority 96. `frame-type`: subgroup 0 keyframes (priority 96), 1 other reference frames (here the P frames, 128), 2 frames nothing references (here the B frames, 160); lower is more important, the relay's streams to the subscriber carry these priorities. Both with `--target-latency-ms {}`: the relay drops (resets the stream of) an object older than that. Every run starts a fresh relay and publisher.",
-            c.target_latency_ms
+            "- **Deliveries** (`quichub pub --delivery`): `group`: each GOP on one subgroup stream, frames in encode order (the study's FEFS, \"first encode, first send\"), priority 96. `frame-type`: subgroup 0 keyframes (priority 96), 1 other reference frames (here the P frames, 128), 2 frames nothing references (here the B frames, 160); lower is more important, the relay's streams to the subscriber carry these priorities. Both with `--target-latency-ms {}`: the relay drops (resets the stream of) an object older than that.{} Every run starts a fresh relay and publisher.",
+            c.target_latency_ms,
+            if c.deliveries.iter().any(|d| d.ends_with("-newest")) {
+                " `group-newest` and `frame-type-newest`: the same publisher, the subscriber's SUBSCRIBE asking GROUP_ORDER descending, so that among streams of equal priority the relay sends the newer group's first (the default, the track's, is ascending)."
+            } else {
+                ""
+            }
         );
         if !v.structure_notes.is_empty() {
             let _ = writeln!(
@@ -944,7 +954,7 @@ impl Output {
         r.push_str(&self.study_section());
         r.push_str("## Plots\n\n");
         for (file, alt, svg) in self.plots() {
-            std::fs::write(dir.join(file), svg).with_context(|| format!("writing {file}"))?;
+            std::fs::write(dir.join(&file), svg).with_context(|| format!("writing {file}"))?;
             let _ = writeln!(r, "![{alt}]({file})\n");
         }
         r.push_str("## Runs\n\n| delivery | rep | frames received | on time | decodable | freezes | streams reset | wrong subgroup | queue drops (down) | error |\n|---|---|---|---|---|---|---|---|---|---|\n");
@@ -971,6 +981,11 @@ impl Output {
         std::fs::write(dir.join("report.md"), r).context("writing report.md")?;
         Ok(())
     }
+}
+
+/// The file of the on-time-by-type plot of `delivery`.
+pub fn on_time_file(delivery: &str) -> String {
+    format!("on-time-by-type-{delivery}.svg")
 }
 
 fn pct(b: usize, v: &VideoInfo) -> f64 {

@@ -56,7 +56,8 @@ fn video_priority_quick_structure() {
     );
     for svg in [
         "decodable-fps.svg",
-        "on-time-by-type.svg",
+        "on-time-by-type-group.svg",
+        "on-time-by-type-frame-type.svg",
         "freeze.svg",
         "keyframe-latency.svg",
         "on-time-per-step.svg",
