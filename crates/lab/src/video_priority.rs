@@ -994,6 +994,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn options_make_the_config() {
+        use clap::Parser;
+        let parse = |argv: &[&str]| {
+            let a = crate::TestCli::try_parse_from(argv).unwrap().lab;
+            let crate::Experiment::VideoPriority(v) = a.experiment.clone() else {
+                panic!("video-priority")
+            };
+            config(&a, &v)
+        };
+        let c = parse(&["lab", "video-priority"]).unwrap();
+        assert_eq!(c.steps_bps, [8_000_000, 4_000_000, 2_000_000]);
+        assert_eq!(c.duration(), 32.0);
+        assert_eq!(c.deliveries, ["group", "frame-type"]);
+        assert!(c.ffmpeg.iter().any(|a| a.contains("b-pyramid=none")));
+        let q = parse(&["lab", "video-priority", "--quick", "--steps", "3,1.5"]).unwrap();
+        assert_eq!(q.duration(), 2.0 + 2.0 * 2.0);
+        assert_eq!(q.down_link(1).rate_bps, Some(1_500_000));
+        assert_eq!(q.down_link(9).rate_bps, Some(1_500_000));
+        assert!(parse(&["lab", "video-priority", "--deliveries", "fefs"]).is_err());
+        assert!(parse(&["lab", "video-priority", "--steps", "0"]).is_err());
+        assert_eq!(delivery_parts("frame-type-newest"), ("frame-type", true));
+        assert_eq!(delivery_parts("group"), ("group", false));
+    }
+
+    #[test]
     fn exp_golomb_and_slice_types() {
         // AVCC, 4-byte lengths: an IDR slice (type 5, nal_ref_idc 3) with
         // first_mb 0 ('1') and slice_type 7 ('0001000': I), then a non-IDR

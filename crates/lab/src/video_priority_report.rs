@@ -991,3 +991,127 @@ pub fn on_time_file(delivery: &str) -> String {
 fn pct(b: usize, v: &VideoInfo) -> f64 {
     100.0 * b as f64 / v.bytes_by_type.iter().sum::<usize>().max(1) as f64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One closed GOP in decode order, I P B B P B B (30 fps: 33 333 µs a
+    /// frame), its references as the loader would give them.
+    fn gop() -> Vec<FrameInfo> {
+        let f = |i: usize, pts_n: i64, kind: Kind, reference: bool, refs: Vec<usize>| FrameInfo {
+            group: 0,
+            object: i as u64,
+            pts: pts_n * 33_333,
+            dts: i as i64 * 33_333,
+            bytes: 1000,
+            kind,
+            reference,
+            refs,
+        };
+        vec![
+            f(0, 0, Kind::I, true, vec![]),
+            f(1, 3, Kind::P, true, vec![0]),
+            f(2, 1, Kind::B, false, vec![0, 1]),
+            f(3, 2, Kind::B, false, vec![0, 1]),
+            f(4, 6, Kind::P, true, vec![1]),
+            f(5, 4, Kind::B, false, vec![1, 4]),
+            f(6, 5, Kind::B, false, vec![1, 4]),
+        ]
+    }
+
+    fn cfg() -> Config {
+        Config {
+            steps_bps: vec![8_000_000, 2_000_000],
+            step_secs: 0.1,
+            warmup_s: 0.0,
+            video_kbps: 5000,
+            size: (64, 64),
+            fps: 30,
+            gop: 7,
+            bframes: 2,
+            playout_ms: 100,
+            target_latency_ms: 100,
+            delay_ms: 0,
+            queue_ms: 100,
+            deliveries: vec!["frame-type".into()],
+            ffmpeg: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn decodable_follows_references_and_counts_add_up() {
+        let frames = gop();
+        let clock = 1_000_000_000u64;
+        // Everything 10 ms after publish, except: the first P frame late
+        // (after its deadline), and B frame 6 never.
+        let mut arrivals: Vec<Option<u64>> = frames
+            .iter()
+            .map(|f| Some(clock + f.dts as u64 + 10_000))
+            .collect();
+        arrivals[1] = Some(clock + frames[1].pts as u64 + 200_000);
+        arrivals[6] = None;
+        let raw = RawRun {
+            clock_unix_us: clock,
+            catalogs: 1,
+            arrivals,
+            subgroups: vec![
+                Some(0),
+                Some(1),
+                Some(2),
+                Some(2),
+                Some(1),
+                Some(2),
+                Some(2),
+            ],
+            steps_unix_us: vec![clock, clock + 100_000],
+            ..Default::default()
+        };
+        let r = analyse("frame-type", 0, &frames, &raw, &cfg());
+        assert_eq!(r.wrong_subgroup, 0);
+        let all = r.spans.last().unwrap();
+        assert_eq!(all.step, None);
+        // Only the I frame is decodable: P1 is late, and everything else
+        // depends on it.
+        assert_eq!(all.all.sent, 7);
+        assert_eq!(all.all.received, 6);
+        assert_eq!(all.all.on_time, 5);
+        assert_eq!(all.all.decodable, 1);
+        assert_eq!(all.by_type[0].decodable, 1);
+        let steps: u64 = r.spans[..2].iter().map(|s| s.all.sent).sum();
+        assert_eq!(steps, 7, "frames split between the steps");
+        // Shown: the I frame at 0 only; the video ends one interval after
+        // its last frame (PTS 6), so the gap is 7 intervals and the freeze
+        // that less one interval.
+        let dt = 0.033_333;
+        assert!((all.freeze_s - 6.0 * dt).abs() < 1e-3, "{}", all.freeze_s);
+        assert_eq!(r.freezes, 1);
+        let binned: f64 = r.bins.iter().map(|b| b.freeze_s).sum();
+        assert!((binned - all.freeze_s).abs() < 1e-9);
+        assert_eq!(r.keyframes.len(), 1);
+        assert!((r.keyframes[0].latency_ms.unwrap() - 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn every_frame_on_time_means_no_freeze() {
+        let frames = gop();
+        let clock = 5_000_000u64;
+        let raw = RawRun {
+            clock_unix_us: clock,
+            catalogs: 1,
+            arrivals: frames
+                .iter()
+                .map(|f| Some(clock + f.dts as u64 + 1_000))
+                .collect(),
+            subgroups: vec![Some(0); 7],
+            steps_unix_us: vec![clock],
+            ..Default::default()
+        };
+        let r = analyse("group", 0, &frames, &raw, &cfg());
+        let all = r.spans.last().unwrap();
+        assert_eq!(all.all.decodable, 7);
+        assert_eq!(all.freeze_s, 0.0);
+        assert_eq!(r.freezes, 0);
+        assert_eq!(r.wrong_subgroup, 0);
+    }
+}
