@@ -19,6 +19,8 @@ pub mod stats;
 pub mod studies;
 pub mod svg;
 pub mod uplink;
+pub mod video_priority;
+pub mod video_priority_report;
 pub mod zero_rtt;
 
 use std::path::{Path, PathBuf};
@@ -72,6 +74,13 @@ pub enum Experiment {
     /// TCP against QUIC (quinn) with each congestion controller (cubic,
     /// newreno, bbr): goodput, utilisation, wire overhead, queue drops, RTT.
     Uplink(uplink::UplinkArgs),
+    /// Real H.264 video (I, P, B frames) published in encode order on one
+    /// stream per GOP and on one subgroup per frame type (I highest, B
+    /// lowest) across a link whose rate steps below the video's bitrate;
+    /// frames on time per type, decodable frames per second, keyframe
+    /// latency, freeze time; after A. Sengupta, "Streaming over QUIC:
+    /// Applications in Media and IoT", 2025.
+    VideoPriority(video_priority::VideoPriorityArgs),
 }
 
 /// Options of `lab zero-rtt`.
@@ -178,6 +187,13 @@ pub fn main(args: LabArgs) -> anyhow::Result<i32> {
         }
         Experiment::Uplink(u) => {
             let (dir, ok) = uplink::run(&args, u)?;
+            eprintln!("results in {}", dir.display());
+            Ok(if ok { 0 } else { 1 })
+        }
+        Experiment::VideoPriority(v) => {
+            // The publisher is this binary's `pub --broadcast`.
+            let bin = std::env::current_exe().context("locating the quichub binary")?;
+            let (dir, ok) = video_priority::run(&args, v, &bin)?;
             eprintln!("results in {}", dir.display());
             Ok(if ok { 0 } else { 1 })
         }
@@ -456,7 +472,7 @@ mod tests {
         use clap::CommandFactory;
         let mut cmd = Cli::command();
         let mut help = cmd.render_long_help().to_string();
-        for sub in ["imu", "mar", "zero-rtt", "uplink"] {
+        for sub in ["imu", "mar", "zero-rtt", "uplink", "video-priority"] {
             let c = cmd.find_subcommand_mut(sub).expect(sub);
             help.push_str(&c.render_long_help().to_string());
         }
