@@ -46,8 +46,9 @@ const CHUNK: usize = 64 * 1024;
 /// Options of `lab uplink`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct UplinkArgs {
-    /// Links, comma-separated netem profile names (default
-    /// 5g,lte,wifi,satellite,lossy-1, or lte,lossy-1 with --quick).
+    /// Links, comma-separated netem profile names, or NAME-lossN for a
+    /// profile with N % random loss added each way (default
+    /// 5g,lte,wifi,satellite,5g-loss1, or lte,lte-loss1 with --quick).
     #[arg(long)]
     pub links: Option<String>,
     /// Seconds of sending per run (default 10, or 2 with --quick).
@@ -58,8 +59,8 @@ pub struct UplinkArgs {
 /// One transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum Mode {
-    /// The kernel's TCP (its default controller, named in the report).
-    Tcp,
+    /// The kernel's TCP with this controller (`reno` for newreno).
+    Tcp(CongestionControl),
     /// quinn with this controller.
     Quic(CongestionControl),
 }
@@ -68,17 +69,37 @@ impl Mode {
     /// Table label.
     pub fn label(self) -> String {
         match self {
-            Mode::Tcp => "tcp".into(),
+            Mode::Tcp(cc) => format!("tcp-{cc}"),
             Mode::Quic(cc) => format!("quic-{cc}"),
         }
     }
 
-    /// TCP and QUIC with `ccs`.
+    /// TCP and QUIC with each of `ccs`, TCP first.
     pub fn all(ccs: &[CongestionControl]) -> Vec<Mode> {
-        std::iter::once(Mode::Tcp)
+        ccs.iter()
+            .map(|&c| Mode::Tcp(c))
             .chain(ccs.iter().map(|&c| Mode::Quic(c)))
             .collect()
     }
+}
+
+/// The kernel's name of a controller (`TCP_CONGESTION`).
+pub fn kernel_name(cc: CongestionControl) -> &'static str {
+    match cc {
+        CongestionControl::Cubic => "cubic",
+        CongestionControl::NewReno => "reno",
+        CongestionControl::Bbr => "bbr",
+    }
+}
+
+/// The controllers this kernel offers TCP sockets, and its default.
+pub fn kernel_controllers() -> (Vec<String>, Option<String>) {
+    let read = |f: &str| std::fs::read_to_string(format!("/proc/sys/net/ipv4/{f}")).ok();
+    let available = read("tcp_available_congestion_control")
+        .map(|s| s.split_whitespace().map(String::from).collect())
+        .unwrap_or_default();
+    let default = read("tcp_congestion_control").map(|s| s.trim().to_string());
+    (available, default)
 }
 
 /// What one run measured.
@@ -123,9 +144,9 @@ pub struct RunConfig {
 pub fn links(args: &LabArgs, u: &UplinkArgs) -> anyhow::Result<Vec<Profile>> {
     let names = u.links.clone().unwrap_or_else(|| {
         if args.quick {
-            "lte,lossy-1"
+            "lte,lte-loss1"
         } else {
-            "5g,lte,wifi,satellite,lossy-1"
+            "5g,lte,wifi,satellite,5g-loss1"
         }
         .into()
     });
@@ -133,10 +154,35 @@ pub fn links(args: &LabArgs, u: &UplinkArgs) -> anyhow::Result<Vec<Profile>> {
         .split(',')
         .map(str::trim)
         .filter(|n| !n.is_empty())
-        .map(|n| Profile::named(n).map_err(anyhow::Error::from))
+        .map(link)
         .collect::<anyhow::Result<Vec<_>>>()?;
     anyhow::ensure!(!links.is_empty(), "no links");
     Ok(links)
+}
+
+/// A named profile, or `NAME-lossN`: NAME with N % random loss each way
+/// (`lossy-N` alone has no rate limit, so it says nothing about uplinks).
+pub fn link(name: &str) -> anyhow::Result<Profile> {
+    if let Ok(p) = Profile::named(name) {
+        return Ok(p);
+    }
+    let (base, pct) = name
+        .rsplit_once("-loss")
+        .with_context(|| format!("unknown link {name:?}: a netem profile name or NAME-lossN"))?;
+    let pct: f64 = pct
+        .parse()
+        .with_context(|| format!("bad loss in {name:?}: NAME-lossN with N in percent"))?;
+    anyhow::ensure!(
+        pct > 0.0 && pct <= 50.0,
+        "loss {pct} % out of (0, 50] in {name:?}"
+    );
+    let mut p = Profile::named(base)?;
+    p.up.loss = pct / 100.0;
+    p.down.loss = pct / 100.0;
+    p.source = format!("the {base} profile with {pct}% independent random loss each way");
+    p.name = name.to_string();
+    p.validate()?;
+    Ok(p)
 }
 
 /// The controllers compared: `--cc` alone when given, else all three.
@@ -165,7 +211,16 @@ pub fn run(args: &LabArgs, u: &UplinkArgs) -> anyhow::Result<(PathBuf, bool)> {
         duration: Duration::from_secs_f64(duration),
     };
     let links = links(args, u)?;
-    let modes = Mode::all(&controllers(args));
+    // TCP runs only with the controllers this kernel has (bbr is a module
+    // that not every kernel loads); the report lists what was left out.
+    let (available, _) = kernel_controllers();
+    let modes: Vec<Mode> = Mode::all(&controllers(args))
+        .into_iter()
+        .filter(|m| match m {
+            Mode::Tcp(cc) => available.iter().any(|a| a == kernel_name(*cc)),
+            Mode::Quic(_) => true,
+        })
+        .collect();
     let dir = crate::result_dir(&args.out, "uplink")?;
     let mut runs = Vec::new();
     for link in &links {
@@ -297,11 +352,12 @@ fn transfer(emu: &Emulator, mode: Mode, cfg: &RunConfig) -> anyhow::Result<Raw> 
     let (info_tx, info_rx) = std::sync::mpsc::channel::<anyhow::Result<(u16, Vec<u8>)>>();
     let sbins = bins.clone();
     let hard = cfg.duration + STEP * 2;
+    let duration = cfg.duration;
     let server = emu
         .server()
         .spawn(move || -> anyhow::Result<()> {
             runtime()?.block_on(async move {
-                tokio::time::timeout(hard, serve(mode, sbins, epoch, info_tx))
+                tokio::time::timeout(hard, serve(mode, sbins, epoch, info_tx, duration))
                     .await
                     .unwrap_or(Ok(()))
             })
@@ -313,7 +369,6 @@ fn transfer(emu: &Emulator, mode: Mode, cfg: &RunConfig) -> anyhow::Result<Raw> 
         Err(_) => bail!("server did not start"),
     };
     let addr = SocketAddr::from((emu.server().addr(), port));
-    let duration = cfg.duration;
     let client = emu
         .client()
         .spawn(
@@ -346,11 +401,12 @@ async fn serve(
     bins: Bins,
     epoch: Instant,
     info: std::sync::mpsc::Sender<anyhow::Result<(u16, Vec<u8>)>>,
+    length: Duration,
 ) -> anyhow::Result<()> {
     let any = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
     let mut buf = vec![0u8; CHUNK];
     match mode {
-        Mode::Tcp => {
+        Mode::Tcp(_) => {
             let l = match tokio::net::TcpListener::bind(any).await {
                 Ok(l) => l,
                 Err(e) => {
@@ -360,13 +416,15 @@ async fn serve(
             };
             let _ = info.send(Ok((l.local_addr()?.port(), Vec::new())));
             let (mut s, _) = step("accepting the TCP connection", l.accept()).await?;
-            loop {
-                let n = s.read(&mut buf).await?;
+            // The client resets the connection when its time is up: an
+            // error ends the count as the end of the stream does.
+            while let Ok(n) = s.read(&mut buf).await {
                 if n == 0 {
-                    return Ok(());
+                    break;
                 }
                 count(&bins, epoch, n);
             }
+            Ok(())
         }
         Mode::Quic(cc) => {
             let id = quichub_net::tls::Identity::self_signed(&["localhost"])?;
@@ -394,9 +452,15 @@ async fn serve(
             // The client resets the stream and closes the connection when
             // its time is up (waiting for its send buffer to drain would
             // stretch the run): either ends the count.
-            while let Ok(Some(n)) = rx.read(&mut buf).await {
-                count(&bins, epoch, n);
-            }
+            // The client's RESET_STREAM and CONNECTION_CLOSE can be lost at a
+            // full drop-tail queue; reading stops a second after the run's
+            // end whatever happens.
+            let _ = tokio::time::timeout(length + Duration::from_secs(1), async {
+                while let Ok(Some(n)) = rx.read(&mut buf).await {
+                    count(&bins, epoch, n);
+                }
+            })
+            .await;
             Ok(())
         }
     }
@@ -415,9 +479,16 @@ async fn send(
     let mut rtts = Vec::new();
     let mut next_sample = Instant::now();
     match mode {
-        Mode::Tcp => {
-            let mut s = step("TCP connect", tokio::net::TcpStream::connect(addr)).await?;
+        Mode::Tcp(want) => {
+            let sock = tokio::net::TcpSocket::new_v4()?;
+            set_tcp_congestion(&sock, kernel_name(want))?;
+            let mut s = step("TCP connect", sock.connect(addr)).await?;
             let cc = tcp_congestion(&s);
+            anyhow::ensure!(
+                cc.as_deref() == Some(kernel_name(want)),
+                "asked the kernel for TCP {}, got {cc:?}",
+                kernel_name(want)
+            );
             let start = epoch.elapsed();
             let end = tokio::time::Instant::now() + duration;
             loop {
@@ -432,7 +503,10 @@ async fn send(
                     next_sample += BIN;
                 }
             }
-            let _ = s.shutdown().await;
+            // Reset rather than close: a close would first drain the send
+            // buffer (megabytes, seconds on a slow uplink) into the link.
+            let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+            drop(s);
             Ok((start, rtts, cc))
         }
         Mode::Quic(cc) => {
@@ -464,6 +538,8 @@ async fn send(
             }
             let _ = tx.reset(0u32.into());
             conn.close(0u32.into(), b"done");
+            // Let the CONNECTION_CLOSE leave before the endpoint goes.
+            let _ = tokio::time::timeout(STEP, client.wait_idle()).await;
             Ok((start, rtts, None))
         }
     }
@@ -488,6 +564,24 @@ fn tcp_info(s: &tokio::net::TcpStream) -> Option<libc::tcp_info> {
 
 fn tcp_rtt_ms(s: &tokio::net::TcpStream) -> Option<f64> {
     tcp_info(s).map(|i| f64::from(i.tcpi_rtt) / 1e3)
+}
+
+fn set_tcp_congestion(s: &tokio::net::TcpSocket, name: &str) -> anyhow::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setsockopt reads `len` bytes from `name`.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        bail!("TCP_CONGESTION {name}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn tcp_congestion(s: &tokio::net::TcpStream) -> Option<String> {
@@ -549,8 +643,10 @@ pub struct Output {
     pub links: Vec<Profile>,
     /// Transports.
     pub modes: Vec<String>,
-    /// The kernel's TCP controller as the runs saw it.
-    pub tcp_cc: Option<String>,
+    /// The controllers the kernel offers TCP.
+    pub kernel_available: Vec<String>,
+    /// The kernel's default TCP controller (what other experiments' TCP uses).
+    pub kernel_default: Option<String>,
     /// Per (link, mode).
     pub summaries: Vec<Summary>,
     /// Every run.
@@ -593,14 +689,15 @@ impl Output {
                 });
             }
         }
-        let tcp_cc = runs.iter().find_map(|r| r.tcp_cc.clone());
+        let (kernel_available, kernel_default) = kernel_controllers();
         Output {
             quick: args.quick,
             reps: args.reps,
             config,
             links,
             modes: modes.iter().map(|m| m.label()).collect(),
-            tcp_cc,
+            kernel_available,
+            kernel_default,
             summaries,
             runs,
         }
@@ -736,14 +833,15 @@ impl Output {
         md += "# QUIC and TCP on rate-limited uplinks (`quichub lab uplink`)\n\n";
         md += &format!(
             "One bulk transfer per run, client → server across the emulated link, {:.1} s per run, {} repetitions, a fresh emulator per run. \
-             TCP is the kernel's ({}); QUIC is quinn with each controller. \
+             TCP is the kernel's with each controller set on its socket (TCP_CONGESTION; this kernel offers {}, its default is {}); QUIC is quinn with each controller. \
              Goodput: application bytes the server read in the sending window, over its length; `2nd half`: the last half only (after slow start). \
              Utilisation: goodput over the link's uplink rate (which counts IP bytes, so 100 % is out of reach: headers take 3–5 %). \
              Wire B/B: IP bytes on the link (both directions) per application byte read. RTT: median of the sender's smoothed RTT sampled every 100 ms (quinn's estimate; TCP_INFO). \
              Figures: median [min–max].\n\n",
             self.config.duration.as_secs_f64(),
             self.reps,
-            self.tcp_cc.as_deref().unwrap_or("unknown controller"),
+            self.kernel_available.join(", "),
+            self.kernel_default.as_deref().unwrap_or("unknown"),
         );
         md += &self.main_table();
         md += "\n## Links\n\n";
@@ -756,5 +854,41 @@ impl Output {
         }
         std::fs::write(dir.join("report.md"), md)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_with_added_loss() {
+        let p = link("5g-loss1").unwrap();
+        assert_eq!(p.name, "5g-loss1");
+        assert_eq!(p.up.loss, 0.01);
+        assert_eq!(p.down.loss, 0.01);
+        assert_eq!(p.up.rate_bps, Profile::five_g().up.rate_bps);
+        assert_eq!(link("lte").unwrap().name, "lte");
+        assert!(link("lossy-2").is_ok(), "named profiles win");
+        for bad in ["5g-lossx", "5g-loss0", "5g-loss70", "mars-loss1", "mars"] {
+            assert!(link(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn modes_and_labels() {
+        let m = Mode::all(&CongestionControl::ALL);
+        let labels: Vec<String> = m.iter().map(|m| m.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "tcp-cubic",
+                "tcp-newreno",
+                "tcp-bbr",
+                "quic-cubic",
+                "quic-newreno",
+                "quic-bbr"
+            ]
+        );
     }
 }
