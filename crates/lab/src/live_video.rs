@@ -209,7 +209,15 @@ impl Source {
     /// and splits it.
     pub fn make(path: &Path, secs: f64) -> anyhow::Result<Source> {
         let out = Command::new("ffmpeg")
-            .args(["-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i"])
+            .args([
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-y",
+                "-f",
+                "lavfi",
+                "-i",
+            ])
             .arg(format!("testsrc2=size=1280x720:rate={FPS}"))
             .args(["-t", &format!("{secs:.3}")])
             .args([
@@ -625,8 +633,18 @@ fn start_servers(emu: &Emulator, quichub: &Path, dir: &Path) -> anyhow::Result<S
             .command(quichub)
             .args(["relay", "--bind", &format!("{addr}:{MOQ_PORT}")])
             .args([
-                "--metrics", "off", "--mqtt", "off", "--mqtt-tls", "off", "--http", "off",
-                "--data-dir", "off", "--allow-anonymous", "true",
+                "--metrics",
+                "off",
+                "--mqtt",
+                "off",
+                "--mqtt-tls",
+                "off",
+                "--http",
+                "off",
+                "--data-dir",
+                "off",
+                "--allow-anonymous",
+                "true",
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -708,7 +726,10 @@ pub fn run(args: &LabArgs, lv: &LiveVideoArgs, quichub: &Path) -> anyhow::Result
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
     let result = (|| -> anyhow::Result<(report::Output, bool)> {
-        eprintln!("encoding {:.0} s of 720p30 H.264 at 8 Mbit/s", cfg.duration_s);
+        eprintln!(
+            "encoding {:.0} s of 720p30 H.264 at 8 Mbit/s",
+            cfg.duration_s
+        );
         let src = Arc::new(Source::make(&tmp.join("source.mp4"), cfg.duration_s)?);
         eprintln!(
             "source: {} frames, {:.2} Mbit/s",
@@ -800,7 +821,10 @@ fn run_once(
             .server()
             .command("ffmpeg")
             .args(["-hide_banner", "-loglevel", "error", "-nostdin"])
-            .args(["-fflags", "nobuffer", "-probesize", "32", "-analyzeduration", "0"])
+            // Low-latency input: probe no more than the init segment says
+            // (`-fflags nobuffer` would also cut latency, but discards the
+            // frames read while probing: the stream's first GOP).
+            .args(["-probesize", "32", "-analyzeduration", "0"])
             .args(["-f", "mp4", "-i", "pipe:0", "-c", "copy", "-f", "flv"])
             .arg(format!("rtmp://{addr}:{RTMP_PORT}/{}/{name}", proto.app()))
             .stdin(Stdio::piped())
@@ -815,7 +839,9 @@ fn run_once(
         let log = pub_log.clone();
         std::thread::spawn(move || {
             let mut s = String::new();
-            let _ = BufReader::new(pub_err).take(64 * 1024).read_to_string(&mut s);
+            let _ = BufReader::new(pub_err)
+                .take(64 * 1024)
+                .read_to_string(&mut s);
             if let Ok(mut l) = log.lock() {
                 *l = s;
             }
@@ -841,7 +867,11 @@ fn run_once(
     sleep_until(join_at);
     let last_hash = {
         let last = src.frames.len() - 1;
-        *src.by_hash.iter().find(|(_, &i)| i == last).map(|(h, _)| h).unwrap()
+        *src.by_hash
+            .iter()
+            .find(|(_, &i)| i == last)
+            .map(|(h, _)| h)
+            .unwrap()
     };
     let mut handles = Vec::new();
     for role in [Role::Local, Role::Remote] {
@@ -943,7 +973,11 @@ fn run_once(
 /// Writes the source into the publisher, frame `i` at `t0 + pts_i`.
 /// Returns the frames written and the latest a write finished after its due
 /// time, ms.
-fn feed(mut w: std::process::ChildStdin, src: &Source, t0: Instant) -> (Result<usize, String>, f64) {
+fn feed(
+    mut w: std::process::ChildStdin,
+    src: &Source,
+    t0: Instant,
+) -> (Result<usize, String>, f64) {
     let mut late: f64 = 0.0;
     sleep_until(t0);
     if let Err(e) = w.write_all(&src.data[src.init.clone()]) {
@@ -970,7 +1004,12 @@ struct SubOut {
 }
 
 /// Reads `quichub sub`'s fMP4 output, noting when each frame is complete.
-fn moq_reader(mut child: Proc, join: Instant, deadline: Instant, last: u64) -> Result<SubOut, String> {
+fn moq_reader(
+    mut child: Proc,
+    join: Instant,
+    deadline: Instant,
+    last: u64,
+) -> Result<SubOut, String> {
     let mut out = child.0.stdout.take().ok_or("no stdout")?;
     let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
     std::thread::spawn(move || {
@@ -1057,15 +1096,21 @@ impl Http {
         use std::io::{Error, ErrorKind};
         let host = self.addr;
         let c = self.conn.as_mut().expect("connected");
-        c.get_mut()
-            .write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: quichub-lab-player\r\n\r\n").as_bytes())?;
+        c.get_mut().write_all(
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: quichub-lab-player\r\n\r\n"
+            )
+            .as_bytes(),
+        )?;
         let mut line = String::new();
         c.read_line(&mut line)?;
         let status: u16 = line
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| Error::new(ErrorKind::InvalidData, format!("bad status line {line:?}")))?;
+            .ok_or_else(|| {
+                Error::new(ErrorKind::InvalidData, format!("bad status line {line:?}"))
+            })?;
         let mut len = None;
         let mut close = false;
         loop {
@@ -1084,7 +1129,10 @@ impl Http {
                 } else if k == "connection" && v.trim().eq_ignore_ascii_case("close") {
                     close = true;
                 } else if k == "transfer-encoding" {
-                    return Err(Error::new(ErrorKind::InvalidData, "chunked replies unsupported"));
+                    return Err(Error::new(
+                        ErrorKind::InvalidData,
+                        "chunked replies unsupported",
+                    ));
                 }
             }
         }
@@ -1149,7 +1197,12 @@ pub fn start_index(p: &Playlist) -> usize {
 /// three target durations from its end, fetches each new segment whole, and
 /// reloads the playlist one target duration after the last load began (half
 /// a target duration when it had not changed) (RFC 8216 §6.3.4).
-fn hls_player(server: SocketAddr, path: &str, deadline: Instant, last: u64) -> Result<SubOut, String> {
+fn hls_player(
+    server: SocketAddr,
+    path: &str,
+    deadline: Instant,
+    last: u64,
+) -> Result<SubOut, String> {
     let join = Instant::now();
     let mut http = Http {
         addr: server,
@@ -1184,7 +1237,9 @@ fn hls_player(server: SocketAddr, path: &str, deadline: Instant, last: u64) -> R
                 continue;
             }
             let seg_path = format!("{dir}{uri}");
-            let (st, data) = http.get(&seg_path).map_err(|e| format!("segment {uri}: {e}"))?;
+            let (st, data) = http
+                .get(&seg_path)
+                .map_err(|e| format!("segment {uri}: {e}"))?;
             let t = Instant::now();
             next = Some(s + 1);
             if st != 200 {

@@ -23,7 +23,8 @@ fn live_video_quick_structure() {
         println!("SKIPPED: {why}");
         return;
     }
-    let out: PathBuf = std::env::temp_dir().join(format!("qh-lab-live-video-{}", std::process::id()));
+    let out: PathBuf =
+        std::env::temp_dir().join(format!("qh-lab-live-video-{}", std::process::id()));
     let run = Command::new(BIN)
         .args(["lab", "live-video", "--quick", "--reps", "1", "--out"])
         .arg(&out)
@@ -42,10 +43,18 @@ fn live_video_quick_structure() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.contains("| link | protocol | subscriber |"), "main table");
+    assert!(
+        report.contains("| link | protocol | subscriber |"),
+        "main table"
+    );
     assert!(report.contains("Estupiñan-Cuesta"), "cites the study");
     assert!(report.contains("8.16 Mbit/s"), "the paper's figures");
-    for f in ["g2g.svg", "startup.svg", "throughput-clean.svg", "throughput-lossy-1.svg"] {
+    for f in [
+        "g2g.svg",
+        "startup.svg",
+        "throughput-clean.svg",
+        "throughput-lossy-1.svg",
+    ] {
         let svg = std::fs::read_to_string(dir.join(f)).unwrap_or_else(|_| panic!("{f}"));
         assert!(svg.starts_with("<svg") && svg.contains("</svg>"), "{f}");
     }
@@ -60,8 +69,15 @@ fn live_video_quick_structure() {
     let mut seen = std::collections::HashSet::new();
     for r in runs {
         assert!(r["error"].is_null(), "run failed: {r}");
-        seen.insert((r["link"].as_str().unwrap().to_string(), r["protocol"].as_str().unwrap().to_string()));
-        assert_eq!(r["frames_fed"].as_u64().unwrap() as usize, frames, "every frame fed");
+        seen.insert((
+            r["link"].as_str().unwrap().to_string(),
+            r["protocol"].as_str().unwrap().to_string(),
+        ));
+        assert_eq!(
+            r["frames_fed"].as_u64().unwrap() as usize,
+            frames,
+            "every frame fed"
+        );
         let subs = r["subs"].as_array().unwrap();
         assert_eq!(subs.len(), 2);
         let roles: Vec<&str> = subs.iter().map(|s| s["role"].as_str().unwrap()).collect();
@@ -97,13 +113,19 @@ fn live_video_quick_structure() {
             );
             if s["role"] == "remote" {
                 let wire = s["wire_bytes"].as_f64().unwrap();
-                assert!(wire > bytes, "headers on top of the video: {wire} vs {bytes}");
+                assert!(
+                    wire > bytes,
+                    "headers on top of the video: {wire} vs {bytes}"
+                );
                 let per = s["wire_per_video_byte"].as_f64().unwrap();
                 assert!((per - wire / bytes).abs() < 1e-9);
                 assert!(s["wire_mbps"].as_f64().unwrap() > 0.0);
                 assert!(!s["wire_series"].as_array().unwrap().is_empty());
             } else {
-                assert!(s["wire_bytes"].is_null(), "the local subscriber is off the link");
+                assert!(
+                    s["wire_bytes"].is_null(),
+                    "the local subscriber is off the link"
+                );
             }
             if r["protocol"] != "moq" {
                 assert!(s["segments"].as_u64().unwrap() > 0, "{s}");

@@ -319,7 +319,14 @@ impl Output {
         let cells = self.paper_cells();
         let _ = writeln!(o, "| figure | paper | ours |\n|---|---|---|");
         for c in &cells {
-            let _ = writeln!(o, "| {} | {} {u} | {:.2} {u} |", c.what, c.paper, c.ours, u = c.unit);
+            let _ = writeln!(
+                o,
+                "| {} | {} {u} | {:.2} {u} |",
+                c.what,
+                c.paper,
+                c.ours,
+                u = c.unit
+            );
         }
         let _ = writeln!(o);
         o.push_str(&differs::section(&cells));
@@ -434,7 +441,10 @@ impl Output {
                 label: format!("video bit rate ({:.2} Mbit/s)", self.source_mbps),
                 color: "#7f7f7f".into(),
                 dashed: true,
-                points: vec![(0.0, self.source_mbps), (self.config.duration_s, self.source_mbps)],
+                points: vec![
+                    (0.0, self.source_mbps),
+                    (self.config.duration_s, self.source_mbps),
+                ],
                 band: Vec::new(),
             });
             v.push((
@@ -456,8 +466,7 @@ impl Output {
         let cats: Vec<String> = self.links.iter().map(|l| l.name.clone()).collect();
         let cat = |metric: &dyn Fn(&SummaryRow) -> Option<Spread>| {
             let mut s = Vec::new();
-            let mut k = 0;
-            for p in &protos {
+            for (k, p) in protos.iter().enumerate() {
                 for role in ["remote", "local"] {
                     s.push(CatSeries {
                         label: format!("{p} {role}"),
@@ -474,7 +483,6 @@ impl Output {
                             .collect(),
                     });
                 }
-                k += 1;
             }
             s
         };
