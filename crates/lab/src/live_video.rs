@@ -383,11 +383,11 @@ pub struct SubRecord {
     pub wire_bytes: Option<u64>,
     /// wire_bytes / video_bytes.
     pub wire_per_video_byte: Option<f64>,
-    /// Mean downlink throughput of the subscriber's flow (bytes delivered by
-    /// the link), join → last frame held, Mbit/s; remote only.
+    /// Mean downlink throughput of the subscriber's flow (IP bytes sent into
+    /// the link server → client and not dropped, timed as they reached the
+    /// emulator), join → last frame held, Mbit/s; remote only.
     pub wire_mbps: Option<f64>,
-    /// Downlink throughput of the flow per second since the stream start,
-    /// Mbit/s; remote only.
+    /// The same per second since the stream start, Mbit/s; remote only.
     pub wire_series: Vec<f64>,
     /// Source video bytes held per second since the stream start, Mbit/s.
     pub goodput_series: Vec<f64>,

@@ -223,7 +223,7 @@ impl Output {
                 unit: "Mbit/s",
                 rule: Rule::Ratio,
                 explanation: (paper_pub * 2.0 < self.source_mbps).then(|| format!(
-                    "our publisher carries the whole {:.2} Mbit/s video (the remote subscriber got {}% of the frames from its join on), as any publisher of an 8 Mbit/s video must; a publishing rate of {paper_pub} Mbit/s cannot carry it. The paper's abstract does not say what its figure averages over (capture length, idle time) or whether its MoQ encoder (a browser encoder) kept to 8 Mbit/s; which of these explains it is not established",
+                    "our publisher carries the whole {:.2} Mbit/s video (the remote subscriber got {}% of the frames from its join on), as any publisher of an 8 Mbit/s video must; a publishing rate of {paper_pub} Mbit/s cannot carry it. The paper's abstract does not say what its figure averages over (capture length, idle time) or whether its MoQ encoder (its references include a browser-based one) kept to 8 Mbit/s; which of these explains it is not established",
                     self.source_mbps,
                     delivered(proto)
                 )),
@@ -284,7 +284,7 @@ impl Output {
              - **Stalls**: playback starts at the first keyframe held and runs in real time; a frame not held by its playout time pauses playback until it is. A pause longer than {STALL_MS} ms is a stall; *stalled ms* sums every pause. Frames never delivered are skipped, not waited for.\n\
              - **Frames delivered %**: distinct frames held, of those from the first one held to the end of the stream.\n\
              - **HLS player**: loads the playlist, starts at the latest segment at least three target durations before its end (RFC 8216 §6.3.3), fetches each new segment over one HTTP/1.1 keep-alive connection, and reloads the playlist one target duration after the last load began, or half of one when it had not changed (§6.3.4).\n\
-             - **Downlink Mbit/s** (remote only): the emulator's capture, IP bytes of the subscriber's flow (UDP port {mp} for MoQ, TCP port {hp} for HLS) delivered by the link server → client, from the join to the last frame held: the paper's throughput (channel use) metric.\n\
+             - **Downlink Mbit/s** (remote only): the emulator's capture, IP bytes of the subscriber's flow (UDP port {mp} for MoQ, TCP port {hp} for HLS) sent server → client into the link and not dropped by it, timed as they reached the emulator (an observer at the sending end of the link, as the paper's captures were), from the join to the last frame held: the paper's throughput (channel use) metric. Per-second figures can exceed the link's rate while its queue fills.\n\
              - **Wire bytes per video byte** (remote only): every IP byte of the flow sent into the link in both directions (headers, retransmissions, ACKs, playlists, packets the link then dropped) over the source bytes of the frames delivered.\n",
             mp = super::MOQ_PORT,
             hp = super::HTTP_PORT
@@ -452,7 +452,7 @@ impl Output {
                 line_chart(
                     &format!("Throughput delivered to the remote subscriber, {}", l.name),
                     &format!(
-                        "IP bytes of the subscriber's flow the emulated link delivered server → client, per second since the stream start (subscribers join at {:.0} s); median over {} repetition(s), band min–max. {}",
+                        "IP bytes of the subscriber's flow sent server → client into the emulated link and not dropped, by the second they reached it (its queue may delay them further), since the stream start (subscribers join at {:.0} s); median over {} repetition(s), band min–max. {}",
                         self.config.join_s,
                         self.reps,
                         l.describe()
