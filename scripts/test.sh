@@ -14,7 +14,8 @@ export QUICHUB_TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
 ./scripts/install-moq-dev.sh --with-relay --with-cli
 # mosquitto clients and broker (Debian), paho-mqtt and aioquic (PyPI, in a venv).
 ./scripts/install-mqtt-tools.sh
-# ffmpeg and ffprobe (Debian) make and check the media tests' inputs and outputs.
+# ffmpeg and ffprobe (Debian) make and check the media tests' inputs and outputs;
+# nginx + libnginx-mod-rtmp (Debian) are the RTMP/HLS server of lab live-video.
 ./scripts/install-media-tools.sh
 # Chromium (Debian), web/node_modules (npm ci): the web tests.
 ./scripts/install-web-tools.sh
@@ -23,7 +24,7 @@ export QUICHUB_TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
 export QUICHUB_MOQ_DEV_BIN="$QUICHUB_TOOLS/bin"
 # The MQTT/HTTP tests likewise fail (rather than skip) without their clients.
 export QUICHUB_MQTT_PYTHON="$QUICHUB_TOOLS/py/bin/python"
-# The media tests likewise fail (rather than skip) without ffmpeg.
+# The media tests likewise fail (rather than skip) without ffmpeg (and lab live-video without nginx-rtmp).
 export QUICHUB_MEDIA_TESTS=1
 # And the web tests (player and dashboard in headless Chromium, the JS codec's
 # unit tests, the committed web/dist against a fresh build).
