@@ -727,16 +727,32 @@ impl FetchState {
         max_payload: usize,
     ) -> Result<FetchEntry, DecodeError> {
         let mut cur = *buf;
-        let e = self.decode_inner(&mut cur, src, max_payload)?;
+        let e = self.decode_inner(&mut cur, src, max_payload, None)?;
         *buf = cur;
         Ok(e)
     }
 
+    /// After [`Self::decode`] said [`DecodeError::Short`]: how many bytes the
+    /// entry at the start of `buf` needs in all, once its header is whole
+    /// (`None` while the header itself is cut). A reader that buffers a
+    /// large object can wait for exactly that many instead of retrying on
+    /// every read.
+    pub fn needed(&self, buf: &[u8], src: &Bytes, max_payload: usize) -> Option<usize> {
+        let mut st = self.clone();
+        let mut cur = buf;
+        let mut len = None;
+        let _ = st.decode_inner(&mut cur, src, max_payload, Some(&mut len));
+        len.map(|l| (buf.len() - cur.len()).saturating_add(l))
+    }
+
+    /// Decodes one entry; with `payload_len`, stops after the Object Payload
+    /// Length, stores it there and returns [`DecodeError::Short`].
     fn decode_inner(
         &mut self,
         buf: &mut &[u8],
         src: &Bytes,
         max_payload: usize,
+        payload_len: Option<&mut Option<usize>>,
     ) -> Result<FetchEntry, DecodeError> {
         let flags = get_vi64(buf)?;
         if flags == END_OF_NONEXISTENT_RANGE || flags == END_OF_UNKNOWN_RANGE {
@@ -804,6 +820,10 @@ impl FetchState {
             Bytes::new()
         };
         let len = get_len(buf, max_payload)?;
+        if let Some(out) = payload_len {
+            *out = Some(len);
+            return Err(DecodeError::Short);
+        }
         let payload = slice_of(src, get_bytes(buf, len)?);
         self.prev_group = Some(group);
         self.prev_object = Some(object_id);

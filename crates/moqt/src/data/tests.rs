@@ -1250,3 +1250,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn fetch_needed_is_the_whole_entry_once_its_header_is_in() {
+    let o = FetchObject {
+        group: 3,
+        subgroup: Some(0),
+        object_id: 0,
+        priority: 7,
+        properties: Bytes::new(),
+        payload: Bytes::from(vec![1u8; 5000]),
+    };
+    let mut st = FetchState::new(false);
+    let mut b = bytes::BytesMut::new();
+    st.encode(&mut b, &FetchEntry::Object(o));
+    let wire = b.freeze();
+    let dec = FetchState::new(false);
+    for cut in [1, 3] {
+        // Header cut: unknown.
+        assert_eq!(dec.needed(&wire[..cut], &wire, 1 << 20), None, "{cut}");
+    }
+    for cut in [10, 100, wire.len() - 1] {
+        assert_eq!(
+            dec.needed(&wire[..cut], &wire, 1 << 20),
+            Some(wire.len()),
+            "{cut}"
+        );
+    }
+    // Asking changes nothing: the entry still decodes whole.
+    let mut dec = dec;
+    let mut s = &wire[..];
+    assert!(dec.decode(&mut s, &wire, 1 << 20).is_ok());
+    assert!(s.is_empty());
+}

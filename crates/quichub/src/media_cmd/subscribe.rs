@@ -391,8 +391,10 @@ pub async fn subscribe(
             .await
             .with_context(|| format!("subscribe to {track_name}"))?;
         if sub.largest.is_some() {
-            let r = session
-                .fetch(
+            // Objects go to the muxer as they arrive: the group's keyframe
+            // plays before the rest of the group is in.
+            let mut r = session
+                .fetch_stream(
                     FetchKind::RelativeJoining {
                         joining_request_id: sub.request_id,
                         joining_start: 0,
@@ -400,7 +402,7 @@ pub async fn subscribe(
                     Parameters::default(),
                 )
                 .await?;
-            for o in r.objects {
+            while let Some(o) = r.next().await? {
                 let obj = Obj {
                     payload: o.payload,
                     properties: o.properties,
