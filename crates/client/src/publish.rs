@@ -30,6 +30,9 @@ pub struct LocalTrack {
     pub alias: u64,
     /// Publisher Priority for its objects.
     pub priority: u8,
+    /// Sent with PUBLISH ([`TrackMode::Push`]): a SUBSCRIBE for it is
+    /// refused, as its data streams already carry the PUBLISH's alias.
+    pub(crate) pushed: bool,
     session: Session,
     forward: AtomicBool,
     subscriptions: AtomicU64,
@@ -373,6 +376,7 @@ impl ClientSession {
             name: name.clone(),
             alias,
             priority,
+            pushed: mode == TrackMode::Push,
             session: inner.session.clone(),
             forward: AtomicBool::new(false),
             subscriptions: AtomicU64::new(0),

@@ -467,6 +467,19 @@ async fn serve_subscribe(
         .await;
         return Ok(());
     };
+    if track.pushed {
+        // A relay that subscribed while our PUBLISH was on its way (a
+        // subscriber was waiting for the namespace): answering with the
+        // PUBLISH's alias would give one track two subscriptions on one
+        // alias (DUPLICATE_TRACK_ALIAS). The relay takes the PUBLISH.
+        refuse(
+            &mut send,
+            moqt::error::request_error::DOES_NOT_EXIST,
+            "track is pushed with PUBLISH",
+        )
+        .await;
+        return Ok(());
+    }
     track.note_subscription();
     let ok = Message::SubscribeOk(SubscribeOk {
         track_alias: track.alias,

@@ -631,3 +631,66 @@ async fn oversized_track_properties_are_refused() {
         .await
         .unwrap();
 }
+
+/// A subscriber waiting (RENDEZVOUS_TIMEOUT) for a track whose publisher
+/// announces the namespace before it pushes the track: the publisher has no
+/// such track when the relay's upstream SUBSCRIBE arrives (DOES_NOT_EXIST),
+/// and the subscriber keeps waiting until the PUBLISH comes instead of being
+/// refused (`quichub pub --broadcast` publishes the catalog, then the media
+/// tracks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_subscriber_outlasts_a_namespace_announced_before_its_track() {
+    let relay = TestRelay::start().await;
+    let name = FullTrackName::new("bcast/late", "video");
+    let s = relay.client("moqt").await;
+    let waiting = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            let sub = s
+                .subscribe(
+                    name,
+                    SubscribeOptions {
+                        rendezvous_ms: Some(10_000),
+                        ..Default::default()
+                    },
+                )
+                .await;
+            (s, sub)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let publisher = relay.client("moqt").await;
+    let _ns = publisher
+        .publish_namespace(name.namespace.clone())
+        .await
+        .unwrap();
+    // The relay asks this publisher for the track before it exists.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let track = publisher
+        .create_track(name.clone(), 1, TrackMode::Push)
+        .await
+        .unwrap();
+    let (_s, sub) = within(10, waiting).await.unwrap();
+    let mut sub = sub.expect("the waiting subscription is served once the track is pushed");
+    within(5, async {
+        while !track.is_forwarding() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
+    w.write(0, Bytes::from_static(b"frame")).await.unwrap();
+    w.finish();
+    assert_eq!(
+        next_object(&mut sub).await.payload,
+        Bytes::from_static(b"frame")
+    );
+    assert_eq!(
+        relay
+            .relay
+            .metrics
+            .rendezvous_retries
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}

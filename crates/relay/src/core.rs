@@ -477,6 +477,18 @@ impl Relay {
                             entry.subscribers.fetch_add(1, Relaxed);
                             return Ok((entry, joined));
                         }
+                        // A subscriber waiting for a publisher keeps waiting
+                        // when the namespace's publisher does not have the
+                        // track yet (it announced the namespace before
+                        // setting the track up) or pushed it meanwhile.
+                        Err(r)
+                            if !rendezvous.is_zero()
+                                && tokio::time::Instant::now() < deadline
+                                && (r.code == request_error::DOES_NOT_EXIST
+                                    || self.is_published(name)) =>
+                        {
+                            self.metrics.rendezvous_retries.fetch_add(1, Relaxed);
+                        }
                         Err(r) => return Err(r),
                     }
                 }
@@ -494,6 +506,14 @@ impl Relay {
                 });
             }
         }
+    }
+
+    /// Whether `name` is a track pushed by a publisher (PUBLISH) right now.
+    fn is_published(&self, name: &FullTrackName) -> bool {
+        self.lock()
+            .tracks
+            .get(name)
+            .is_some_and(|e| e.origin == Origin::Published && !e.track.is_ended())
     }
 
     /// One attempt: the existing entry, or a new pending one whose upstream

@@ -22,6 +22,9 @@ pub struct Metrics {
     pub sessions_expired: AtomicU64,
     /// Sessions closed because a reload of the auth revoked their credentials.
     pub sessions_revoked: AtomicU64,
+    /// Waiting (rendezvous) subscriptions that kept waiting after the
+    /// namespace's publisher did not have the track yet.
+    pub rendezvous_retries: AtomicU64,
     /// Tracks ended by PUBLISH_DONE before all the data streams its Stream
     /// Count announced had arrived and been read (after a grace period).
     pub publish_done_streams_missing: AtomicU64,
@@ -111,6 +114,13 @@ impl Metrics {
             "MoQT sessions closed because a reload revoked their credentials.",
             "counter",
             self.sessions_revoked.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "rendezvous_retries_total",
+            "Waiting subscriptions that kept waiting because the namespace's publisher did not have the track yet.",
+            "counter",
+            self.rendezvous_retries.load(Relaxed) as i128,
             "",
         );
         g(
