@@ -46,8 +46,9 @@ pub struct LabArgs {
     /// Results root: the run is written to OUT/EXPERIMENT/TIMESTAMP/.
     #[arg(long, default_value = "results", global = true)]
     pub out: PathBuf,
-    /// QUIC congestion controller: cubic, newreno or bbr (default: the
-    /// relay's, cubic; `lab uplink` compares all three unless this is given).
+    /// QUIC congestion controller of `lab mar` (both ends): cubic, newreno
+    /// or bbr (default: the relay's, cubic); `lab uplink` compares all three
+    /// unless this is given. Other experiments use the default.
     #[arg(long, global = true)]
     pub cc: Option<quichub_net::CongestionControl>,
 }
