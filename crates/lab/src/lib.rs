@@ -10,6 +10,9 @@
 #![warn(missing_docs)]
 
 pub mod differs;
+pub mod h3_vs_mqtt;
+pub mod h3_vs_mqtt_client;
+pub mod h3_vs_mqtt_report;
 pub mod imu;
 pub mod mar;
 pub mod mar_report;
@@ -63,6 +66,13 @@ pub enum Experiment {
     /// Alternative to MQTT-over-QUIC in Resource-Constrained IoT" (the Drift
     /// paper) to 0-RTT, which that paper set aside.
     ZeroRtt(ZeroRttArgs),
+    /// Network overhead (bytes and packets per publish, handshake included
+    /// and excluded) and device overhead (client CPU and peak memory) of
+    /// HTTP/3, MQTT over QUIC (single- and multi-stream), MQTT over TCP and
+    /// TLS, and MoQT publishers, quichub's own and third-party, on NB-IoT;
+    /// completes "A Pure HTTP/3 Alternative to MQTT-over-QUIC in
+    /// Resource-Constrained IoT" (the Drift paper).
+    H3VsMqtt(h3_vs_mqtt::H3VsMqttArgs),
 }
 
 /// Options of `lab zero-rtt`.
@@ -164,6 +174,7 @@ pub fn main(args: LabArgs) -> anyhow::Result<i32> {
             eprintln!("results in {}", dir.display());
             Ok(if ok { 0 } else { 1 })
         }
+        Experiment::H3VsMqtt(h) => h3_vs_mqtt::main(&args, h, &std::env::current_exe()?),
     }
 }
 
@@ -437,7 +448,7 @@ mod tests {
         use clap::CommandFactory;
         let mut cmd = Cli::command();
         let mut help = cmd.render_long_help().to_string();
-        for sub in ["imu", "mar", "zero-rtt"] {
+        for sub in ["imu", "mar", "zero-rtt", "h3-vs-mqtt"] {
             let c = cmd.find_subcommand_mut(sub).expect(sub);
             help.push_str(&c.render_long_help().to_string());
         }
