@@ -387,7 +387,7 @@ pub fn clients(quichub: &Path, scratch: &Path) -> anyhow::Result<(Vec<ClientInfo
     add(
         Protocol::Moqt,
         "quichub",
-        "`quichub pub --profile stdin`: one object per line on one subgroup stream, PUBLISH (push)",
+        "`quichub pub --profile stdin`: one object per line on one subgroup stream, PUBLISH (push); its stdin is held open until the broker has every object (it closes its session when its input ends, which on this link discards objects still queued)",
         true,
         Ok(Kind::OwnMoqt(quichub.to_path_buf())),
     );
@@ -413,6 +413,16 @@ type Arrivals = Arc<Mutex<HashMap<String, (u64, Option<Instant>)>>>;
 
 fn topic(c: &ClientInfo) -> String {
     format!("hvm/{}", c.label)
+}
+
+/// The topic of one run: the client's, or for MoQT a track of its own per
+/// run (a relay refuses a second PUBLISH of a track whose earlier session's
+/// close is still on its way over a 2 s RTT).
+fn run_topic(c: &ClientInfo, n: u64, rep: u32) -> String {
+    match c.protocol {
+        Protocol::Moqt => format!("{}/r{rep}n{n}", topic(c)),
+        _ => topic(c),
+    }
 }
 
 async fn server_side(
@@ -458,7 +468,7 @@ async fn server_side(
         let moqt: Vec<String> = topics
             .iter()
             .filter(|t| t.starts_with("hvm/moqt-"))
-            .cloned()
+            .map(|t| format!("{t}/#"))
             .collect();
         if !moqt.is_empty() {
             let local = SocketAddr::from(([127, 0, 0, 1], tcp.port()));
@@ -559,7 +569,15 @@ struct ChildRun {
 }
 
 /// Runs `cmd` with `input` on stdin, at most `limit`; its rusage from wait4.
-fn run_child(mut cmd: Command, input: Vec<u8>, limit: Duration, scratch: &Path) -> anyhow::Result<ChildRun> {
+/// `hold`, when given, keeps stdin open after `input` until it returns true
+/// (or `limit` passes).
+fn run_child(
+    mut cmd: Command,
+    input: Vec<u8>,
+    hold: Option<Box<dyn Fn() -> bool + Send>>,
+    limit: Duration,
+    scratch: &Path,
+) -> anyhow::Result<ChildRun> {
     let out_path = scratch.join("child.out");
     let out = std::fs::File::create(&out_path)?;
     cmd.stdin(Stdio::piped())
@@ -573,6 +591,13 @@ fn run_child(mut cmd: Command, input: Vec<u8>, limit: Duration, scratch: &Path) 
         // reader from blocking this one.
         std::thread::spawn(move || {
             let _ = stdin.write_all(&input);
+            if let Some(done) = hold {
+                let until = Instant::now() + limit;
+                while !done() && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            drop(stdin);
         });
     }
     let mut status = 0;
@@ -625,9 +650,10 @@ fn command(
     fingerprint: &str,
     cert: &Path,
     n: u64,
+    rep: u32,
     payload: usize,
 ) -> (Command, Vec<u8>) {
-    let t = topic(c);
+    let t = run_topic(c, n, rep);
     let body = "x".repeat(payload);
     let lines = |n: u64| format!("{body}\n").repeat(n as usize).into_bytes();
     let quic = SocketAddr::from((server, info.quic));
@@ -648,9 +674,9 @@ fn command(
         }
         Kind::OwnMoqt(bin) => {
             let mut cmd = ns.command(bin);
-            let track = t.strip_prefix("hvm/").unwrap_or(&t).to_string();
+            let (ns, track) = t.rsplit_once('/').unwrap_or(("hvm", &t));
             cmd.args(["pub", &format!("moqt://{quic}/"), "--profile", "stdin"])
-                .args(["--namespace", "mqtt/hvm", "--track", &track])
+                .args(["--namespace", &format!("mqtt/{ns}"), "--track", track])
                 .args(["--fingerprint", fingerprint])
                 .env("RUST_LOG", "error");
             (cmd, lines(n))
@@ -773,13 +799,27 @@ pub fn run_link(
                 if n == 0 && !c.zero {
                     continue;
                 }
-                let t = topic(c);
+                let t = run_topic(c, n, rep);
                 arrivals.lock().unwrap_or_else(|e| e.into_inner()).remove(&t);
                 let (cmd, input) =
-                    command(c, emu.client(), server_ip, &info, &fingerprint, &cert, n, payload);
+                    command(c, emu.client(), server_ip, &info, &fingerprint, &cert, n, rep, payload);
                 let t0 = emu.epoch().elapsed().as_micros() as u64;
                 let start = Instant::now();
-                let r = run_child(cmd, input, limit, scratch);
+                // `quichub pub` closes its session as soon as its input
+                // ends, which discards objects still queued on a slow link:
+                // its stdin stays open until the broker has them all.
+                let hold: Option<Box<dyn Fn() -> bool + Send>> =
+                    matches!(c.kind, Kind::OwnMoqt(_)).then(|| {
+                        let (arr, t) = (arrivals.clone(), t.clone());
+                        Box::new(move || {
+                            arr.lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .get(&t)
+                                .is_some_and(|a| a.0 >= n)
+                                || n == 0
+                        }) as Box<dyn Fn() -> bool + Send>
+                    });
+                let r = run_child(cmd, input, hold, limit, scratch);
                 // Messages without an acknowledgement (MoQT objects) may
                 // still be on their way: wait for them, a bounded time.
                 let deadline = Instant::now() + rtt * 2 + Duration::from_secs(1);
