@@ -262,7 +262,10 @@ pub fn counts(args: &LabArgs, h: &H3VsMqttArgs) -> anyhow::Result<Vec<u64>> {
     let mut v = s
         .split(',')
         .map(|c| {
-            let n: u64 = c.trim().parse().with_context(|| format!("bad count {c:?}"))?;
+            let n: u64 = c
+                .trim()
+                .parse()
+                .with_context(|| format!("bad count {c:?}"))?;
             anyhow::ensure!(n <= 1000, "count {n} above 1000");
             Ok(n)
         })
@@ -280,7 +283,9 @@ struct Tools {
 }
 
 fn tools() -> Tools {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     let dir = std::env::var_os("QUICHUB_TOOLS")
         .map(PathBuf::from)
         .unwrap_or_else(|| home.join(".cache/quichub/tools"));
@@ -351,15 +356,40 @@ pub fn clients(quichub: &Path, scratch: &Path) -> anyhow::Result<(Vec<ClientInfo
         }
     };
 
-    add(Protocol::Http3, "quichub", "quichub's HTTP/3 client (quinn): one POST per message, all at once", true, own.clone());
-    add(Protocol::Http3, "aioquic", "aioquic 1.2 H3Connection (Python): one POST per message, all at once", true, aioquic);
-    add(Protocol::MqttQuicSingle, "quichub", "quichub's MQTT 3.1.1 over quinn, one stream: CONNECT and every PUBLISH (QoS 1) at once", true, own.clone());
+    add(
+        Protocol::Http3,
+        "quichub",
+        "quichub's HTTP/3 client (quinn): one POST per message, all at once",
+        true,
+        own.clone(),
+    );
+    add(
+        Protocol::Http3,
+        "aioquic",
+        "aioquic 1.2 H3Connection (Python): one POST per message, all at once",
+        true,
+        aioquic,
+    );
+    add(
+        Protocol::MqttQuicSingle,
+        "quichub",
+        "quichub's MQTT 3.1.1 over quinn, one stream: CONNECT and every PUBLISH (QoS 1) at once",
+        true,
+        own.clone(),
+    );
     add(
         Protocol::MqttQuicSingle,
         "mqttv5",
         "mqttv5-cli 0.29 `pub --repeat N --interval 0` (MQTT 5, QoS 1), quics:// single-stream",
         false,
-        if have_mqttv5 { Ok(Kind::Mqttv5 { bin: mqttv5.clone(), per_publish: false }) } else { Err(no_mqttv5.clone()) },
+        if have_mqttv5 {
+            Ok(Kind::Mqttv5 {
+                bin: mqttv5.clone(),
+                per_publish: false,
+            })
+        } else {
+            Err(no_mqttv5.clone())
+        },
     );
     add(Protocol::MqttQuicMulti, "quichub", "quichub's MQTT 3.1.1 over quinn: CONNECT on the control stream, then each PUBLISH (QoS 1) on its own stream", true, own.clone());
     add(
@@ -380,10 +410,34 @@ pub fn clients(quichub: &Path, scratch: &Path) -> anyhow::Result<(Vec<ClientInfo
         false,
         if have_mqttv5 { Ok(Kind::Mqttv5 { bin: mqttv5, per_publish: true }) } else { Err(no_mqttv5) },
     );
-    add(Protocol::MqttTcp, "quichub", "quichub's MQTT 3.1.1 over TCP: CONNECT and every PUBLISH (QoS 1) at once", true, own.clone());
-    add(Protocol::MqttTcp, "mosquitto", "mosquitto_pub 2 `-l` (MQTT 3.1.1, QoS 1, one message per stdin line, 20 in flight)", true, mosq(false));
-    add(Protocol::MqttTls, "quichub", "quichub's MQTT 3.1.1 over TLS 1.3 (rustls): CONNECT and every PUBLISH (QoS 1) at once", true, own);
-    add(Protocol::MqttTls, "mosquitto", "mosquitto_pub 2 `-l --cafile` (OpenSSL, MQTT 3.1.1, QoS 1, 20 in flight)", true, mosq(true));
+    add(
+        Protocol::MqttTcp,
+        "quichub",
+        "quichub's MQTT 3.1.1 over TCP: CONNECT and every PUBLISH (QoS 1) at once",
+        true,
+        own.clone(),
+    );
+    add(
+        Protocol::MqttTcp,
+        "mosquitto",
+        "mosquitto_pub 2 `-l` (MQTT 3.1.1, QoS 1, one message per stdin line, 20 in flight)",
+        true,
+        mosq(false),
+    );
+    add(
+        Protocol::MqttTls,
+        "quichub",
+        "quichub's MQTT 3.1.1 over TLS 1.3 (rustls): CONNECT and every PUBLISH (QoS 1) at once",
+        true,
+        own,
+    );
+    add(
+        Protocol::MqttTls,
+        "mosquitto",
+        "mosquitto_pub 2 `-l --cafile` (OpenSSL, MQTT 3.1.1, QoS 1, 20 in flight)",
+        true,
+        mosq(true),
+    );
     add(
         Protocol::Moqt,
         "quichub",
@@ -504,7 +558,11 @@ async fn server_side(
 }
 
 /// Subscribes to `topics` over MQTT at `addr` and notes every message.
-async fn moqt_counter(addr: SocketAddr, topics: Vec<String>, arrivals: Arrivals) -> anyhow::Result<()> {
+async fn moqt_counter(
+    addr: SocketAddr,
+    topics: Vec<String>,
+    arrivals: Arrivals,
+) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await?;
     let enc = |p: quichub_mqtt::Packet| {
@@ -548,7 +606,8 @@ async fn moqt_counter(addr: SocketAddr, topics: Vec<String>, arrivals: Arrivals)
         s.read_exact(&mut body).await?;
         if first >> 4 == 3 && body.len() >= 2 {
             let tl = usize::from(u16::from_be_bytes([body[0], body[1]]));
-            let topic = String::from_utf8_lossy(body.get(2..2 + tl).unwrap_or_default()).to_string();
+            let topic =
+                String::from_utf8_lossy(body.get(2..2 + tl).unwrap_or_default()).to_string();
             let now = Instant::now();
             let mut a = arrivals.lock().unwrap_or_else(|e| e.into_inner());
             let e = a.entry(topic).or_insert((0, None));
@@ -642,6 +701,7 @@ fn run_child(
 }
 
 /// The command and stdin of one run.
+#[allow(clippy::too_many_arguments)]
 fn command(
     c: &ClientInfo,
     ns: &quichub_netem::emulator::Namespace,
@@ -685,7 +745,12 @@ fn command(
             let py = tools().python;
             let mut cmd = ns.command(py);
             cmd.arg(script)
-                .args(["--host", &server.to_string(), "--port", &info.quic.to_string()])
+                .args([
+                    "--host",
+                    &server.to_string(),
+                    "--port",
+                    &info.quic.to_string(),
+                ])
                 .arg("--ca")
                 .arg(cert);
             let reqs: Vec<serde_json::Value> = (0..n)
@@ -698,11 +763,16 @@ fn command(
         }
         Kind::Mqttv5 { bin, per_publish } => {
             let mut cmd = ns.command(bin);
-            cmd.args(["pub", "--url", &format!("quics://{quic}"), "--non-interactive"])
-                .arg("--ca-cert")
-                .arg(cert)
-                .args(["-t", &t, "-m", &body, "-q", "1"])
-                .args(["--repeat", &n.max(1).to_string(), "--interval", "0"]);
+            cmd.args([
+                "pub",
+                "--url",
+                &format!("quics://{quic}"),
+                "--non-interactive",
+            ])
+            .arg("--ca-cert")
+            .arg(cert)
+            .args(["-t", &t, "-m", &body, "-q", "1"])
+            .args(["--repeat", &n.max(1).to_string(), "--interval", "0"]);
             if *per_publish {
                 cmd.args(["--quic-stream-strategy", "per-publish"]);
             }
@@ -722,7 +792,8 @@ fn command(
             let mut cmd = ns.command("mosquitto_pub");
             cmd.args(["-h", &server.to_string(), "-q", "1", "-t", &t, "-l"]);
             if *tls {
-                cmd.args(["-p", &info.tls.to_string(), "--cafile"]).arg(cert);
+                cmd.args(["-p", &info.tls.to_string(), "--cafile"])
+                    .arg(cert);
             } else {
                 cmd.args(["-p", &info.tcp.to_string()]);
             }
@@ -800,16 +871,28 @@ pub fn run_link(
                     continue;
                 }
                 let t = run_topic(c, n, rep);
-                arrivals.lock().unwrap_or_else(|e| e.into_inner()).remove(&t);
-                let (cmd, input) =
-                    command(c, emu.client(), server_ip, &info, &fingerprint, &cert, n, rep, payload);
+                arrivals
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&t);
+                let (cmd, input) = command(
+                    c,
+                    emu.client(),
+                    server_ip,
+                    &info,
+                    &fingerprint,
+                    &cert,
+                    n,
+                    rep,
+                    payload,
+                );
                 let t0 = emu.epoch().elapsed().as_micros() as u64;
                 let start = Instant::now();
                 // `quichub pub` closes its session as soon as its input
                 // ends, which discards objects still queued on a slow link:
                 // its stdin stays open until the broker has them all.
-                let hold: Option<Box<dyn Fn() -> bool + Send>> =
-                    matches!(c.kind, Kind::OwnMoqt(_)).then(|| {
+                let hold: Option<Box<dyn Fn() -> bool + Send>> = matches!(c.kind, Kind::OwnMoqt(_))
+                    .then(|| {
                         let (arr, t) = (arrivals.clone(), t.clone());
                         Box::new(move || {
                             arr.lock()
@@ -910,7 +993,13 @@ impl RunRecord {
     fn one_line_short(&self) -> String {
         let mut s = format!(
             "{:<26} n={:<3} rep {}: {}/{} at the broker, CPU {:.0} ms, RSS {} KiB, {:.1} s",
-            self.client, self.n, self.rep, self.delivered, self.n, self.cpu_ms, self.max_rss_kib,
+            self.client,
+            self.n,
+            self.rep,
+            self.delivered,
+            self.n,
+            self.cpu_ms,
+            self.max_rss_kib,
             self.wall_ms / 1000.0
         );
         if let Some(e) = &self.error {

@@ -153,7 +153,12 @@ async fn mqtt_stream(
     Ok(acked)
 }
 
-async fn mqtt_tcp(server: SocketAddr, topic: &str, count: u64, payload: &[u8]) -> anyhow::Result<u64> {
+async fn mqtt_tcp(
+    server: SocketAddr,
+    topic: &str,
+    count: u64,
+    payload: &[u8],
+) -> anyhow::Result<u64> {
     let mut s = tokio::net::TcpStream::connect(server).await?;
     s.set_nodelay(true)?;
     let acked = mqtt_stream(&mut s, topic, count, payload).await?;

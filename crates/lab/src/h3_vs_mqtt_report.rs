@@ -178,15 +178,21 @@ impl Output {
                     .count();
                 let v = ok(&c.label, n);
                 let per = |f: &dyn Fn(&RunRecord) -> f64| -> Option<Spread> {
-                    (n > 0).then(|| Spread::of(&v.iter().map(|r| f(r) / n as f64).collect::<Vec<_>>())).flatten()
+                    (n > 0)
+                        .then(|| Spread::of(&v.iter().map(|r| f(r) / n as f64).collect::<Vec<_>>()))
+                        .flatten()
                 };
                 let excl = |f: &dyn Fn(&RunRecord) -> f64, b: Option<f64>| -> Option<Spread> {
                     let b = b?;
                     (n > 0)
-                        .then(|| Spread::of(&v.iter().map(|r| (f(r) - b) / n as f64).collect::<Vec<_>>()))
+                        .then(|| {
+                            Spread::of(&v.iter().map(|r| (f(r) - b) / n as f64).collect::<Vec<_>>())
+                        })
                         .flatten()
                 };
-                let sp = |f: &dyn Fn(&RunRecord) -> f64| Spread::of(&v.iter().map(|r| f(r)).collect::<Vec<_>>());
+                let sp = |f: &dyn Fn(&RunRecord) -> f64| {
+                    Spread::of(&v.iter().map(|r| f(r)).collect::<Vec<_>>())
+                };
                 network.push(NetRow {
                     client: c.label.clone(),
                     n,
@@ -201,7 +207,9 @@ impl Output {
                     cpu_ms: sp(&|r| r.cpu_ms),
                     max_rss_kib: sp(&|r| r.max_rss_kib as f64),
                     first_at_broker_ms: Spread::of(
-                        &v.iter().filter_map(|r| r.first_at_broker_ms).collect::<Vec<_>>(),
+                        &v.iter()
+                            .filter_map(|r| r.first_at_broker_ms)
+                            .collect::<Vec<_>>(),
                     ),
                 });
             }
@@ -291,7 +299,11 @@ impl Output {
                 o,
                 "| {}{} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 c.client,
-                if c.baseline == "extrapolated" { " ¹" } else { "" },
+                if c.baseline == "extrapolated" {
+                    " ¹"
+                } else {
+                    ""
+                },
                 f(c.connection_bytes, 0),
                 f(c.connection_packets, 1),
                 lo_row.map_or("–".into(), |r| show(&r.bytes_per_publish, 0)),
@@ -300,8 +312,12 @@ impl Output {
                 hi_row.map_or("–".into(), |r| show(&r.packets_per_publish_excl, 2)),
                 show(&c.cpu_ms_per_publish, 3),
                 f(c.connection_cpu_ms, 1),
-                c.rss_kib_max
-                    .map_or("–".into(), |s| format!("{:.1} [{:.1}–{:.1}]", s.median / 1024.0, s.min / 1024.0, s.max / 1024.0)),
+                c.rss_kib_max.map_or("–".into(), |s| format!(
+                    "{:.1} [{:.1}–{:.1}]",
+                    s.median / 1024.0,
+                    s.min / 1024.0,
+                    s.max / 1024.0
+                )),
                 show(&c.first_at_broker_rtts, 2),
             );
         }
@@ -346,7 +362,8 @@ impl Output {
     fn ratios(&self, h3: &str, mq: &str) -> Option<Ratios> {
         let n = self.n_min();
         let (a, b) = (self.net(h3, n)?, self.net(mq, n)?);
-        let r = |x: &Option<Spread>, y: &Option<Spread>| Some(x.as_ref()?.median / y.as_ref()?.median);
+        let r =
+            |x: &Option<Spread>, y: &Option<Spread>| Some(x.as_ref()?.median / y.as_ref()?.median);
         let (ca, cb) = (self.client(h3)?, self.client(mq)?);
         Some(Ratios {
             bytes: r(&a.bytes, &b.bytes),
@@ -365,8 +382,16 @@ impl Output {
     /// Pairs of clients compared as the paper compares its two.
     fn pairs(&self) -> Vec<(&'static str, &'static str, &'static str)> {
         [
-            ("quichub's clients", "http3-quichub", "mqtt-quic-single-quichub"),
-            ("third-party clients", "http3-aioquic", "mqtt-quic-single-mqttv5"),
+            (
+                "quichub's clients",
+                "http3-quichub",
+                "mqtt-quic-single-quichub",
+            ),
+            (
+                "third-party clients",
+                "http3-aioquic",
+                "mqtt-quic-single-mqttv5",
+            ),
         ]
         .into_iter()
         .filter(|(_, a, b)| self.client(a).is_some() && self.client(b).is_some())
@@ -394,7 +419,11 @@ impl Output {
         for (i, (what, p, unit)) in rows.iter().enumerate() {
             let mut line = format!(
                 "| {what} | {} |",
-                if p.is_nan() { "higher (no figure)".into() } else { format!("{p} {unit}") }
+                if p.is_nan() {
+                    "higher (no figure)".into()
+                } else {
+                    format!("{p} {unit}")
+                }
             );
             for (name, h3, mq) in self.pairs() {
                 let Some(r) = self.ratios(h3, mq) else {
@@ -402,7 +431,11 @@ impl Output {
                     continue;
                 };
                 let ours = [r.bytes, r.packets, r.memory, r.cpu, r.extra_rtts][i];
-                let _ = write!(line, " {} |", ours.map_or("–".into(), |v| format!("{v:.2} {unit}")));
+                let _ = write!(
+                    line,
+                    " {} |",
+                    ours.map_or("–".into(), |v| format!("{v:.2} {unit}"))
+                );
                 let Some(ours) = ours else { continue };
                 if p.is_nan() {
                     continue;
@@ -531,14 +564,22 @@ impl Output {
             .map(|(i, &n)| CatSeries {
                 label: format!(
                     "N = {n}, handshake {}",
-                    if excl { "excluded (hollow)" } else { "included" }
+                    if excl {
+                        "excluded (hollow)"
+                    } else {
+                        "included"
+                    }
                 ),
                 color: COLORS[i % COLORS.len()].to_string(),
                 hollow: excl,
                 values: self
                     .per_client
                     .iter()
-                    .map(|c| self.net(&c.client, n).and_then(&pick).map(|s| (s.median, s.min, s.max)))
+                    .map(|c| {
+                        self.net(&c.client, n)
+                            .and_then(&pick)
+                            .map(|s| (s.median, s.min, s.max))
+                    })
                     .collect(),
             })
             .collect()
@@ -590,7 +631,10 @@ impl Output {
                 values: self
                     .per_client
                     .iter()
-                    .map(|c| c.rss_kib_max.map(|s| (s.median / 1024.0, s.min / 1024.0, s.max / 1024.0)))
+                    .map(|c| {
+                        c.rss_kib_max
+                            .map(|s| (s.median / 1024.0, s.min / 1024.0, s.max / 1024.0))
+                    })
                     .collect(),
             },
         ];
@@ -612,10 +656,16 @@ impl Output {
     }
 
     fn paper_chart(&self) -> String {
-        let cats: Vec<String> = ["bytes ratio", "packets ratio", "memory ratio", "CPU ratio", "extra RTTs to broker"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let cats: Vec<String> = [
+            "bytes ratio",
+            "packets ratio",
+            "memory ratio",
+            "CPU ratio",
+            "extra RTTs to broker",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let mut series: Vec<CatSeries> = self
             .pairs()
             .iter()
@@ -628,7 +678,13 @@ impl Output {
                     color: COLORS[i % COLORS.len()].to_string(),
                     hollow: false,
                     values: match r {
-                        Some(r) => vec![v(r.bytes), v(r.packets), v(r.memory), v(r.cpu), v(r.extra_rtts)],
+                        Some(r) => vec![
+                            v(r.bytes),
+                            v(r.packets),
+                            v(r.memory),
+                            v(r.cpu),
+                            v(r.extra_rtts),
+                        ],
                         None => vec![None; 5],
                     },
                 }
@@ -640,8 +696,16 @@ impl Output {
             hollow: true,
             values: vec![
                 Some((paper::BYTES_RATIO, paper::BYTES_RATIO, paper::BYTES_RATIO)),
-                Some((paper::PACKETS_RATIO, paper::PACKETS_RATIO, paper::PACKETS_RATIO)),
-                Some((paper::MEMORY_RATIO, paper::MEMORY_RATIO, paper::MEMORY_RATIO)),
+                Some((
+                    paper::PACKETS_RATIO,
+                    paper::PACKETS_RATIO,
+                    paper::PACKETS_RATIO,
+                )),
+                Some((
+                    paper::MEMORY_RATIO,
+                    paper::MEMORY_RATIO,
+                    paper::MEMORY_RATIO,
+                )),
                 None,
                 Some((paper::EXTRA_RTTS, paper::EXTRA_RTTS, paper::EXTRA_RTTS)),
             ],

@@ -17,7 +17,15 @@ fn h3_vs_mqtt_quick_structure() {
     }
     let out = std::env::temp_dir().join(format!("qh-lab-hvm-{}", std::process::id()));
     let run = Command::new(env!("CARGO_BIN_EXE_quichub"))
-        .args(["lab", "h3-vs-mqtt", "--quick", "--reps", "2", "--counts", "0,5"])
+        .args([
+            "lab",
+            "h3-vs-mqtt",
+            "--quick",
+            "--reps",
+            "2",
+            "--counts",
+            "0,5",
+        ])
         .arg("--out")
         .arg(&out)
         .output()
@@ -27,7 +35,10 @@ fn h3_vs_mqtt_quick_structure() {
     for l in stderr.lines().filter(|l| l.starts_with("SKIPPED")) {
         println!("{l}");
     }
-    assert!(run.status.success(), "lab h3-vs-mqtt failed:\n{stdout}\n{stderr}");
+    assert!(
+        run.status.success(),
+        "lab h3-vs-mqtt failed:\n{stdout}\n{stderr}"
+    );
     let dir = std::fs::read_dir(out.join("h3-vs-mqtt"))
         .expect("results directory")
         .next()
@@ -42,14 +53,23 @@ fn h3_vs_mqtt_quick_structure() {
         assert!(s.starts_with("<svg") && s.contains("</svg>"), "{svg}");
         assert!(report.contains(&format!("]({svg})")), "{svg} in the report");
     }
-    assert!(report.contains("## The paper's figures beside ours"), "{report}");
+    assert!(
+        report.contains("## The paper's figures beside ours"),
+        "{report}"
+    );
     assert!(report.contains("A Pure HTTP/3 Alternative to MQTT-over-QUIC"));
     assert!(!report.to_lowercase().contains("seed"));
-    assert!(stdout.contains("| client | connection alone"), "main table printed");
+    assert!(
+        stdout.contains("| client | connection alone"),
+        "main table printed"
+    );
 
     let clients = json["clients"].as_array().unwrap();
     let skipped = json["skipped"].as_array().unwrap();
-    let labels: Vec<&str> = clients.iter().map(|c| c["label"].as_str().unwrap()).collect();
+    let labels: Vec<&str> = clients
+        .iter()
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
     // quichub's own clients always run.
     for own in [
         "http3-quichub",
@@ -62,7 +82,11 @@ fn h3_vs_mqtt_quick_structure() {
         assert!(labels.contains(&own), "{own} in {labels:?}");
     }
     if std::env::var_os("QUICHUB_MQTT_PYTHON").is_some() {
-        assert_eq!(skipped.len(), 1, "only the third-party MoQT client is skipped: {skipped:?}");
+        assert_eq!(
+            skipped.len(),
+            1,
+            "only the third-party MoQT client is skipped: {skipped:?}"
+        );
         for third in [
             "http3-aioquic",
             "mqtt-quic-single-mqttv5",
@@ -91,9 +115,16 @@ fn h3_vs_mqtt_quick_structure() {
             expected += 2;
             for r in &of {
                 assert!(r["error"].is_null(), "{label} n={n}: {}", r["error"]);
-                assert_eq!(r["delivered"].as_u64(), Some(n), "{label}: all at the broker");
+                assert_eq!(
+                    r["delivered"].as_u64(),
+                    Some(n),
+                    "{label}: all at the broker"
+                );
                 assert!(r["packets_up"].as_u64().unwrap() > 0, "{label}: packets up");
-                assert!(r["packets_down"].as_u64().unwrap() > 0, "{label}: packets down");
+                assert!(
+                    r["packets_down"].as_u64().unwrap() > 0,
+                    "{label}: packets down"
+                );
                 assert!(r["cpu_ms"].as_f64().unwrap() >= 0.0);
                 assert!(r["max_rss_kib"].as_u64().unwrap() > 0, "{label}: RSS");
             }
