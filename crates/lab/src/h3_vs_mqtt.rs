@@ -115,6 +115,10 @@ pub struct ClientInfo {
     pub how: String,
     /// Whether it can connect and close without publishing (N = 0).
     pub zero: bool,
+    /// The most publishes per connection it is run with, and why (a client
+    /// that waits for each acknowledgement before the next publish takes
+    /// an RTT per message).
+    pub max_n: Option<(u64, &'static str)>,
     #[serde(skip)]
     kind: Kind,
 }
@@ -127,6 +131,13 @@ enum Kind {
     Mqttv5 { bin: PathBuf, per_publish: bool },
     Probe(PathBuf),
     Mosquitto { tls: bool },
+}
+
+impl ClientInfo {
+    /// Whether this client is run with `n` publishes per connection.
+    pub fn runs(&self, n: u64) -> bool {
+        (n > 0 || self.zero) && self.max_n.is_none_or(|(m, _)| n <= m)
+    }
 }
 
 /// A client left out, and why.
@@ -322,6 +333,7 @@ pub fn clients(quichub: &Path, scratch: &Path) -> anyhow::Result<(Vec<ClientInfo
                 implementation,
                 how: how.into(),
                 zero,
+                max_n: None,
                 kind,
             }),
             Err(reason) => skipped.push(Skipped { label, reason }),
@@ -445,6 +457,13 @@ pub fn clients(quichub: &Path, scratch: &Path) -> anyhow::Result<(Vec<ClientInfo
         true,
         Ok(Kind::OwnMoqt(quichub.to_path_buf())),
     );
+    for c in ok.iter_mut().filter(|c| c.implementation == "mqttv5") {
+        c.max_n = Some((
+            10,
+            "mqttv5 `pub --repeat` sends the next message only after the previous one's PUBACK: one RTT per \
+             message, 200 s for 100 on NB-IoT",
+        ));
+    }
     skipped.push(Skipped {
         label: "moqt-third-party".into(),
         reason: "no third-party MoQT client here publishes arbitrary messages: moq-dev's `moq import` takes media containers only".into(),
@@ -615,6 +634,29 @@ async fn moqt_counter(
             e.1.get_or_insert(now);
         }
     }
+}
+
+/// What went wrong with aioquic's requests, from its last output line:
+/// statuses other than 2xx and reset streams, counted.
+fn aioquic_problems(output: &str) -> Option<String> {
+    let last = output.lines().rev().find(|l| l.contains("\"responses\""))?;
+    let v: serde_json::Value = serde_json::from_str(last).ok()?;
+    let mut bad: std::collections::BTreeMap<String, u64> = Default::default();
+    for r in v["responses"].as_array()? {
+        let status = r["status"].as_u64();
+        if !status.is_some_and(|s| (200..300).contains(&s)) {
+            let key = match (&r["reset"], status) {
+                (serde_json::Value::Null, Some(s)) => format!("status {s}"),
+                (serde_json::Value::Null, None) => "no response".into(),
+                (code, _) => format!("stream reset by the server (code {code})"),
+            };
+            *bad.entry(key).or_default() += 1;
+        }
+    }
+    (!bad.is_empty()).then(|| {
+        let parts: Vec<String> = bad.iter().map(|(k, n)| format!("{n} × {k}")).collect();
+        format!("requests not answered 2xx: {}", parts.join(", "))
+    })
 }
 
 /// A finished child: exit, CPU, memory.
@@ -867,7 +909,7 @@ pub fn run_link(
     for rep in 0..reps {
         for c in clients {
             for &n in counts {
-                if n == 0 && !c.zero {
+                if !c.runs(n) {
                     continue;
                 }
                 let t = run_topic(c, n, rep);
@@ -958,6 +1000,11 @@ pub fn run_link(
                                 .collect::<Vec<_>>()
                                 .join(" | ");
                             rec.error = Some(format!("client failed: {tail}"));
+                        } else if let Some(e) = matches!(c.kind, Kind::Aioquic(_))
+                            .then(|| aioquic_problems(&ch.output))
+                            .flatten()
+                        {
+                            rec.error = Some(e);
                         } else if arrived.0 != n {
                             rec.error =
                                 Some(format!("the broker routed {} of {n} messages", arrived.0));

@@ -152,6 +152,13 @@ impl Output {
         let mut network = Vec::new();
         let mut per_client = Vec::new();
         for c in &clients {
+            // This client's largest N.
+            let n_max = positive
+                .iter()
+                .copied()
+                .filter(|&n| c.runs(n))
+                .max()
+                .unwrap_or(n_max);
             // The connection alone: measured at N = 0, or extrapolated.
             let base = |f: &dyn Fn(&RunRecord) -> f64| -> Option<f64> {
                 if c.zero && counts.contains(&0) {
@@ -169,7 +176,7 @@ impl Output {
             let b_pkts = base(&|r| r.packets() as f64);
             let b_cpu = base(&|r| r.cpu_ms);
             for &n in &counts {
-                if n == 0 && !c.zero {
+                if !c.runs(n) {
                     continue;
                 }
                 let all = runs
@@ -288,7 +295,7 @@ impl Output {
     pub fn main_table(&self) -> String {
         let (lo, hi) = (self.n_min(), self.n_max());
         let mut o = format!(
-            "| client | connection alone: bytes / packets | bytes per publish, N={lo} (handshake incl.) | N={hi} incl. | N={hi} excl. | packets per publish, N={hi} excl. | CPU ms per publish | CPU ms, connection alone | peak RSS MiB, N={hi} | first message at broker, RTTs |\n\
+            "| client | connection alone: bytes / packets | bytes per publish, N={lo} (handshake incl.) | N={hi} incl. | N={hi} excl. | packets per publish, N={hi} excl. | CPU ms per publish | CPU ms, connection alone | peak RSS MiB, largest N | first message at broker, RTTs |\n\
              |---|---|---|---|---|---|---|---|---|---|\n"
         );
         for c in &self.per_client {
@@ -297,13 +304,14 @@ impl Output {
             let f = |v: Option<f64>, p: usize| v.map_or("–".into(), |v| format!("{v:.p$}"));
             let _ = writeln!(
                 o,
-                "| {}{} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {}{}{} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 c.client,
                 if c.baseline == "extrapolated" {
                     " ¹"
                 } else {
                     ""
                 },
+                if c.n_max < hi { " ²" } else { "" },
                 f(c.connection_bytes, 0),
                 f(c.connection_packets, 1),
                 lo_row.map_or("–".into(), |r| show(&r.bytes_per_publish, 0)),
@@ -321,10 +329,24 @@ impl Output {
                 show(&c.first_at_broker_rtts, 2),
             );
         }
+        let mut notes = String::new();
         if self.per_client.iter().any(|c| c.baseline == "extrapolated") {
-            o.push_str(
-                "\n¹ cannot connect without publishing: its connection alone is extrapolated (the line through its smallest and largest N, at N = 0).\n",
+            notes.push_str(
+                "¹ cannot connect without publishing: its connection alone is extrapolated (the line through its smallest and largest N, at N = 0).\n",
             );
+        }
+        for c in &self.clients {
+            if let Some((m, why)) = c.max_n.filter(|(m, _)| *m < hi) {
+                let _ = writeln!(
+                    notes,
+                    "² `{}` run up to N = {m} (its CPU per publish and largest-N figures are at N = {m}): {why}.",
+                    c.label
+                );
+            }
+        }
+        if !notes.is_empty() {
+            o.push('\n');
+            o.push_str(&notes);
         }
         o
     }
@@ -512,6 +534,9 @@ impl Output {
         o.push_str("Clients:\n\n");
         for c in &self.clients {
             let _ = writeln!(o, "- `{}`: {}.", c.label, c.how);
+            if let Some((m, why)) = c.max_n {
+                let _ = writeln!(o, "  At most N = {m}: {why}.");
+            }
         }
         for s in &self.skipped {
             let _ = writeln!(o, "- `{}`: **not run**: {}.", s.label, s.reason);
