@@ -115,9 +115,9 @@ fn h3_vs_mqtt_quick_structure() {
             expected += 2;
             for r in &of {
                 assert!(r["error"].is_null(), "{label} n={n}: {}", r["error"]);
-                assert_eq!(
-                    r["delivered"].as_u64(),
-                    Some(n),
+                // More where a QoS 1 client sent a PUBLISH again before its PUBACK came.
+                assert!(
+                    r["delivered"].as_u64().unwrap() >= n,
                     "{label}: all at the broker"
                 );
                 assert!(r["packets_up"].as_u64().unwrap() > 0, "{label}: packets up");
