@@ -490,14 +490,12 @@ fn topic(c: &ClientInfo) -> String {
     format!("hvm/{}", c.label)
 }
 
-/// The topic of one run: the client's, or for MoQT a track of its own per
-/// run (a relay refuses a second PUBLISH of a track whose earlier session's
-/// close is still on its way over a 2 s RTT).
+/// The topic of one run, its own: messages a client sent twice can still
+/// be on the link when its next run starts, and a relay refuses a second
+/// MoQT PUBLISH of a track whose earlier session's close is still on its way
+/// over a 2 s RTT.
 fn run_topic(c: &ClientInfo, n: u64, rep: u32) -> String {
-    match c.protocol {
-        Protocol::Moqt => format!("{}/r{rep}n{n}", topic(c)),
-        _ => topic(c),
-    }
+    format!("{}/r{rep}n{n}", topic(c))
 }
 
 async fn server_side(
@@ -880,7 +878,16 @@ pub fn run_link(
     let arrivals: Arrivals = Arc::default();
     let (info_tx, info_rx) = smpsc::channel();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let topics: Vec<String> = clients.iter().map(topic).collect();
+    // Every run's topic (HTTP/3 POSTs need it to exist), and each client's
+    // prefix (the MoQT counter subscribes to `prefix/#`).
+    let mut topics: Vec<String> = clients.iter().map(topic).collect();
+    for c in clients.iter().filter(|c| c.protocol == Protocol::Http3) {
+        for rep in 0..reps {
+            for &n in counts.iter().filter(|&&n| c.runs(n)) {
+                topics.push(run_topic(c, n, rep));
+            }
+        }
+    }
     let dir = scratch.to_path_buf();
     let arr = arrivals.clone();
     let server = emu

@@ -422,6 +422,14 @@ impl Output {
 
     fn paper_table(&self) -> (String, Vec<Cell>) {
         let n = self.n_min();
+        if self.pairs().is_empty() {
+            return (
+                "No pair of an HTTP/3 and an MQTT-over-QUIC single-stream client ran (see `--clients`): \
+                 nothing to compare with the paper.\n"
+                    .into(),
+                Vec::new(),
+            );
+        }
         let mut o = format!(
             "HTTP/3 against MQTT over QUIC (single-stream), one connection publishing {n} message(s) of {} bytes, \
              handshake included, as the paper measures a transaction (ratios of medians):\n\n\
@@ -809,8 +817,9 @@ fn explain(i: usize, pair: &str, r: &Ratios, o: &Output) -> (Option<String>, Opt
             (
                 Some(format!(
                     "The paper's MQTT client waits for CONNACK before publishing (its CONNECT carried authentication); \
-                     quichub's MQTT clients send PUBLISH right behind CONNECT (MQTT allows it without an Authentication \
-                     Method), so they need no extra round trip. Clients that wait show it: time to the broker in RTTs \
+                     quichub's single-stream, TCP and TLS MQTT clients send PUBLISH right behind CONNECT \
+                     (MQTT allows it without an Authentication Method), so they need no extra round trip (its \
+                     multi-stream client waits for CONNACK before it opens a data stream). Clients that wait show it: time to the broker in RTTs \
                      per client: {waits}."
                 )),
                 None,
