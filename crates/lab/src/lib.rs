@@ -10,6 +10,9 @@
 #![warn(missing_docs)]
 
 pub mod differs;
+pub mod h3_vs_mqtt;
+pub mod h3_vs_mqtt_client;
+pub mod h3_vs_mqtt_report;
 pub mod imu;
 pub mod live_video;
 pub mod mar;
@@ -91,6 +94,13 @@ pub enum Experiment {
     /// Roldán-Pineda, "Evaluation of Throughput in Live Video Streaming: TCP
     /// vs. QUIC as a Proof of Concept", 2025.
     LiveVideo(live_video::LiveVideoArgs),
+    /// Network overhead (bytes and packets per publish, handshake included
+    /// and excluded) and device overhead (client CPU and peak memory) of
+    /// HTTP/3, MQTT over QUIC (single- and multi-stream), MQTT over TCP and
+    /// TLS, and MoQT publishers, quichub's own and third-party, on NB-IoT;
+    /// completes "A Pure HTTP/3 Alternative to MQTT-over-QUIC in
+    /// Resource-Constrained IoT" (the Drift paper).
+    H3VsMqtt(h3_vs_mqtt::H3VsMqttArgs),
 }
 
 /// Options of `lab zero-rtt`.
@@ -213,6 +223,7 @@ pub fn main(args: LabArgs) -> anyhow::Result<i32> {
             eprintln!("results in {}", dir.display());
             Ok(if ok { 0 } else { 1 })
         }
+        Experiment::H3VsMqtt(h) => h3_vs_mqtt::main(&args, h, &std::env::current_exe()?),
     }
 }
 
@@ -495,6 +506,7 @@ mod tests {
             "uplink",
             "video-priority",
             "live-video",
+            "h3-vs-mqtt",
         ] {
             let c = cmd.find_subcommand_mut(sub).expect(sub);
             help.push_str(&c.render_long_help().to_string());

@@ -1,0 +1,312 @@
+//! quichub's own publishers for `lab h3-vs-mqtt`, run as a child process
+//! (`quichub lab h3-vs-mqtt --client PROTOCOL ...`) so that the experiment
+//! can read its CPU time and peak memory with `wait4`, as for the
+//! third-party clients.
+//!
+//! Each opens one connection, publishes `--count` messages of `--payload`
+//! bytes to `--topic` and closes the connection cleanly. Every MQTT client
+//! speaks MQTT 3.1.1 and publishes at QoS 1 with every PUBLISH sent at once
+//! (pipelined) after CONNECT, then waits for every PUBACK; the HTTP/3 client
+//! sends every `POST /v1/t/{topic}` at once (one request stream each) and
+//! waits for every response.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::h3_vs_mqtt::{H3VsMqttArgs, Protocol};
+
+/// Longest a client run may take.
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs the client `a.client` names; prints one summary line on stdout.
+pub fn main(a: &H3VsMqttArgs) -> anyhow::Result<i32> {
+    let proto = a.client.context("no --client")?;
+    let server: SocketAddr = a
+        .server
+        .as_deref()
+        .context("--client needs --server ADDR")?
+        .parse()
+        .context("--server")?;
+    let topic = a.topic.clone().unwrap_or_else(|| "hvm/own".into());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let count = a.count;
+    let payload = vec![b'x'; a.payload];
+    let fingerprint = a.fingerprint.clone();
+    let acked = rt.block_on(async move {
+        let fut = async {
+            match proto {
+                Protocol::MqttTcp => mqtt_tcp(server, &topic, count, &payload).await,
+                Protocol::MqttTls => mqtt_tls(server, &topic, count, &payload, fingerprint).await,
+                Protocol::MqttQuicSingle => {
+                    mqtt_quic_single(server, &topic, count, &payload, fingerprint).await
+                }
+                Protocol::MqttQuicMulti => {
+                    mqtt_quic_multi(server, &topic, count, &payload, fingerprint).await
+                }
+                Protocol::Http3 => http3(server, &topic, count, &payload, fingerprint).await,
+                Protocol::Moqt => bail!("MoQT is `quichub pub`'s job"),
+            }
+        };
+        match tokio::time::timeout(LIMIT, fut).await {
+            Ok(r) => r,
+            Err(_) => bail!("timed out after {LIMIT:?}"),
+        }
+    })?;
+    println!("acknowledged {acked} of {count}");
+    Ok(if acked == count { 0 } else { 1 })
+}
+
+fn verify(fingerprint: Option<String>) -> anyhow::Result<quichub_net::tls::Verify> {
+    Ok(match fingerprint {
+        Some(f) => quichub_net::tls::Verify::Fingerprints(vec![
+            quichub_net::tls::unhex(&f).context("--fingerprint is not hex")?
+        ]),
+        None => bail!("--fingerprint is required"),
+    })
+}
+
+/// One packet as MQTT 3.1.1 bytes, by the project's codec.
+fn packet(p: quichub_mqtt::Packet) -> Vec<u8> {
+    let mut b = bytes::BytesMut::new();
+    quichub_mqtt::encode(&p, quichub_mqtt::Version::V311, &mut b).expect("a valid packet");
+    b.to_vec()
+}
+
+fn connect() -> Vec<u8> {
+    packet(quichub_mqtt::Packet::Connect(quichub_mqtt::Connect {
+        version: quichub_mqtt::Version::V311,
+        client_id: format!("hvm-{}", std::process::id()),
+        clean_start: true,
+        keep_alive: 60,
+        username: None,
+        password: None,
+        will: None,
+        properties: Default::default(),
+    }))
+}
+
+fn publish(topic: &str, id: u16, payload: &[u8]) -> Vec<u8> {
+    packet(quichub_mqtt::Packet::Publish(quichub_mqtt::Publish {
+        qos: quichub_mqtt::QoS::AtLeastOnce,
+        topic: topic.into(),
+        packet_id: Some(id),
+        payload: bytes::Bytes::copy_from_slice(payload),
+        ..Default::default()
+    }))
+}
+
+const DISCONNECT: [u8; 2] = [0xe0, 0];
+
+async fn read_packet(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<(u8, Vec<u8>)> {
+    let first = r.read_u8().await?;
+    let (mut len, mut shift) = (0usize, 0);
+    loop {
+        let b = r.read_u8().await?;
+        len |= usize::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 == 0 || shift > 21 {
+            break;
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).await?;
+    Ok((first, body))
+}
+
+/// Packet id of publish `i` (1-based, wrapping below 65536).
+fn pid(i: u64) -> u16 {
+    (i % 65535 + 1) as u16
+}
+
+/// CONNECT and every PUBLISH on one byte stream, then CONNACK and every
+/// PUBACK, then DISCONNECT; the PUBACKs read.
+async fn mqtt_stream(
+    s: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    topic: &str,
+    count: u64,
+    payload: &[u8],
+) -> anyhow::Result<u64> {
+    let mut first = connect();
+    for i in 0..count {
+        first.extend(publish(topic, pid(i), payload));
+    }
+    s.write_all(&first).await?;
+    s.flush().await?;
+    let (k, body) = read_packet(s).await.context("CONNACK")?;
+    anyhow::ensure!(
+        k == 0x20 && body.get(1) == Some(&0),
+        "expected CONNACK 0, got {k:#x} {body:?}"
+    );
+    let mut acked = 0;
+    while acked < count {
+        let (k, _) = read_packet(s).await.context("PUBACK")?;
+        anyhow::ensure!(k == 0x40, "expected PUBACK, got {k:#x}");
+        acked += 1;
+    }
+    s.write_all(&DISCONNECT).await?;
+    s.flush().await?;
+    Ok(acked)
+}
+
+async fn mqtt_tcp(
+    server: SocketAddr,
+    topic: &str,
+    count: u64,
+    payload: &[u8],
+) -> anyhow::Result<u64> {
+    let mut s = tokio::net::TcpStream::connect(server).await?;
+    s.set_nodelay(true)?;
+    let acked = mqtt_stream(&mut s, topic, count, payload).await?;
+    s.shutdown().await?;
+    // The broker closes its side after DISCONNECT: read to the end.
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut rest)).await;
+    Ok(acked)
+}
+
+async fn mqtt_tls(
+    server: SocketAddr,
+    topic: &str,
+    count: u64,
+    payload: &[u8],
+    fingerprint: Option<String>,
+) -> anyhow::Result<u64> {
+    let config = quichub_net::client::tcp_client_config(verify(fingerprint)?, &[b"mqtt"])?;
+    let tcp = tokio::net::TcpStream::connect(server).await?;
+    tcp.set_nodelay(true)?;
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost")?;
+    let mut s = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .context("TLS handshake")?;
+    let acked = mqtt_stream(&mut s, topic, count, payload).await?;
+    s.shutdown().await?;
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut rest)).await;
+    Ok(acked)
+}
+
+async fn quic(
+    server: SocketAddr,
+    alpn: &[u8],
+    fingerprint: Option<String>,
+) -> anyhow::Result<(quichub_net::client::Client, quinn::Connection)> {
+    let client = quichub_net::client::Client::new(
+        SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+        verify(fingerprint)?,
+    )?;
+    let conn = match client.dial(server, "localhost", alpn, false).await? {
+        quichub_net::client::Dialed::Full(c) => c,
+        quichub_net::client::Dialed::Early { conn, .. } => conn,
+    };
+    Ok((client, conn))
+}
+
+/// Closes `conn` and waits until the CONNECTION_CLOSE is sent.
+async fn close(client: quichub_net::client::Client, conn: quinn::Connection) {
+    conn.close(0u32.into(), b"");
+    client.close();
+    let _ = tokio::time::timeout(Duration::from_secs(5), client.wait_idle()).await;
+}
+
+/// MQTT over QUIC, single-stream mode: every packet on one bidirectional stream.
+async fn mqtt_quic_single(
+    server: SocketAddr,
+    topic: &str,
+    count: u64,
+    payload: &[u8],
+    fingerprint: Option<String>,
+) -> anyhow::Result<u64> {
+    let (client, conn) = quic(server, quichub_net::server::ALPN_MQTT, fingerprint).await?;
+    let (send, recv) = conn.open_bi().await?;
+    let mut s = tokio::io::join(recv, send);
+    let acked = mqtt_stream(&mut s, topic, count, payload).await?;
+    let (_, mut send) = s.into_inner();
+    let _ = send.finish();
+    close(client, conn).await;
+    Ok(acked)
+}
+
+/// MQTT over QUIC, multi-stream mode: CONNECT on the control stream, then
+/// each PUBLISH on a stream of its own (its PUBACK comes back there).
+async fn mqtt_quic_multi(
+    server: SocketAddr,
+    topic: &str,
+    count: u64,
+    payload: &[u8],
+    fingerprint: Option<String>,
+) -> anyhow::Result<u64> {
+    let (client, conn) = quic(server, quichub_net::server::ALPN_MQTT, fingerprint).await?;
+    let (mut ctl_tx, mut ctl_rx) = conn.open_bi().await?;
+    ctl_tx.write_all(&connect()).await?;
+    let (k, body) = read_packet(&mut ctl_rx).await.context("CONNACK")?;
+    anyhow::ensure!(
+        k == 0x20 && body.get(1) == Some(&0),
+        "expected CONNACK 0, got {k:#x} {body:?}"
+    );
+    let mut tasks = Vec::new();
+    for i in 0..count {
+        let (mut tx, mut rx) = conn.open_bi().await?;
+        tx.write_all(&publish(topic, pid(i), payload)).await?;
+        tasks.push(tokio::spawn(async move {
+            let (k, _) = read_packet(&mut rx).await?;
+            let _ = tx.finish();
+            anyhow::ensure!(k == 0x40, "expected PUBACK, got {k:#x}");
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    let mut acked = 0;
+    for t in tasks {
+        t.await??;
+        acked += 1;
+    }
+    ctl_tx.write_all(&DISCONNECT).await?;
+    let _ = ctl_tx.finish();
+    close(client, conn).await;
+    Ok(acked)
+}
+
+/// HTTP/3: `POST /v1/t/{topic}` per message, all at once.
+async fn http3(
+    server: SocketAddr,
+    topic: &str,
+    count: u64,
+    payload: &[u8],
+    fingerprint: Option<String>,
+) -> anyhow::Result<u64> {
+    let (client, conn) = quic(server, quichub_net::server::ALPN_H3, fingerprint).await?;
+    let h3 = std::sync::Arc::new(quichub_net::h3::client::Client::new(conn.clone()).await?);
+    let path = format!("/v1/t/{topic}");
+    let mut tasks = Vec::new();
+    for _ in 0..count {
+        let (h3, path) = (h3.clone(), path.clone());
+        let body = bytes::Bytes::copy_from_slice(payload);
+        tasks.push(tokio::spawn(async move {
+            let r = h3
+                .request(
+                    &http::Method::POST,
+                    "localhost",
+                    &path,
+                    &http::HeaderMap::new(),
+                    body,
+                    4096,
+                )
+                .await?;
+            anyhow::ensure!(r.status / 100 == 2, "POST answered {}", r.status);
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    let mut acked = 0;
+    for t in tasks {
+        t.await??;
+        acked += 1;
+    }
+    drop(h3);
+    close(client, conn).await;
+    Ok(acked)
+}
