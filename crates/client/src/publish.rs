@@ -343,6 +343,19 @@ impl SubgroupWriter<'_> {
     pub fn finish(mut self) {
         let _ = self.stream.finish();
     }
+
+    /// Ends the subgroup and waits, at most `limit`, until the peer has
+    /// acknowledged all of it (or stopped the stream); true when it did. A
+    /// publisher about to close its session calls this first: closing drops
+    /// whatever is still unacknowledged, which on a slow uplink can be
+    /// seconds of objects.
+    pub async fn finish_and_wait(mut self, limit: std::time::Duration) -> bool {
+        let _ = self.stream.finish();
+        matches!(
+            tokio::time::timeout(limit, self.stream.stopped()).await,
+            Ok(Ok(_))
+        )
+    }
 }
 
 impl ClientSession {

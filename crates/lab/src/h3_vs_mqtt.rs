@@ -455,7 +455,7 @@ pub fn clients(quichub: &Path, scratch: &Path) -> anyhow::Result<(Vec<ClientInfo
     add(
         Protocol::Moqt,
         "quichub",
-        "`quichub pub --profile stdin`: one object per line on one subgroup stream, PUBLISH (push); its stdin is held open until the broker has every object (it closes its session when its input ends, which on this link discards objects still queued)",
+        "`quichub pub --profile stdin`: one object per line on one subgroup stream, PUBLISH (push); its stdin is held open until the broker has every object, so its process lives for the whole run as the other clients' do",
         true,
         Ok(Kind::OwnMoqt(quichub.to_path_buf())),
     );
@@ -943,9 +943,9 @@ pub fn run_link(
                 );
                 let t0 = emu.epoch().elapsed().as_micros() as u64;
                 let start = Instant::now();
-                // `quichub pub` closes its session as soon as its input
-                // ends, which discards objects still queued on a slow link:
-                // its stdin stays open until the broker has them all.
+                // `quichub pub`'s stdin stays open until the broker has every
+                // object, so its process (CPU, memory) spans the whole run as
+                // the other clients' processes do.
                 let hold: Option<Box<dyn Fn() -> bool + Send>> = matches!(c.kind, Kind::OwnMoqt(_))
                     .then(|| {
                         let (arr, t) = (arrivals.clone(), t.clone());

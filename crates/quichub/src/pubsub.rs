@@ -236,8 +236,13 @@ async fn publish(
                     break;
                 }
             }
+            // Everything read from stdin reaches the relay before the
+            // session closes (closing drops unacknowledged data; a slow
+            // uplink holds seconds of it).
             if let Some(w) = w {
-                w.finish();
+                if !w.finish_and_wait(Duration::from_secs(30)).await {
+                    eprintln!("warning: the relay did not acknowledge every object within 30 s");
+                }
             }
             track.finish(1).await?;
             eprintln!("published {id} objects from stdin");
