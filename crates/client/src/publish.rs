@@ -12,6 +12,7 @@ use quichub_net::io::{write_message, MessageReader};
 use web_transport_quinn::{SendStream, Session};
 
 use crate::session::{ClientSession, Inner};
+use crate::shape::Shaper;
 
 /// How a track reaches the relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,9 +40,22 @@ pub struct LocalTrack {
     /// Set by [`LocalTrack::finish`] to its Stream Count: the relay's
     /// SUBSCRIBEs (announce mode) are then answered with PUBLISH_DONE.
     pub(crate) done: tokio::sync::watch::Sender<Option<u64>>,
+    /// Shapes the subgroup streams opened from now on ([`Self::set_shaper`]).
+    shaper: Mutex<Option<Arc<Shaper>>>,
 }
 
 impl LocalTrack {
+    /// Sends this track's subgroup streams opened from now on through
+    /// `shaper` (constant rate and/or size buckets, [`crate::shape`]).
+    /// Datagram objects are not shaped.
+    pub fn set_shaper(&self, shaper: Arc<Shaper>) {
+        *self.shaper.lock().expect("shaper") = Some(shaper);
+    }
+
+    fn shaper(&self) -> Option<Arc<Shaper>> {
+        self.shaper.lock().expect("shaper").clone()
+    }
+
     /// Whether objects are currently being forwarded to a subscriber.
     pub fn is_forwarding(&self) -> bool {
         self.forward.load(Relaxed)
@@ -246,9 +260,14 @@ async fn open(
         first_object: true,
     }
     .encode(&mut b);
-    stream.write_all(&b).await?;
+    let shaper = track.shaper();
+    match &shaper {
+        Some(s) => s.write(&mut stream, b.freeze()).await?,
+        None => stream.write_all(&b).await?,
+    }
     Ok(Some(SubgroupWriter {
         stream,
+        shaper,
         properties,
         prev: None,
         group,
@@ -259,6 +278,7 @@ async fn open(
 /// Writes the objects of one subgroup, in increasing Object ID order.
 pub struct SubgroupWriter<'a> {
     stream: SendStream,
+    shaper: Option<Arc<Shaper>>,
     /// Whether the header's PROPERTIES bit is set (every object then
     /// carries a property block).
     properties: bool,
@@ -317,9 +337,16 @@ impl SubgroupWriter<'_> {
         };
         let mut b = BytesMut::with_capacity(16 + o.properties.len());
         o.encode_header_with_len(&mut b, self.prev, self.properties, payload.len())?;
-        self.stream.write_chunk(b.freeze()).await?;
-        if !payload.is_empty() {
-            self.stream.write_chunk(payload).await?;
+        if let Some(s) = &self.shaper {
+            let n = (b.len() + payload.len()) as u64;
+            s.write(&mut self.stream, b.freeze()).await?;
+            s.write(&mut self.stream, payload).await?;
+            s.object_sent(n);
+        } else {
+            self.stream.write_chunk(b.freeze()).await?;
+            if !payload.is_empty() {
+                self.stream.write_chunk(payload).await?;
+            }
         }
         self.prev = Some(object_id);
         self.track.note(Location::new(self.group, object_id));
@@ -370,6 +397,7 @@ impl ClientSession {
             properties,
             publish_stream: tokio::sync::Mutex::new(None),
             done: tokio::sync::watch::channel(None).0,
+            shaper: Mutex::new(None),
         });
         inner
             .tracks
