@@ -7,15 +7,18 @@
 //! fingerprint` measures it). Two defences, on the publisher's hop:
 //!
 //! - **Constant rate** ([`ShapeConfig::rate_bps`]): time is cut into ticks
-//!   (10 ms by default); the media of a session may use at most `rate × tick`
-//!   bytes per tick (an object bigger than that is spread over the next
-//!   ticks, which delays it), and the share a tick's media left unused goes
-//!   out as MoQT PADDING datagrams (draft-ietf-moq-transport-18 §Padding,
-//!   type 0x132B3E29, all zero, discarded by the receiver). On the wire the
-//!   session then sends the same number of bytes every tick whatever the
-//!   video. Media that would wait longer than [`ShapeConfig::max_delay`]
-//!   goes out at once instead (an *overrun*: counted, and visible to an
-//!   observer).
+//!   (10 ms by default); the media of a session may use at most 95 % of
+//!   `rate × tick` bytes per tick (an object bigger than that is spread over
+//!   the next ticks, which delays it; media arriving during a tick leaves at
+//!   the start of the next), and at the start of every tick, together with
+//!   that tick's media, MoQT PADDING datagrams (draft-ietf-moq-transport-18
+//!   §Padding, type 0x132B3E29, all zero, discarded by the receiver) bring
+//!   the connection's UDP bytes sent (QUIC's own count: headers, ACKs and
+//!   control messages included) up to `rate × elapsed time`. On the wire the
+//!   session then sends the same bytes in the same burst every tick
+//!   whatever the video. Media that would wait longer than
+//!   [`ShapeConfig::max_delay`] goes out at once instead (an *overrun*:
+//!   counted, and visible to an observer).
 //! - **Size buckets** ([`ShapeConfig::bucket_ratio`]): after each object,
 //!   padding datagrams bring its bytes up to the next size of a geometric
 //!   ladder (256 B × ratio^k), so exact object sizes are hidden (bitrate is
@@ -64,7 +67,8 @@ impl ShapeConfig {
         self.rate_bps.is_some() || self.bucket_ratio.is_some()
     }
 
-    /// Bytes of the constant rate per tick (at least 1).
+    /// UDP bytes of the constant rate per tick (at least 1); media may use
+    /// 95 % of it.
     pub fn per_tick(&self) -> u64 {
         self.rate_bps.map_or(0, |r| {
             ((r as f64 / 8.0 * self.tick.as_secs_f64()).round() as u64).max(1)
@@ -145,16 +149,17 @@ impl Meter {
         }
     }
 
-    /// Closes every tick before `until`; returns the padding they owe (their
-    /// room that media left unused).
-    pub fn close(&mut self, until: u64) -> u64 {
-        let mut pad = 0;
+    /// Closes every tick before `until`; returns the room media left unused
+    /// in them and the media bytes they hold.
+    pub fn close(&mut self, until: u64) -> (u64, u64) {
+        let (mut pad, mut media) = (0, 0);
         while self.base < until {
             let u = self.used.pop_front().unwrap_or(0);
             pad += self.per_tick.saturating_sub(u);
+            media += u;
             self.base += 1;
         }
-        pad
+        (pad, media)
     }
 }
 
@@ -195,7 +200,7 @@ impl Shaper {
             cfg,
             session: session.session().clone(),
             epoch: tokio::time::Instant::now(),
-            meter: Mutex::new(Meter::new(cfg.per_tick())),
+            meter: Mutex::new(Meter::new(cfg.per_tick() * 95 / 100)),
             media: AtomicU64::new(0),
             padding: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -205,16 +210,28 @@ impl Shaper {
         if cfg.rate_bps.is_some() {
             let weak = Arc::downgrade(&s);
             let (epoch, tick) = (s.epoch, cfg.tick);
+            let per_tick = cfg.per_tick();
+            let udp0 = web_transport_quinn::quinn::Connection::stats(&s.session).udp_tx.bytes;
+            // The tick is closed (its padding worked out) a little before it
+            // starts, so its media and padding leave together at its start.
+            let lead = (tick / 5).min(Duration::from_millis(2));
             let task = tokio::spawn(async move {
                 let mut k = 1u64;
                 loop {
-                    tokio::time::sleep_until(epoch + tick * k as u32).await;
+                    let start = epoch + tick * k as u32;
+                    tokio::time::sleep_until(start - lead).await;
                     let Some(s) = weak.upgrade() else { break };
-                    let pad = s.meter.lock().expect("meter").close(k);
+                    let sent = web_transport_quinn::quinn::Connection::stats(&s.session).udp_tx.bytes.saturating_sub(udp0);
+                    let (_, media) = s.meter.lock().expect("meter").close(k + 1);
+                    // What the wire should have carried by the end of tick k;
+                    // one tick's worth at most (a late wake-up does not burst).
+                    let pad = ((k + 1) * per_tick)
+                        .saturating_sub(sent + media)
+                        .min(2 * per_tick);
+                    tokio::time::sleep_until(start).await;
                     if !s.pad(pad) {
                         break;
                     }
-                    // A late wake-up closes the ticks it slept through at once.
                     let now = s.tick_now();
                     k = (k + 1).max(now + 1);
                 }
@@ -373,13 +390,16 @@ mod tests {
         let (p, _) = m.reserve(4, 200, 100);
         assert_eq!(p, [(4, 200)]);
         // Every tick carries exactly 1000 bytes, media plus padding.
-        assert_eq!(m.close(3), 0);
-        assert_eq!(m.close(4), 300);
-        assert_eq!(m.close(6), 800 + 1000);
+        assert_eq!(m.close(3), (0, 3000));
+        assert_eq!(m.close(4), (300, 700));
+        assert_eq!(m.close(6), (800 + 1000, 200));
         // Media arriving late reserves from its own tick on.
         let (p, _) = m.reserve(9, 1500, 100);
         assert_eq!(p, [(9, 1000), (10, 500)]);
-        assert_eq!(m.close(11), 3 * 1000 + 500);
+        assert_eq!(m.close(11), (3 * 1000 + 500, 1500));
+        // A closed tick takes no more media: it goes to the next one.
+        let (p, _) = m.reserve(10, 100, 100);
+        assert_eq!(p, [(11, 100)]);
     }
 
     #[test]
@@ -390,7 +410,7 @@ mod tests {
         assert_eq!(p.iter().map(|x| x.1).sum::<u64>(), 1000);
         assert_eq!(p.last(), Some(&(0, 600)));
         // The overrun tick owes no padding.
-        assert_eq!(m.close(1), 0);
+        assert_eq!(m.close(1), (0, 700));
     }
 
     #[test]

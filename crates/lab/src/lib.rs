@@ -10,6 +10,8 @@
 #![warn(missing_docs)]
 
 pub mod differs;
+pub mod fingerprint;
+pub mod fingerprint_classify;
 pub mod imu;
 pub mod mar;
 pub mod mar_report;
@@ -63,6 +65,12 @@ pub enum Experiment {
     /// Alternative to MQTT-over-QUIC in Resource-Constrained IoT" (the Drift
     /// paper) to 0-RTT, which that paper set aside.
     ZeroRtt(ZeroRttArgs),
+    /// Video resolution inferred from encrypted QUIC packet sizes and times
+    /// (bitrate and burst-size thresholds, k-NN), and what constant-rate
+    /// shaping or size-bucket padding (`quichub pub --shape-rate`,
+    /// `--pad-objects`) costs to defeat it; after A. Sengupta, "Streaming
+    /// over QUIC: Applications in Media and IoT", 2025.
+    Fingerprint(fingerprint::FingerprintArgs),
 }
 
 /// Options of `lab zero-rtt`.
@@ -161,6 +169,11 @@ pub fn main(args: LabArgs) -> anyhow::Result<i32> {
         }
         Experiment::ZeroRtt(z) => {
             let (dir, ok) = zero_rtt::run(&args, z)?;
+            eprintln!("results in {}", dir.display());
+            Ok(if ok { 0 } else { 1 })
+        }
+        Experiment::Fingerprint(f) => {
+            let (dir, ok) = fingerprint::run(&args, f)?;
             eprintln!("results in {}", dir.display());
             Ok(if ok { 0 } else { 1 })
         }
@@ -437,7 +450,7 @@ mod tests {
         use clap::CommandFactory;
         let mut cmd = Cli::command();
         let mut help = cmd.render_long_help().to_string();
-        for sub in ["imu", "mar", "zero-rtt"] {
+        for sub in ["imu", "mar", "zero-rtt", "fingerprint"] {
             let c = cmd.find_subcommand_mut(sub).expect(sub);
             help.push_str(&c.render_long_help().to_string());
         }
