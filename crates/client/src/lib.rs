@@ -16,8 +16,8 @@ pub mod synth;
 
 pub use namespace::NamespaceSubscription;
 pub use publish::{LocalTrack, SubgroupWriter, TrackMode};
-pub use shape::{ShapeConfig, ShapeStats, Shaper};
 pub use session::{ClientSession, ConnectOptions, NamespaceHandle};
+pub use shape::{ShapeConfig, ShapeStats, Shaper};
 pub use subscribe::{
     FetchResult, ReceivedObject, SubscribeOptions, Subscription, SubscriptionEvent, DONE_GRACE,
 };

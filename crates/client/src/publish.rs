@@ -12,7 +12,7 @@ use quichub_net::io::{write_message, MessageReader};
 use web_transport_quinn::{SendStream, Session};
 
 use crate::session::{ClientSession, Inner};
-use crate::shape::Shaper;
+use crate::shape::{ShapedStream, Shaper};
 
 /// How a track reaches the relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,14 +260,19 @@ async fn open(
         first_object: true,
     }
     .encode(&mut b);
-    let shaper = track.shaper();
-    match &shaper {
-        Some(s) => s.write(&mut stream, b.freeze()).await?,
-        None => stream.write_all(&b).await?,
-    }
+    let sink = match track.shaper() {
+        Some(s) => {
+            let w = s.writer(stream);
+            w.write(&[b.freeze()])?;
+            Sink::Shaped(w)
+        }
+        None => {
+            stream.write_all(&b).await?;
+            Sink::Direct(stream)
+        }
+    };
     Ok(Some(SubgroupWriter {
-        stream,
-        shaper,
+        sink,
         properties,
         prev: None,
         group,
@@ -275,10 +280,15 @@ async fn open(
     }))
 }
 
+/// Where a subgroup's bytes go: its stream, or a shaper's queue for it.
+enum Sink {
+    Direct(SendStream),
+    Shaped(ShapedStream),
+}
+
 /// Writes the objects of one subgroup, in increasing Object ID order.
 pub struct SubgroupWriter<'a> {
-    stream: SendStream,
-    shaper: Option<Arc<Shaper>>,
+    sink: Sink,
     /// Whether the header's PROPERTIES bit is set (every object then
     /// carries a property block).
     properties: bool,
@@ -337,15 +347,17 @@ impl SubgroupWriter<'_> {
         };
         let mut b = BytesMut::with_capacity(16 + o.properties.len());
         o.encode_header_with_len(&mut b, self.prev, self.properties, payload.len())?;
-        if let Some(s) = &self.shaper {
-            let n = (b.len() + payload.len()) as u64;
-            s.write(&mut self.stream, b.freeze()).await?;
-            s.write(&mut self.stream, payload).await?;
-            s.object_sent(n);
-        } else {
-            self.stream.write_chunk(b.freeze()).await?;
-            if !payload.is_empty() {
-                self.stream.write_chunk(payload).await?;
+        match &mut self.sink {
+            Sink::Shaped(s) => {
+                let n = (b.len() + payload.len()) as u64;
+                s.write(&[b.freeze(), payload])?;
+                s.object_sent(n);
+            }
+            Sink::Direct(stream) => {
+                stream.write_chunk(b.freeze()).await?;
+                if !payload.is_empty() {
+                    stream.write_chunk(payload).await?;
+                }
             }
         }
         self.prev = Some(object_id);
@@ -353,9 +365,14 @@ impl SubgroupWriter<'_> {
         Ok(())
     }
 
-    /// Ends the subgroup with FIN.
+    /// Ends the subgroup with FIN (a shaped one after its queued data).
     pub fn finish(mut self) {
-        let _ = self.stream.finish();
+        match &mut self.sink {
+            Sink::Direct(stream) => {
+                let _ = stream.finish();
+            }
+            Sink::Shaped(s) => s.finish(),
+        }
     }
 }
 

@@ -14,7 +14,8 @@
 //!   that tick's media, MoQT PADDING datagrams (draft-ietf-moq-transport-18
 //!   §Padding, type 0x132B3E29, all zero, discarded by the receiver) bring
 //!   the connection's UDP bytes sent (QUIC's own count: headers, ACKs and
-//!   control messages included) up to `rate × elapsed time`. On the wire the
+//!   control messages included, plus 28 bytes of IPv4 and UDP headers per
+//!   packet) up to `rate × elapsed time`. On the wire the
 //!   session then sends the same bytes in the same burst every tick
 //!   whatever the video. Media that would wait longer than
 //!   [`ShapeConfig::max_delay`] goes out at once instead (an *overrun*:
@@ -163,6 +164,17 @@ impl Meter {
     }
 }
 
+/// IPv4 and UDP headers of a datagram: what an observer counts on top of
+/// QUIC's UDP payload.
+const IP_UDP_HEADERS: u64 = 28;
+
+/// Bytes the connection has put on the wire: UDP payloads and their IP and
+/// UDP headers.
+fn wire_bytes(session: &Session) -> u64 {
+    let u = web_transport_quinn::quinn::Connection::stats(session).udp_tx;
+    u.bytes + IP_UDP_HEADERS * u.datagrams
+}
+
 /// Counters of a [`Shaper`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ShapeStats {
@@ -175,6 +187,8 @@ pub struct ShapeStats {
     /// Media pieces sent at once because they would have waited longer than
     /// the maximum delay.
     pub overruns: u64,
+    /// Longest a media piece waited for its tick, µs.
+    pub max_wait_us: u64,
 }
 
 /// Shapes the data of one session; see the module documentation. Shared by
@@ -188,6 +202,7 @@ pub struct Shaper {
     padding: AtomicU64,
     refused: AtomicU64,
     overruns: AtomicU64,
+    max_wait: AtomicU64,
     ticker: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -205,13 +220,14 @@ impl Shaper {
             padding: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             overruns: AtomicU64::new(0),
+            max_wait: AtomicU64::new(0),
             ticker: Mutex::new(None),
         });
         if cfg.rate_bps.is_some() {
             let weak = Arc::downgrade(&s);
             let (epoch, tick) = (s.epoch, cfg.tick);
             let per_tick = cfg.per_tick();
-            let udp0 = web_transport_quinn::quinn::Connection::stats(&s.session).udp_tx.bytes;
+            let udp0 = wire_bytes(&s.session);
             // The tick is closed (its padding worked out) a little before it
             // starts, so its media and padding leave together at its start.
             let lead = (tick / 5).min(Duration::from_millis(2));
@@ -221,7 +237,7 @@ impl Shaper {
                     let start = epoch + tick * k as u32;
                     tokio::time::sleep_until(start - lead).await;
                     let Some(s) = weak.upgrade() else { break };
-                    let sent = web_transport_quinn::quinn::Connection::stats(&s.session).udp_tx.bytes.saturating_sub(udp0);
+                    let sent = wire_bytes(&s.session).saturating_sub(udp0);
                     let (_, media) = s.meter.lock().expect("meter").close(k + 1);
                     // What the wire should have carried by the end of tick k;
                     // one tick's worth at most (a late wake-up does not burst).
@@ -253,6 +269,7 @@ impl Shaper {
             padding_bytes: self.padding.load(Relaxed),
             padding_refused: self.refused.load(Relaxed),
             overruns: self.overruns.load(Relaxed),
+            max_wait_us: self.max_wait.load(Relaxed),
         }
     }
 
@@ -297,20 +314,40 @@ impl Shaper {
         true
     }
 
-    /// Writes `data` (media) to `stream` at the constant rate, if any.
-    pub(crate) async fn write(
-        &self,
-        stream: &mut SendStream,
-        mut data: Bytes,
-    ) -> anyhow::Result<()> {
-        let n = data.len() as u64;
-        if n == 0 {
-            return Ok(());
+    /// A writer for `stream` whose data leaves at the constant rate: the
+    /// writes are queued (in order) for a task that owns the stream, so a
+    /// publisher hands over its next object at once and the meter can fill
+    /// every tick (a writer that waited for each object to leave would
+    /// leave part of a tick unused per object).
+    pub(crate) fn writer(self: &Arc<Self>, mut stream: SendStream) -> ShapedStream {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Op>();
+        tokio::spawn(async move {
+            while let Some(op) = rx.recv().await {
+                match op {
+                    Op::Write(at, b) => {
+                        tokio::time::sleep_until(at).await;
+                        if stream.write_chunk(b).await.is_err() {
+                            break;
+                        }
+                    }
+                    Op::Finish => {
+                        let _ = stream.finish();
+                        break;
+                    }
+                }
+            }
+        });
+        ShapedStream {
+            shaper: self.clone(),
+            tx,
         }
+    }
+
+    /// Schedules `n` bytes of media: when each piece may leave.
+    fn schedule(&self, n: u64) -> Vec<(tokio::time::Instant, u64)> {
         self.media.fetch_add(n, Relaxed);
-        if self.cfg.rate_bps.is_none() {
-            stream.write_chunk(data).await?;
-            return Ok(());
+        if self.cfg.rate_bps.is_none() || n == 0 {
+            return vec![(tokio::time::Instant::now(), n)];
         }
         let max_ticks = (self.cfg.max_delay.as_nanos() / self.cfg.tick.as_nanos().max(1)) as u64;
         let (pieces, overrun) = {
@@ -320,11 +357,16 @@ impl Shaper {
         if overrun {
             self.overruns.fetch_add(1, Relaxed);
         }
-        for (t, len) in pieces {
-            tokio::time::sleep_until(self.epoch + self.cfg.tick * t as u32).await;
-            stream.write_chunk(data.split_to(len as usize)).await?;
-        }
-        Ok(())
+        let now = tokio::time::Instant::now();
+        pieces
+            .into_iter()
+            .map(|(t, len)| {
+                let at = self.epoch + self.cfg.tick * t as u32;
+                let waited = at.saturating_duration_since(now).as_micros() as u64;
+                self.max_wait.fetch_max(waited, Relaxed);
+                (at, len)
+            })
+            .collect()
     }
 
     /// Called after an object of `n` bytes (header and payload): pads it to
@@ -338,6 +380,54 @@ impl Shaper {
                 self.pad(pad.max(ty_len));
             }
         }
+    }
+}
+
+/// What the task owning a shaped stream does next.
+enum Op {
+    Write(tokio::time::Instant, Bytes),
+    Finish,
+}
+
+/// A subgroup stream written through a [`Shaper`].
+pub(crate) struct ShapedStream {
+    shaper: Arc<Shaper>,
+    tx: tokio::sync::mpsc::UnboundedSender<Op>,
+}
+
+impl ShapedStream {
+    /// Queues `parts` (one object's header and payload, say) as one piece of
+    /// media; fails once the stream is gone.
+    pub(crate) fn write(&self, parts: &[Bytes]) -> anyhow::Result<()> {
+        let n: u64 = parts.iter().map(|b| b.len() as u64).sum();
+        let mut parts = parts.iter().filter(|b| !b.is_empty()).cloned();
+        let mut cur = parts.next();
+        for (at, mut len) in self.shaper.schedule(n) {
+            while len > 0 {
+                let Some(b) = cur.as_mut() else { break };
+                let take = (len as usize).min(b.len());
+                let piece = b.split_to(take);
+                len -= take as u64;
+                if self.tx.send(Op::Write(at, piece)).is_err() {
+                    anyhow::bail!("the shaped stream is gone");
+                }
+                if b.is_empty() {
+                    cur = parts.next();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Called after an object of `n` bytes: pads it to its size bucket, if
+    /// buckets are on.
+    pub(crate) fn object_sent(&self, n: u64) {
+        self.shaper.object_sent(n);
+    }
+
+    /// Ends the stream (FIN) after what is queued.
+    pub(crate) fn finish(&self) {
+        let _ = self.tx.send(Op::Finish);
     }
 }
 

@@ -175,7 +175,10 @@ pub fn settings(args: &LabArgs, f: &FingerprintArgs) -> anyhow::Result<Settings>
         "--session-secs must be in [1, 20]"
     );
     let sessions = f.sessions.unwrap_or(if args.quick { 3 } else { 8 });
-    anyhow::ensure!((2..=100).contains(&sessions), "--sessions must be in [2, 100]");
+    anyhow::ensure!(
+        (2..=100).contains(&sessions),
+        "--sessions must be in [2, 100]"
+    );
     let list = |s: &Option<String>, quick: &str, all: &[&str]| -> anyhow::Result<Vec<String>> {
         let s = s.clone().unwrap_or_else(|| {
             if args.quick {
@@ -190,7 +193,11 @@ pub fn settings(args: &LabArgs, f: &FingerprintArgs) -> anyhow::Result<Settings>
             .filter(|x| !x.is_empty())
             .collect();
         for x in &v {
-            anyhow::ensure!(all.contains(&x.as_str()), "unknown {x:?}: one of {}", all.join(", "));
+            anyhow::ensure!(
+                all.contains(&x.as_str()),
+                "unknown {x:?}: one of {}",
+                all.join(", ")
+            );
         }
         anyhow::ensure!(!v.is_empty(), "empty list");
         Ok(v)
@@ -225,8 +232,9 @@ pub fn link() -> Profile {
         name: "fp-20ms-50mbit".into(),
         up: dir.clone(),
         down: dir,
-        source: "lab fingerprint: 20 ms RTT, 50 Mbit/s each way, no loss (above every setting's rate)"
-            .into(),
+        source:
+            "lab fingerprint: 20 ms RTT, 50 Mbit/s each way, no loss (above every setting's rate)"
+                .into(),
     }
 }
 
@@ -263,10 +271,18 @@ fn encode(ffmpeg: &str, content: &str, secs: u32, dir: &Path) -> anyhow::Result<
     let mut cmd = std::process::Command::new(ffmpeg);
     // `-t` before `-i` bounds the (endless) lavfi source for every output;
     // `-frames:v` bounds each output again.
-    cmd.args(["-hide_banner", "-loglevel", "error", "-nostdin", "-y", "-f", "lavfi"])
-        .args(["-t", &secs.to_string(), "-i"])
-        .arg(format!("{content}=size=960x540:rate={FPS}"))
-        .args(["-filter_complex", &filter]);
+    cmd.args([
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-nostdin",
+        "-y",
+        "-f",
+        "lavfi",
+    ])
+    .args(["-t", &secs.to_string(), "-i"])
+    .arg(format!("{content}=size=960x540:rate={FPS}"))
+    .args(["-filter_complex", &filter]);
     let frames = (secs * FPS).to_string();
     let mut paths = Vec::new();
     for (i, (name, _, _, kbps)) in RESOLUTIONS.iter().enumerate() {
@@ -275,8 +291,23 @@ fn encode(ffmpeg: &str, content: &str, secs: u32, dir: &Path) -> anyhow::Result<
             .args(["-c:v", "libx264", "-preset", "veryfast"])
             .args(["-b:v", &format!("{kbps}k"), "-maxrate", &format!("{kbps}k")])
             .args(["-bufsize", &format!("{kbps}k"), "-g", &GOP.to_string()])
-            .args(["-keyint_min", &GOP.to_string(), "-sc_threshold", "0", "-bf", "0"])
-            .args(["-pix_fmt", "yuv420p", "-threads", "1", "-f", "mp4", "-movflags"])
+            .args([
+                "-keyint_min",
+                &GOP.to_string(),
+                "-sc_threshold",
+                "0",
+                "-bf",
+                "0",
+            ])
+            .args([
+                "-pix_fmt",
+                "yuv420p",
+                "-threads",
+                "1",
+                "-f",
+                "mp4",
+                "-movflags",
+            ])
             .arg("cmaf+separate_moof+delay_moov+skip_trailer+frag_every_frame")
             .arg(&p);
         paths.push(p);
@@ -293,7 +324,11 @@ fn encode(ffmpeg: &str, content: &str, secs: u32, dir: &Path) -> anyhow::Result<
     for (i, p) in paths.iter().enumerate() {
         let frames = load(p)?;
         let keyframes: Vec<usize> = (0..frames.len()).filter(|&i| frames[i].keyframe).collect();
-        anyhow::ensure!(keyframes.first() == Some(&0), "{} starts without a keyframe", p.display());
+        anyhow::ensure!(
+            keyframes.first() == Some(&0),
+            "{} starts without a keyframe",
+            p.display()
+        );
         let bytes: usize = frames.iter().map(|f| f.data.len()).sum();
         let span = frames.len() as f64 / f64::from(FPS);
         clips.push(ClipInfo {
@@ -371,6 +406,15 @@ pub struct SessionRecord {
     pub padding_refused: u64,
     /// Shaper overruns.
     pub overruns: u64,
+    /// Longest a media piece waited in the shaper, ms.
+    pub shaper_max_wait_ms: f64,
+    /// The publisher's QUIC connection: packets lost, congestion events and
+    /// the congestion window at the end.
+    pub quic_lost_packets: u64,
+    /// Congestion events.
+    pub quic_congestion_events: u64,
+    /// Congestion window at the end, bytes.
+    pub quic_cwnd: u64,
     /// Frame due → object at the subscriber, ms: median.
     pub latency_p50_ms: Option<f64>,
     /// The same, 95th percentile.
@@ -391,7 +435,7 @@ impl SessionRecord {
                 self.defence, self.batch, self.content, self.resolution
             ),
             None => format!(
-                "{:<13} batch {:>2} {:<10} {:<5} gop {}: {}/{} objects, up {:.0} kbit/s down {:.0} kbit/s, latency p50 {} ms, padding {} B, overruns {}",
+                "{:<13} batch {:>2} {:<10} {:<5} gop {}: {}/{} objects, up {:.0} kbit/s down {:.0} kbit/s, latency p50 {} ms, padding {} B, overruns {}, shaper wait max {:.0} ms, QUIC lost {} cwnd {}",
                 self.defence,
                 self.batch,
                 self.content,
@@ -403,7 +447,10 @@ impl SessionRecord {
                 self.downlink.as_ref().map_or(0.0, |o| o.features.kbps),
                 self.latency_p50_ms.map_or("–".into(), |v| format!("{v:.1}")),
                 self.padding_bytes,
-                self.overruns
+                self.overruns,
+                self.shaper_max_wait_ms,
+                self.quic_lost_packets,
+                self.quic_cwnd
             ),
         }
     }
@@ -468,7 +515,11 @@ async fn setup(
         bind: SocketAddr::from(([0, 0, 0, 0], port)),
         ..Default::default()
     };
-    let publisher = step("publisher connect", ClientSession::connect(&url, opts(pub_port))).await?;
+    let publisher = step(
+        "publisher connect",
+        ClientSession::connect(&url, opts(pub_port)),
+    )
+    .await?;
     let name = FullTrackName {
         namespace: TrackNamespace::from_path(&format!("fp/{tag}/{class}")),
         name: Bytes::from_static(b"video"),
@@ -487,8 +538,11 @@ async fn setup(
         track.set_shaper(s.clone());
         s
     });
-    let subscriber =
-        step("subscriber connect", ClientSession::connect(&url, opts(sub_port))).await?;
+    let subscriber = step(
+        "subscriber connect",
+        ClientSession::connect(&url, opts(sub_port)),
+    )
+    .await?;
     let sub = step(
         "SUBSCRIBE",
         subscriber.subscribe(name, SubscribeOptions::default()),
@@ -519,7 +573,13 @@ struct Played {
     latencies_ms: Vec<f64>,
 }
 
-async fn play(live: &mut Live, clip: &ClipInfo, start_gop: usize, start: Instant, secs: f64) -> anyhow::Result<Played> {
+async fn play(
+    live: &mut Live,
+    clip: &ClipInfo,
+    start_gop: usize,
+    start: Instant,
+    secs: f64,
+) -> anyhow::Result<Played> {
     let first = clip.keyframes[start_gop.min(clip.keyframes.len() - 1)];
     let frames = &clip.frames_data[first..];
     let dts0 = frames[0].dts;
@@ -615,7 +675,11 @@ fn observed(cap: &Capture, up: bool, port: u16, from_us: u64, span_us: u64) -> O
             p.proto == 17
                 && p.up == up
                 && !p.dropped
-                && if up { p.src_port == port } else { p.dst_port == port }
+                && if up {
+                    p.src_port == port
+                } else {
+                    p.dst_port == port
+                }
                 && p.t_us >= from_us
                 && p.t_us < from_us + span_us
         })
@@ -662,6 +726,10 @@ async fn run_batch(
         padding_bytes: 0,
         padding_refused: 0,
         overruns: 0,
+        shaper_max_wait_ms: 0.0,
+        quic_lost_packets: 0,
+        quic_congestion_events: 0,
+        quic_cwnd: 0,
         latency_p50_ms: None,
         latency_p95_ms: None,
         uplink: None,
@@ -670,7 +738,7 @@ async fn run_batch(
     };
     let tag = format!("{defence}/{bi}");
     let mut lives = Vec::new();
-    for class in 0..RESOLUTIONS.len() {
+    for (class, res) in RESOLUTIONS.iter().enumerate() {
         match setup(relay, class, &tag, defence, port_base).await {
             Ok(l) => lives.push(l),
             Err(e) => {
@@ -679,7 +747,7 @@ async fn run_batch(
                     l.subscriber.close(0, "setup failed");
                 }
                 return (0..RESOLUTIONS.len())
-                    .map(|c| rec(c, Some(format!("setup of {}: {e:#}", RESOLUTIONS[class].0))))
+                    .map(|c| rec(c, Some(format!("setup of {}: {e:#}", res.0))))
                     .collect();
             }
         }
@@ -730,7 +798,12 @@ async fn run_batch(
             r.padding_bytes = st.padding_bytes;
             r.padding_refused = st.padding_refused;
             r.overruns = st.overruns;
+            r.shaper_max_wait_ms = st.max_wait_us as f64 / 1000.0;
         }
+        let q = web_transport_quinn::quinn::Connection::stats(l.publisher.session());
+        r.quic_lost_packets = q.path.lost_packets;
+        r.quic_congestion_events = q.path.congestion_events;
+        r.quic_cwnd = q.path.cwnd;
         l.publisher.close(0, "done");
         l.subscriber.close(0, "done");
         out.push(r);
@@ -767,7 +840,9 @@ async fn futures_join<'a, T>(
         }
     })
     .await;
-    out.into_iter().map(|v| v.expect("every future finished")).collect()
+    out.into_iter()
+        .map(|v| v.expect("every future finished"))
+        .collect()
 }
 
 async fn relay_side(
@@ -1053,7 +1128,13 @@ impl Output {
                 .iter()
                 .filter(ok)
                 .filter(|r| r.defence == d)
-                .filter_map(|r| if p95 { r.latency_p95_ms } else { r.latency_p50_ms })
+                .filter_map(|r| {
+                    if p95 {
+                        r.latency_p95_ms
+                    } else {
+                        r.latency_p50_ms
+                    }
+                })
                 .collect()
         };
         let none_p50 = Spread::of(&lat("none", false)).map(|s| s.median);
@@ -1062,8 +1143,11 @@ impl Output {
             .defences
             .iter()
             .map(|d| {
-                let of: Vec<&SessionRecord> =
-                    sessions.iter().filter(ok).filter(|r| &r.defence == d).collect();
+                let of: Vec<&SessionRecord> = sessions
+                    .iter()
+                    .filter(ok)
+                    .filter(|r| &r.defence == d)
+                    .collect();
                 let media: u64 = of.iter().map(|r| r.media_bytes).sum();
                 let pad: u64 = of.iter().map(|r| r.padding_bytes).sum();
                 let p50 = Spread::of(&lat(d, false));
@@ -1159,7 +1243,8 @@ impl Output {
                     c.and_then(|c| c.wire_overhead_pct)
                         .map_or("–".into(), |v| format!("{v:.0}"))
                 } else {
-                    a.wire_overhead_pct.map_or("–".into(), |v| format!("{v:.0}"))
+                    a.wire_overhead_pct
+                        .map_or("–".into(), |v| format!("{v:.0}"))
                 },
                 if up {
                     c.map_or("–".into(), |c| format!("{:.0}", c.padding_pct))
@@ -1168,15 +1253,18 @@ impl Output {
                 },
                 c.filter(|_| up).map_or("–".into(), |c| format!(
                     "{} ({})",
-                    c.latency_p50_ms.map_or("–".into(), |s| format!("{:.1}", s.median)),
+                    c.latency_p50_ms
+                        .map_or("–".into(), |s| format!("{:.1}", s.median)),
                     c.added_p50_ms.map_or("–".into(), |v| format!("{v:+.1}"))
                 )),
                 c.filter(|_| up).map_or("–".into(), |c| format!(
                     "{} ({})",
-                    c.latency_p95_ms.map_or("–".into(), |s| format!("{:.1}", s.median)),
+                    c.latency_p95_ms
+                        .map_or("–".into(), |s| format!("{:.1}", s.median)),
                     c.added_p95_ms.map_or("–".into(), |v| format!("{v:+.1}"))
                 )),
-                c.filter(|_| up).map_or("–".into(), |c| c.overruns.to_string()),
+                c.filter(|_| up)
+                    .map_or("–".into(), |c| c.overruns.to_string()),
             ));
         }
         o
@@ -1191,7 +1279,11 @@ impl Output {
         o.push_str(&format!(
             "After {} (its section on fingerprinting attacks on QUIC media streaming).{}\n\n",
             SENGUPTA_2025.cite(),
-            if self.quick { " **Quick (CI) mode.**" } else { "" }
+            if self.quick {
+                " **Quick (CI) mode.**"
+            } else {
+                ""
+            }
         ));
         o.push_str(&format!(
             "**How measured.** ffmpeg (libx264 veryfast, 30 fps, 1 s GOPs, no B-frames, `-b:v` = `-maxrate` = \
@@ -1267,11 +1359,15 @@ impl Output {
         for c in &self.costs {
             o.push_str(&format!("| {} |", c.defence));
             for v in &c.wire_overhead_by_class_pct {
-                o.push_str(&format!(" {} |", v.map_or("–".into(), |v| format!("{v:.0}"))));
+                o.push_str(&format!(
+                    " {} |",
+                    v.map_or("–".into(), |v| format!("{v:.0}"))
+                ));
             }
             o.push_str(&format!(
                 " {} |\n",
-                c.wire_overhead_pct.map_or("–".into(), |v| format!("{v:.0}"))
+                c.wire_overhead_pct
+                    .map_or("–".into(), |v| format!("{v:.0}"))
             ));
         }
         // Bitrates beside the study's Table 1.
@@ -1393,11 +1489,17 @@ impl Output {
         }
         let s = crate::differs::section(&cells);
         if s.is_empty() {
-            let mut o = String::from("\n## Beside the paper\n\n| figure | paper | ours |\n|---|---|---|\n");
+            let mut o =
+                String::from("\n## Beside the paper\n\n| figure | paper | ours |\n|---|---|---|\n");
             for c in &cells {
-                o.push_str(&format!("| {} | {:.0} {} | {:.0} {} |\n", c.what, c.paper, c.unit, c.ours, c.unit));
+                o.push_str(&format!(
+                    "| {} | {:.0} {} | {:.0} {} |\n",
+                    c.what, c.paper, c.unit, c.ours, c.unit
+                ));
             }
-            o.push_str("\nNo figure differs from the paper's by more than ×2 (or 20 percentage points).\n");
+            o.push_str(
+                "\nNo figure differs from the paper's by more than ×2 (or 20 percentage points).\n",
+            );
             o
         } else {
             format!("\n{s}")
@@ -1451,7 +1553,8 @@ impl Output {
                 format!(
                     "{} {}",
                     c.defence,
-                    c.wire_overhead_pct.map_or("–".into(), |v| format!("{v:.0} %"))
+                    c.wire_overhead_pct
+                        .map_or("–".into(), |v| format!("{v:.0} %"))
                 )
             })
             .collect::<Vec<_>>()
@@ -1602,7 +1705,11 @@ pub fn run(args: &LabArgs, f: &FingerprintArgs) -> anyhow::Result<(PathBuf, bool
     std::fs::create_dir_all(&tmp)?;
     let mut clips = Vec::new();
     for c in &s.contents {
-        eprintln!("encoding {c} at {} resolutions ({} s)", RESOLUTIONS.len(), s.clip_secs);
+        eprintln!(
+            "encoding {c} at {} resolutions ({} s)",
+            RESOLUTIONS.len(),
+            s.clip_secs
+        );
         let r = encode(&f.ffmpeg, c, s.clip_secs, &tmp);
         if r.is_err() {
             let _ = std::fs::remove_dir_all(&tmp);
@@ -1649,7 +1756,9 @@ mod tests {
         let s = settings(&a, f).unwrap();
         assert_eq!(s.defences.len(), DEFENCES.len());
         assert_eq!(s.contents.len(), 3);
-        let q = Cli::try_parse_from(["lab", "fingerprint", "--quick"]).unwrap().lab;
+        let q = Cli::try_parse_from(["lab", "fingerprint", "--quick"])
+            .unwrap()
+            .lab;
         let crate::Experiment::Fingerprint(f) = &q.experiment else {
             panic!("fingerprint")
         };
@@ -1662,7 +1771,10 @@ mod tests {
         }
         assert!(defence_config("none", 0).unwrap().is_none());
         assert_eq!(
-            defence_config("rate-own-1.25", 3).unwrap().unwrap().rate_bps,
+            defence_config("rate-own-1.25", 3)
+                .unwrap()
+                .unwrap()
+                .rate_bps,
             Some(5_625_000)
         );
         assert!(defence_config("nope", 0).is_err());

@@ -247,7 +247,12 @@ impl SplitMix {
 /// Stratified folds: each class's samples shuffled (seeded) and dealt round
 /// robin; returns the fold of each sample. `k` is lowered to the smallest
 /// class's size (at least 2).
-pub fn stratified_folds(labels: &[usize], classes: usize, k: usize, seed: u64) -> (Vec<usize>, usize) {
+pub fn stratified_folds(
+    labels: &[usize],
+    classes: usize,
+    k: usize,
+    seed: u64,
+) -> (Vec<usize>, usize) {
     let smallest = (0..classes)
         .map(|c| labels.iter().filter(|&&l| l == c).count())
         .filter(|&n| n > 0)
@@ -386,7 +391,10 @@ pub fn cross_validate(
             }
             Classifier::Burst => {
                 let t = Thresholds::fit(
-                    &train.iter().map(|s| (s.0.burst_p50, s.1)).collect::<Vec<_>>(),
+                    &train
+                        .iter()
+                        .map(|s| (s.0.burst_p50, s.1))
+                        .collect::<Vec<_>>(),
                     classes,
                 );
                 Box::new(move |x| t.predict(x.burst_p50))

@@ -50,11 +50,18 @@ fn fingerprint_quick_structure() {
         panic!("parsed as fingerprint")
     };
     let (dir, ok) = quichub_lab::fingerprint::run(&a, &f).expect("experiment runs");
-    assert!(dir.starts_with(out.join("fingerprint")), "{}", dir.display());
+    assert!(
+        dir.starts_with(out.join("fingerprint")),
+        "{}",
+        dir.display()
+    );
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.contains("| defence | hop | sessions |"), "main table");
+    assert!(
+        report.contains("| defence | hop | sessions |"),
+        "main table"
+    );
     assert!(report.contains("Streaming over QUIC: Applications in Media and IoT"));
     assert!(!report.to_lowercase().contains("seed"), "{report}");
     for svg in ["accuracy_overhead.svg", "accuracy.svg", "bitrate.svg"] {

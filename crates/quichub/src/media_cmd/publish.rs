@@ -250,7 +250,10 @@ pub async fn publish(
             100.0 * st.padding_bytes as f64 / st.media_bytes.max(1) as f64,
             st.overruns,
             if st.padding_refused > 0 {
-                format!(", {} padding bytes refused (datagrams off?)", st.padding_refused)
+                format!(
+                    ", {} padding bytes refused (datagrams off?)",
+                    st.padding_refused
+                )
             } else {
                 String::new()
             }
