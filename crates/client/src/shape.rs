@@ -7,8 +7,8 @@
 //! fingerprint` measures it). Two defences, on the publisher's hop:
 //!
 //! - **Constant rate** ([`ShapeConfig::rate_bps`]): time is cut into ticks
-//!   (10 ms by default); the media of a session may use at most 95 % of
-//!   `rate × tick` bytes per tick (an object bigger than that is spread over
+//!   (20 ms by default); the media of a session may use as many full
+//!   packets as `rate × tick` bytes hold ([`media_per_tick`]) (an object bigger than that is spread over
 //!   the next ticks, which delays it; media arriving during a tick leaves at
 //!   the start of the next), and at the start of every tick, together with
 //!   that tick's media, MoQT PADDING datagrams (draft-ietf-moq-transport-18
@@ -24,6 +24,11 @@
 //!   padding datagrams bring its bytes up to the next size of a geometric
 //!   ladder (256 B × ratio^k), so exact object sizes are hidden (bitrate is
 //!   not).
+//!
+//! With a constant rate, the connection should also pad every QUIC packet
+//! to full size (`quichub_net::client::Client::pad_to_mtu`, as `quichub
+//! pub --shape-rate` does): otherwise the part-filled packets where media
+//! and padding end still tell ticks with media from ticks without.
 //!
 //! Padding is hop-by-hop in MoQT: a relay drops it, so this shapes the hop
 //! from the publisher to its relay; a relay's hop to its subscribers would
@@ -56,7 +61,7 @@ impl Default for ShapeConfig {
         Self {
             rate_bps: None,
             bucket_ratio: None,
-            tick: Duration::from_millis(10),
+            tick: Duration::from_millis(20),
             max_delay: Duration::from_millis(500),
         }
     }
@@ -68,8 +73,8 @@ impl ShapeConfig {
         self.rate_bps.is_some() || self.bucket_ratio.is_some()
     }
 
-    /// UDP bytes of the constant rate per tick (at least 1); media may use
-    /// 95 % of it.
+    /// Wire bytes (IP) of the constant rate per tick (at least 1); media may
+    /// use [`media_per_tick`] of it.
     pub fn per_tick(&self) -> u64 {
         self.rate_bps.map_or(0, |r| {
             ((r as f64 / 8.0 * self.tick.as_secs_f64()).round() as u64).max(1)
@@ -175,6 +180,18 @@ fn wire_bytes(session: &Session) -> u64 {
     u.bytes + IP_UDP_HEADERS * u.datagrams
 }
 
+/// Media bytes a tick of `per_tick` wire bytes may carry: as many
+/// full-size packets (`datagram` bytes of payload, about 60 more on the
+/// wire) as fit, so media never needs more packets than the tick has, even
+/// when every packet is padded to full size (`pad_to_mtu`); 95 % of the tick
+/// when the datagram size is unknown.
+pub fn media_per_tick(per_tick: u64, datagram: u64) -> u64 {
+    if datagram == 0 {
+        return per_tick * 95 / 100;
+    }
+    (per_tick / (datagram + 60)).max(1) * datagram
+}
+
 /// Counters of a [`Shaper`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ShapeStats {
@@ -203,6 +220,11 @@ pub struct Shaper {
     refused: AtomicU64,
     overruns: AtomicU64,
     max_wait: AtomicU64,
+    /// Media pieces waiting for their tick (constant rate): the ticker writes
+    /// them and the tick's padding in one go, so QUIC packs both into the
+    /// same packets (separate tasks would each get packets of their own, and
+    /// the number of part-filled packets would show which ticks carry media).
+    queue: Mutex<std::collections::BTreeMap<u64, Vec<Queued>>>,
     ticker: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -215,12 +237,16 @@ impl Shaper {
             cfg,
             session: session.session().clone(),
             epoch: tokio::time::Instant::now(),
-            meter: Mutex::new(Meter::new(cfg.per_tick() * 95 / 100)),
+            meter: Mutex::new(Meter::new(media_per_tick(
+                cfg.per_tick(),
+                session.session().max_datagram_size() as u64,
+            ))),
             media: AtomicU64::new(0),
             padding: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             overruns: AtomicU64::new(0),
             max_wait: AtomicU64::new(0),
+            queue: Mutex::new(std::collections::BTreeMap::new()),
             ticker: Mutex::new(None),
         });
         if cfg.rate_bps.is_some() {
@@ -245,6 +271,25 @@ impl Shaper {
                         .saturating_sub(sent + media)
                         .min(2 * per_tick);
                     tokio::time::sleep_until(start).await;
+                    let due: Vec<Queued> = {
+                        let mut q = s.queue.lock().expect("queue");
+                        let later = q.split_off(&(k + 1));
+                        std::mem::replace(&mut *q, later)
+                            .into_values()
+                            .flatten()
+                            .collect()
+                    };
+                    for (stream, op) in due {
+                        let mut st = stream.lock().await;
+                        match op {
+                            Some(b) => {
+                                let _ = st.write_chunk(b).await;
+                            }
+                            None => {
+                                let _ = st.finish();
+                            }
+                        }
+                    }
                     if !s.pad(pad) {
                         break;
                     }
@@ -273,7 +318,19 @@ impl Shaper {
         }
     }
 
-    /// Stops the padding task (media still goes through the meter).
+    /// Waits until every queued media piece has been written (at most
+    /// the maximum delay and a second more).
+    pub async fn drain(&self) {
+        let deadline = tokio::time::Instant::now() + self.cfg.max_delay + Duration::from_secs(1);
+        while !self.queue.lock().expect("queue").is_empty()
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(self.cfg.tick).await;
+        }
+    }
+
+    /// Stops the padding task, and with it the constant rate: media still
+    /// queued is not written (call [`Self::drain`] first).
     pub fn stop(&self) {
         if let Some(t) = self.ticker.lock().expect("ticker").take() {
             t.abort();
@@ -320,6 +377,15 @@ impl Shaper {
     /// every tick (a writer that waited for each object to leave would
     /// leave part of a tick unused per object).
     pub(crate) fn writer(self: &Arc<Self>, mut stream: SendStream) -> ShapedStream {
+        if self.cfg.rate_bps.is_some() {
+            return ShapedStream {
+                shaper: self.clone(),
+                sink: StreamSink::Ticked {
+                    stream: Arc::new(tokio::sync::Mutex::new(stream)),
+                    last: AtomicU64::new(0),
+                },
+            };
+        }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Op>();
         tokio::spawn(async move {
             while let Some(op) = rx.recv().await {
@@ -339,15 +405,16 @@ impl Shaper {
         });
         ShapedStream {
             shaper: self.clone(),
-            tx,
+            sink: StreamSink::Task(tx),
         }
     }
 
-    /// Schedules `n` bytes of media: when each piece may leave.
-    fn schedule(&self, n: u64) -> Vec<(tokio::time::Instant, u64)> {
+    /// Schedules `n` bytes of media: the tick (and its start) each piece
+    /// leaves in (tick 0, now, without a rate).
+    fn schedule(&self, n: u64) -> Vec<(u64, tokio::time::Instant, u64)> {
         self.media.fetch_add(n, Relaxed);
         if self.cfg.rate_bps.is_none() || n == 0 {
-            return vec![(tokio::time::Instant::now(), n)];
+            return vec![(0, tokio::time::Instant::now(), n)];
         }
         let max_ticks = (self.cfg.max_delay.as_nanos() / self.cfg.tick.as_nanos().max(1)) as u64;
         let (pieces, overrun) = {
@@ -364,7 +431,7 @@ impl Shaper {
                 let at = self.epoch + self.cfg.tick * t as u32;
                 let waited = at.saturating_duration_since(now).as_micros() as u64;
                 self.max_wait.fetch_max(waited, Relaxed);
-                (at, len)
+                (t, at, len)
             })
             .collect()
     }
@@ -389,28 +456,65 @@ enum Op {
     Finish,
 }
 
+/// A media piece (or, `None`, the end of its stream) queued for a tick.
+type Queued = (Arc<tokio::sync::Mutex<SendStream>>, Option<Bytes>);
+
+/// Where a shaped stream's pieces go.
+enum StreamSink {
+    /// Constant rate: the shaper's tick queue; `last` is the tick of the
+    /// latest piece queued.
+    Ticked {
+        stream: Arc<tokio::sync::Mutex<SendStream>>,
+        last: AtomicU64,
+    },
+    /// Size buckets only: a task that writes in order at once.
+    Task(tokio::sync::mpsc::UnboundedSender<Op>),
+}
+
 /// A subgroup stream written through a [`Shaper`].
 pub(crate) struct ShapedStream {
     shaper: Arc<Shaper>,
-    tx: tokio::sync::mpsc::UnboundedSender<Op>,
+    sink: StreamSink,
 }
 
 impl ShapedStream {
+    fn push(&self, tick: u64, at: tokio::time::Instant, b: Option<Bytes>) -> anyhow::Result<()> {
+        match &self.sink {
+            StreamSink::Ticked { stream, last } => {
+                last.fetch_max(tick, Relaxed);
+                self.shaper
+                    .queue
+                    .lock()
+                    .expect("queue")
+                    .entry(tick)
+                    .or_default()
+                    .push((stream.clone(), b));
+                Ok(())
+            }
+            StreamSink::Task(tx) => {
+                let op = match b {
+                    Some(b) => Op::Write(at, b),
+                    None => Op::Finish,
+                };
+                tx.send(op)
+                    .map_err(|_| anyhow::anyhow!("the shaped stream is gone"))
+            }
+        }
+    }
+
     /// Queues `parts` (one object's header and payload, say) as one piece of
     /// media; fails once the stream is gone.
     pub(crate) fn write(&self, parts: &[Bytes]) -> anyhow::Result<()> {
         let n: u64 = parts.iter().map(|b| b.len() as u64).sum();
         let mut parts = parts.iter().filter(|b| !b.is_empty()).cloned();
         let mut cur = parts.next();
-        for (at, mut len) in self.shaper.schedule(n) {
+        for (tick, at, mut len) in self.shaper.schedule(n) {
             while len > 0 {
                 let Some(b) = cur.as_mut() else { break };
                 let take = (len as usize).min(b.len());
                 let piece = b.split_to(take);
                 len -= take as u64;
-                if self.tx.send(Op::Write(at, piece)).is_err() {
-                    anyhow::bail!("the shaped stream is gone");
-                }
+                self.push(tick, at, Some(piece))?;
                 if b.is_empty() {
                     cur = parts.next();
                 }
@@ -427,7 +531,15 @@ impl ShapedStream {
 
     /// Ends the stream (FIN) after what is queued.
     pub(crate) fn finish(&self) {
-        let _ = self.tx.send(Op::Finish);
+        let tick = match &self.sink {
+            // After the stream's last piece, in a tick not yet written.
+            StreamSink::Ticked { last, .. } => {
+                let open = self.shaper.meter.lock().expect("meter").base;
+                last.load(Relaxed).max(open)
+            }
+            StreamSink::Task(_) => 0,
+        };
+        let _ = self.push(tick, tokio::time::Instant::now(), None);
     }
 }
 
@@ -510,7 +622,11 @@ mod tests {
             ..Default::default()
         };
         assert!(c.active());
-        assert_eq!(c.per_tick(), 10_000);
+        assert_eq!(c.per_tick(), 20_000);
+        // 20000 wire bytes: 13 packets of 1440 bytes of payload.
+        assert_eq!(media_per_tick(20_000, 1440), 13 * 1440);
+        assert_eq!(media_per_tick(1000, 1440), 1440);
+        assert_eq!(media_per_tick(1000, 0), 950);
         assert!(!ShapeConfig::default().active());
         assert_eq!(parse_kbps("6000"), Ok(6000));
         assert!(parse_kbps("x").is_err() && parse_kbps("1").is_err());

@@ -515,11 +515,16 @@ async fn setup(
         bind: SocketAddr::from(([0, 0, 0, 0], port)),
         ..Default::default()
     };
-    let publisher = step(
-        "publisher connect",
-        ClientSession::connect(&url, opts(pub_port)),
-    )
-    .await?;
+    let shape = defence_config(defence, class)?;
+    let mut pub_opts = opts(pub_port);
+    if shape.is_some_and(|c| c.rate_bps.is_some()) {
+        // As `quichub pub --shape-rate` does: full-size packets only.
+        pub_opts.endpoint = Some(
+            quichub_net::client::Client::new(pub_opts.bind, pub_opts.verify.clone())?
+                .pad_to_mtu(true),
+        );
+    }
+    let publisher = step("publisher connect", ClientSession::connect(&url, pub_opts)).await?;
     let name = FullTrackName {
         namespace: TrackNamespace::from_path(&format!("fp/{tag}/{class}")),
         name: Bytes::from_static(b"video"),
@@ -533,7 +538,7 @@ async fn setup(
     )
     .await?;
     std::mem::forget(announced);
-    let shaper = defence_config(defence, class)?.map(|cfg| {
+    let shaper = shape.map(|cfg| {
         let s = Shaper::start(&publisher, cfg);
         track.set_shaper(s.clone());
         s
@@ -793,6 +798,7 @@ async fn run_batch(
             Err(e) => r.error = Some(format!("{e:#}")),
         }
         if let Some(s) = &l.shaper {
+            s.drain().await;
             let st = s.stats();
             s.stop();
             r.padding_bytes = st.padding_bytes;

@@ -34,6 +34,9 @@ pub struct Client {
     /// credentials (the same `Arc`s) that made it. Its ticket store is shared
     /// by every dial of this client (and its clones).
     dial_tls: Arc<rustls::ClientConfig>,
+    /// Pad every QUIC packet carrying application data to the path's
+    /// maximum size ([`Client::pad_to_mtu`]).
+    pad_to_mtu: bool,
 }
 
 /// Session tickets a client keeps (per server name; each is used once).
@@ -100,7 +103,18 @@ impl Client {
             endpoint,
             verify,
             dial_tls: Arc::new(dial_tls),
+            pad_to_mtu: false,
         })
+    }
+
+    /// Pads every QUIC packet carrying application data of the connections
+    /// made from now on to the path's maximum UDP payload (quinn's
+    /// `pad_to_mtu`): an observer then sees full-size packets only, whatever
+    /// the stream writes and datagrams (traffic shaping,
+    /// `quichub pub --shape-rate`).
+    pub fn pad_to_mtu(mut self, on: bool) -> Self {
+        self.pad_to_mtu = on;
+        self
     }
 
     /// Connects to `remote` with `alpn` (any protocol: `mqtt`, ...). Every
@@ -124,7 +138,9 @@ impl Client {
         tls.enable_early_data = early;
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(crate::transport_config()));
+        let mut transport = crate::transport_config();
+        transport.pad_to_mtu(self.pad_to_mtu);
+        config.transport_config(Arc::new(transport));
         let connecting = self.endpoint.connect_with(config, remote, server_name)?;
         let connecting = if early {
             match connecting.into_0rtt() {
@@ -149,7 +165,9 @@ impl Client {
         tls.alpn_protocols = vec![alpn.to_vec()];
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(crate::transport_config()));
+        let mut transport = crate::transport_config();
+        transport.pad_to_mtu(self.pad_to_mtu);
+        config.transport_config(Arc::new(transport));
         Ok(config)
     }
 

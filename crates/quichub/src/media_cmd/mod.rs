@@ -101,10 +101,11 @@ pub struct MediaPubArgs {
     pub target_latency_ms: u64,
     /// Constant-rate shaping against resolution fingerprinting, kbit/s: the
     /// media goes out at most this fast (bursts such as keyframes spread
-    /// over 10 ms ticks) and every tick's unused share is sent as MoQT
-    /// PADDING datagrams, so the hop to the relay carries the same bytes
-    /// every tick whatever the video. Pick it above the broadcast's peak
-    /// rate over about a second; 0 is off.
+    /// over 20 ms ticks), every tick's unused share is sent as MoQT PADDING
+    /// datagrams and every QUIC packet is padded to full size, so the hop to
+    /// the relay carries the same full-size packets every tick whatever the
+    /// video. Pick it above the broadcast's peak rate over about a second;
+    /// 0 is off.
     #[arg(long, default_value_t = 0, value_parser = parse_shape_rate)]
     pub shape_rate: u64,
     /// Pad every object (with PADDING datagrams after it) to the next size

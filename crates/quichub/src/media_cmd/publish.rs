@@ -241,6 +241,7 @@ pub async fn publish(
         eprintln!("dropped {dropped_before_keyframe} frames before the first keyframe");
     }
     if let Some(s) = &shaper {
+        s.drain().await;
         let st = s.stats();
         s.stop();
         eprintln!(
