@@ -183,13 +183,18 @@ fn wire_bytes(session: &Session) -> u64 {
 /// Media bytes a tick of `per_tick` wire bytes may carry: as many
 /// full-size packets (`datagram` bytes of payload, about 60 more on the
 /// wire) as fit, so media never needs more packets than the tick has, even
-/// when every packet is padded to full size (`pad_to_mtu`); 95 % of the tick
-/// when the datagram size is unknown.
+/// when every packet is padded to full size (`pad_to_mtu`); but at least
+/// 90 % of the tick's payload share (at low rates a tick holds few packets,
+/// and rounding down would starve the media; a tick that media overfills is
+/// made up by less padding in the next ones); 95 % of the tick when the
+/// datagram size is unknown.
 pub fn media_per_tick(per_tick: u64, datagram: u64) -> u64 {
     if datagram == 0 {
         return per_tick * 95 / 100;
     }
-    (per_tick / (datagram + 60)).max(1) * datagram
+    let whole = (per_tick / (datagram + 60)) * datagram;
+    let share = per_tick * datagram / (datagram + 60) * 9 / 10;
+    whole.max(share).max(1)
 }
 
 /// Counters of a [`Shaper`].
@@ -625,7 +630,9 @@ mod tests {
         assert_eq!(c.per_tick(), 20_000);
         // 20000 wire bytes: 13 packets of 1440 bytes of payload.
         assert_eq!(media_per_tick(20_000, 1440), 13 * 1440);
-        assert_eq!(media_per_tick(1000, 1440), 1440);
+        // 2500 wire bytes hold one full packet, but media gets 90 % of its
+        // share.
+        assert_eq!(media_per_tick(2500, 1440), 2500 * 1440 / 1500 * 9 / 10);
         assert_eq!(media_per_tick(1000, 0), 950);
         assert!(!ShapeConfig::default().active());
         assert_eq!(parse_kbps("6000"), Ok(6000));
