@@ -10,12 +10,14 @@
 mod namespace;
 mod publish;
 mod session;
+pub mod shape;
 mod subscribe;
 pub mod synth;
 
 pub use namespace::NamespaceSubscription;
 pub use publish::{LocalTrack, SubgroupWriter, TrackMode};
 pub use session::{ClientSession, ConnectOptions, NamespaceHandle};
+pub use shape::{ShapeConfig, ShapeStats, Shaper};
 pub use subscribe::{
     FetchResult, ReceivedObject, SubscribeOptions, Subscription, SubscriptionEvent, DONE_GRACE,
 };

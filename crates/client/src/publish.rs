@@ -12,6 +12,7 @@ use quichub_net::io::{write_message, MessageReader};
 use web_transport_quinn::{SendStream, Session};
 
 use crate::session::{ClientSession, Inner};
+use crate::shape::{ShapedStream, Shaper};
 
 /// How a track reaches the relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,9 +43,22 @@ pub struct LocalTrack {
     /// Set by [`LocalTrack::finish`] to its Stream Count: the relay's
     /// SUBSCRIBEs (announce mode) are then answered with PUBLISH_DONE.
     pub(crate) done: tokio::sync::watch::Sender<Option<u64>>,
+    /// Shapes the subgroup streams opened from now on ([`Self::set_shaper`]).
+    shaper: Mutex<Option<Arc<Shaper>>>,
 }
 
 impl LocalTrack {
+    /// Sends this track's subgroup streams opened from now on through
+    /// `shaper` (constant rate and/or size buckets, [`crate::shape`]).
+    /// Datagram objects are not shaped.
+    pub fn set_shaper(&self, shaper: Arc<Shaper>) {
+        *self.shaper.lock().expect("shaper") = Some(shaper);
+    }
+
+    fn shaper(&self) -> Option<Arc<Shaper>> {
+        self.shaper.lock().expect("shaper").clone()
+    }
+
     /// Whether objects are currently being forwarded to a subscriber.
     pub fn is_forwarding(&self) -> bool {
         self.forward.load(Relaxed)
@@ -259,9 +273,19 @@ async fn open(
         first_object: true,
     }
     .encode(&mut b);
-    stream.write_all(&b).await?;
+    let sink = match track.shaper() {
+        Some(s) => {
+            let w = s.writer(stream);
+            w.write(&[b.freeze()])?;
+            Sink::Shaped(w)
+        }
+        None => {
+            stream.write_all(&b).await?;
+            Sink::Direct(stream)
+        }
+    };
     Ok(Some(SubgroupWriter {
-        stream,
+        sink,
         properties,
         prev: None,
         group,
@@ -269,9 +293,15 @@ async fn open(
     }))
 }
 
+/// Where a subgroup's bytes go: its stream, or a shaper's queue for it.
+enum Sink {
+    Direct(SendStream),
+    Shaped(ShapedStream),
+}
+
 /// Writes the objects of one subgroup, in increasing Object ID order.
 pub struct SubgroupWriter<'a> {
-    stream: SendStream,
+    sink: Sink,
     /// Whether the header's PROPERTIES bit is set (every object then
     /// carries a property block).
     properties: bool,
@@ -330,18 +360,32 @@ impl SubgroupWriter<'_> {
         };
         let mut b = BytesMut::with_capacity(16 + o.properties.len());
         o.encode_header_with_len(&mut b, self.prev, self.properties, payload.len())?;
-        self.stream.write_chunk(b.freeze()).await?;
-        if !payload.is_empty() {
-            self.stream.write_chunk(payload).await?;
+        match &mut self.sink {
+            Sink::Shaped(s) => {
+                let n = (b.len() + payload.len()) as u64;
+                s.write(&[b.freeze(), payload])?;
+                s.object_sent(n);
+            }
+            Sink::Direct(stream) => {
+                stream.write_chunk(b.freeze()).await?;
+                if !payload.is_empty() {
+                    stream.write_chunk(payload).await?;
+                }
+            }
         }
         self.prev = Some(object_id);
         self.track.note(Location::new(self.group, object_id));
         Ok(())
     }
 
-    /// Ends the subgroup with FIN.
+    /// Ends the subgroup with FIN (a shaped one after its queued data).
     pub fn finish(mut self) {
-        let _ = self.stream.finish();
+        match &mut self.sink {
+            Sink::Direct(stream) => {
+                let _ = stream.finish();
+            }
+            Sink::Shaped(s) => s.finish(),
+        }
     }
 
     /// Ends the subgroup and waits, at most `limit`, until the peer has
@@ -349,12 +393,22 @@ impl SubgroupWriter<'_> {
     /// publisher about to close its session calls this first: closing drops
     /// whatever is still unacknowledged, which on a slow uplink can be
     /// seconds of objects.
+    /// A shaped subgroup ([`crate::shape`]) is finished without waiting: its
+    /// bytes leave on the shaper's schedule (false).
     pub async fn finish_and_wait(mut self, limit: std::time::Duration) -> bool {
-        let _ = self.stream.finish();
-        matches!(
-            tokio::time::timeout(limit, self.stream.stopped()).await,
-            Ok(Ok(_))
-        )
+        match &mut self.sink {
+            Sink::Direct(stream) => {
+                let _ = stream.finish();
+                matches!(
+                    tokio::time::timeout(limit, stream.stopped()).await,
+                    Ok(Ok(_))
+                )
+            }
+            Sink::Shaped(_) => {
+                self.finish();
+                false
+            }
+        }
     }
 }
 
@@ -397,6 +451,7 @@ impl ClientSession {
             properties,
             publish_stream: tokio::sync::Mutex::new(None),
             done: tokio::sync::watch::channel(None).0,
+            shaper: Mutex::new(None),
         });
         inner
             .tracks

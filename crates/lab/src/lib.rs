@@ -10,6 +10,8 @@
 #![warn(missing_docs)]
 
 pub mod differs;
+pub mod fingerprint;
+pub mod fingerprint_classify;
 pub mod h3_vs_mqtt;
 pub mod h3_vs_mqtt_client;
 pub mod h3_vs_mqtt_report;
@@ -101,6 +103,12 @@ pub enum Experiment {
     /// completes "A Pure HTTP/3 Alternative to MQTT-over-QUIC in
     /// Resource-Constrained IoT" (the Drift paper).
     H3VsMqtt(h3_vs_mqtt::H3VsMqttArgs),
+    /// Video resolution inferred from encrypted QUIC packet sizes and times
+    /// (bitrate and burst-size thresholds, k-NN), and what constant-rate
+    /// shaping or size-bucket padding (`quichub pub --shape-rate`,
+    /// `--pad-objects`) costs to defeat it; after A. Sengupta, "Streaming
+    /// over QUIC: Applications in Media and IoT", 2025.
+    Fingerprint(fingerprint::FingerprintArgs),
 }
 
 /// Options of `lab zero-rtt`.
@@ -224,6 +232,11 @@ pub fn main(args: LabArgs) -> anyhow::Result<i32> {
             Ok(if ok { 0 } else { 1 })
         }
         Experiment::H3VsMqtt(h) => h3_vs_mqtt::main(&args, h, &std::env::current_exe()?),
+        Experiment::Fingerprint(f) => {
+            let (dir, ok) = fingerprint::run(&args, f)?;
+            eprintln!("results in {}", dir.display());
+            Ok(if ok { 0 } else { 1 })
+        }
     }
 }
 
@@ -507,6 +520,7 @@ mod tests {
             "video-priority",
             "live-video",
             "h3-vs-mqtt",
+            "fingerprint",
         ] {
             let c = cmd.find_subcommand_mut(sub).expect(sub);
             help.push_str(&c.render_long_help().to_string());

@@ -35,6 +35,9 @@ pub struct Client {
     /// by every dial of this client (and its clones).
     dial_tls: Arc<rustls::ClientConfig>,
     congestion: crate::CongestionControl,
+    /// Pad every QUIC packet carrying application data to the path's
+    /// maximum size ([`Client::pad_to_mtu`]).
+    pad_to_mtu: bool,
 }
 
 /// Session tickets a client keeps (per server name; each is used once).
@@ -102,6 +105,7 @@ impl Client {
             verify,
             dial_tls: Arc::new(dial_tls),
             congestion: crate::CongestionControl::default(),
+            pad_to_mtu: false,
         })
     }
 
@@ -109,6 +113,16 @@ impl Client {
     /// now on.
     pub fn set_congestion_control(&mut self, cc: crate::CongestionControl) {
         self.congestion = cc;
+    }
+
+    /// Pads every QUIC packet carrying application data of the connections
+    /// made from now on to the path's maximum UDP payload (quinn's
+    /// `pad_to_mtu`): an observer then sees full-size packets only, whatever
+    /// the stream writes and datagrams (traffic shaping,
+    /// `quichub pub --shape-rate`).
+    pub fn pad_to_mtu(mut self, on: bool) -> Self {
+        self.pad_to_mtu = on;
+        self
     }
 
     /// Connects to `remote` with `alpn` (any protocol: `mqtt`, ...). Every
@@ -132,7 +146,9 @@ impl Client {
         tls.enable_early_data = early;
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(crate::transport_config_with(self.congestion)));
+        let mut transport = crate::transport_config_with(self.congestion);
+        transport.pad_to_mtu(self.pad_to_mtu);
+        config.transport_config(Arc::new(transport));
         let connecting = self.endpoint.connect_with(config, remote, server_name)?;
         let connecting = if early {
             match connecting.into_0rtt() {
@@ -157,7 +173,9 @@ impl Client {
         tls.alpn_protocols = vec![alpn.to_vec()];
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(crate::transport_config_with(self.congestion)));
+        let mut transport = crate::transport_config_with(self.congestion);
+        transport.pad_to_mtu(self.pad_to_mtu);
+        config.transport_config(Arc::new(transport));
         Ok(config)
     }
 

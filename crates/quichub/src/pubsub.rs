@@ -140,8 +140,18 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
         p => Some(Profile::by_name(p).with_context(|| format!("unknown profile {p:?}"))?),
     };
     let (in_framing, chunk_size) = stdin_framing(&a)?;
+    let verify = crate::verify_from(a.fingerprint.as_deref())?;
+    // Constant-rate shaping sends full-size packets only, so the packet
+    // sizes do not show where media ends and padding begins.
+    let endpoint = (a.media.shape_rate > 0)
+        .then(|| {
+            quichub_net::client::Client::new("0.0.0.0:0".parse().expect("valid"), verify.clone())
+                .map(|c| c.pad_to_mtu(true))
+        })
+        .transpose()?;
     let opts = ConnectOptions {
-        verify: crate::verify_from(a.fingerprint.as_deref())?,
+        verify,
+        endpoint,
         ..Default::default()
     };
     let url = crate::with_jwt(&a.url, a.jwt.as_deref())?;

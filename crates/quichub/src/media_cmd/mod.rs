@@ -99,6 +99,50 @@ pub struct MediaPubArgs {
     /// delivering (the tracks' OBJECT_DELIVERY_TIMEOUT); 0 for none.
     #[arg(long, default_value_t = 2000)]
     pub target_latency_ms: u64,
+    /// Constant-rate shaping against resolution fingerprinting, kbit/s: the
+    /// media goes out at most this fast (bursts such as keyframes spread
+    /// over 20 ms ticks), every tick's unused share is sent as MoQT PADDING
+    /// datagrams and every QUIC packet is padded to full size, so the hop to
+    /// the relay carries the same full-size packets every tick whatever the
+    /// video. Pick it above the broadcast's peak rate over about a second;
+    /// 0 is off.
+    #[arg(long, default_value_t = 0, value_parser = parse_shape_rate)]
+    pub shape_rate: u64,
+    /// Pad every object (with PADDING datagrams after it) to the next size
+    /// of the ladder 256 B × RATIO^k, e.g. 1.5: hides exact frame sizes,
+    /// not the bitrate.
+    #[arg(long)]
+    pub pad_objects: Option<f64>,
+    /// Longest a frame may wait for its share of `--shape-rate`, ms; beyond
+    /// it, it goes out at once (counted and reported as an overrun).
+    #[arg(long, default_value_t = 500)]
+    pub shape_max_delay_ms: u64,
+}
+
+fn parse_shape_rate(s: &str) -> Result<u64, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    quichub_client::shape::parse_kbps(s)
+}
+
+impl MediaPubArgs {
+    /// The shaping `--shape-rate`, `--pad-objects` and
+    /// `--shape-max-delay-ms` ask for.
+    pub fn shape_config(&self) -> anyhow::Result<quichub_client::ShapeConfig> {
+        if let Some(r) = self.pad_objects {
+            anyhow::ensure!(
+                r.is_finite() && r > 1.0 && r <= 16.0,
+                "--pad-objects must be in (1, 16], e.g. 1.5"
+            );
+        }
+        Ok(quichub_client::ShapeConfig {
+            rate_bps: (self.shape_rate > 0).then_some(self.shape_rate * 1000),
+            bucket_ratio: self.pad_objects,
+            max_delay: std::time::Duration::from_millis(self.shape_max_delay_ms.clamp(10, 60_000)),
+            ..Default::default()
+        })
+    }
 }
 
 /// `sub` options for real media (with `--broadcast`).

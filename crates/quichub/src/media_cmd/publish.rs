@@ -97,6 +97,13 @@ pub async fn publish(
     let catalog_track = session
         .create_track(name(a.format.catalog_track()), PRIO_CATALOG, mode)
         .await?;
+    let shape = a.shape_config()?;
+    let shaper = shape
+        .active()
+        .then(|| quichub_client::Shaper::start(session, shape));
+    if let Some(s) = &shaper {
+        catalog_track.set_shaper(s.clone());
+    }
     // The broadcast's namespace is published in both modes: players that
     // find broadcasts with SUBSCRIBE_NAMESPACE (moq-dev's, which then
     // subscribe to `catalog.json`) learn of a pushed one only this way.
@@ -131,6 +138,11 @@ pub async fn publish(
                 Event::Tracks(tracks) => {
                     if renditions.is_empty() {
                         renditions = create_renditions(session, &name, &tracks, mode, a).await?;
+                        if let Some(s) = &shaper {
+                            for r in &renditions {
+                                r.track.set_shaper(s.clone());
+                            }
+                        }
                     } else {
                         // A new init segment (an encoder restart): same
                         // renditions if the codecs are, new config otherwise.
@@ -227,6 +239,26 @@ pub async fn publish(
     catalog_track.finish(catalog.group).await?;
     if dropped_before_keyframe > 0 {
         eprintln!("dropped {dropped_before_keyframe} frames before the first keyframe");
+    }
+    if let Some(s) = &shaper {
+        s.drain().await;
+        let st = s.stats();
+        s.stop();
+        eprintln!(
+            "shaping: {} media bytes, {} padding bytes ({:.1}% overhead), {} overruns{}",
+            st.media_bytes,
+            st.padding_bytes,
+            100.0 * st.padding_bytes as f64 / st.media_bytes.max(1) as f64,
+            st.overruns,
+            if st.padding_refused > 0 {
+                format!(
+                    ", {} padding bytes refused (datagrams off?)",
+                    st.padding_refused
+                )
+            } else {
+                String::new()
+            }
+        );
     }
     eprintln!("published {broadcast}: {}", sent.join(", "));
     tokio::time::sleep(Duration::from_millis(200)).await;
