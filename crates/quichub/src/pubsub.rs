@@ -267,6 +267,23 @@ async fn publish(
     Ok(())
 }
 
+/// The send stamp of a synthetic object (`quichub pub --profile audio|video|imu`),
+/// or `None` for any other payload: a stamp more than an hour from `now`
+/// (media, stdin) is not one, whatever its first 16 bytes say.
+fn plausible_stamp(payload: &[u8], now: u64) -> Option<(u64, u64)> {
+    const HOUR_US: u64 = 3_600_000_000;
+    synth::stamp(payload).filter(|(t, _)| t.abs_diff(now) < HOUR_US)
+}
+
+/// Objects missing between sequence numbers `prev` and `seq`; a jump back or
+/// of more than 2^20 (a restarted publisher) counts none.
+fn sequence_gap(prev: u64, seq: u64) -> u64 {
+    match seq.checked_sub(prev + 1) {
+        Some(gap) if gap < 1 << 20 => gap,
+        _ => 0,
+    }
+}
+
 pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
     let opts = ConnectOptions {
         verify: crate::verify_from(a.fingerprint.as_deref())?,
@@ -310,7 +327,7 @@ async fn subscribe(a: &SubArgs, session: &ClientSession) -> anyhow::Result<()> {
     let until = deadline(a.duration);
     let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
     let (mut n, mut bytes, mut last_seq) = (0u64, 0u64, None::<u64>);
-    let mut lost = 0u64;
+    let (mut lost, mut stamped) = (0u64, 0u64);
     let mut window = (Instant::now(), 0u64, 0u64);
     let mut out = std::io::stdout().lock();
     loop {
@@ -323,12 +340,13 @@ async fn subscribe(a: &SubArgs, session: &ClientSession) -> anyhow::Result<()> {
                 n += 1;
                 bytes += o.payload.len() as u64;
                 let written = if a.stats {
-                    if let Some((t, seq)) = synth::stamp(&o.payload) {
+                    if let Some((t, seq)) = plausible_stamp(&o.payload, synth::now_micros()) {
                         let _ = hist.record(synth::now_micros().saturating_sub(t));
                         if let Some(p) = last_seq {
-                            lost += seq.saturating_sub(p + 1);
+                            lost += sequence_gap(p, seq);
                         }
                         last_seq = Some(seq);
+                        stamped += 1;
                     }
                     window.1 += 1;
                     window.2 += o.payload.len() as u64;
@@ -375,7 +393,13 @@ async fn subscribe(a: &SubArgs, session: &ClientSession) -> anyhow::Result<()> {
         }
         _ => {}
     }
-    eprintln!("received {n} objects, {bytes} bytes, lost {lost}");
+    if stamped > 0 || !a.stats {
+        eprintln!("received {n} objects, {bytes} bytes, lost {lost}");
+    } else {
+        // Media or stdin objects carry no quichub send stamp: no latency and
+        // no sequence to count losses by.
+        eprintln!("received {n} objects, {bytes} bytes (no send stamps: latency and loss unknown)");
+    }
     sub.cancel();
     Ok(())
 }
@@ -383,6 +407,26 @@ async fn subscribe(a: &SubArgs, session: &ClientSession) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_synthetic_stamps_count_for_latency_and_loss() {
+        let now = 1_800_000_000_000_000u64;
+        let synthetic = quichub_client::synth::payload(7, 64);
+        let real_now = quichub_client::synth::now_micros();
+        assert_eq!(
+            plausible_stamp(&synthetic, real_now).map(|(_, s)| s),
+            Some(7)
+        );
+        // An H.264 frame's first bytes are no stamp.
+        let mut frame = vec![0u8, 0, 0, 1, 0x65, 0x88, 0x84, 0x00];
+        frame.extend_from_slice(&[0x33; 40]);
+        assert_eq!(plausible_stamp(&frame, now), None);
+        assert_eq!(plausible_stamp(b"short", now), None);
+        assert_eq!(sequence_gap(4, 5), 0);
+        assert_eq!(sequence_gap(4, 8), 3);
+        assert_eq!(sequence_gap(9, 3), 0, "a jump back counts nothing");
+        assert_eq!(sequence_gap(0, 1 << 40), 0, "nor a restart");
+    }
 
     #[derive(clap::Parser)]
     struct T {
