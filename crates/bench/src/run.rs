@@ -645,7 +645,8 @@ pub struct CapacityStep {
     pub loss_ratio: f64,
     /// Failed subscriptions or tracks.
     pub failures: usize,
-    /// Relay CPU share of one core in the DATA phase (percent).
+    /// Relay CPU in the DATA phase, in percent of one core (above 100 on
+    /// several cores).
     pub relay_cpu_pct: Option<f64>,
     /// Relay CPU microseconds per delivered object.
     pub relay_us_per_object: Option<f64>,
@@ -653,21 +654,23 @@ pub struct CapacityStep {
     pub latency_p50_ms: f64,
     /// One-way latency p99 (ms).
     pub latency_p99_ms: f64,
-    /// Whether this step was clean (no loss, no failure, CPU ≤ 95%).
+    /// Whether this step was clean (no loss, no failure, CPU ≤ 95% of the
+    /// relay's cores).
     pub clean: bool,
 }
 
 /// Ramps subscribers from `start` by `step` up to `max`, stopping after the
 /// first step with a lost object, a failed subscription or relay CPU above
-/// 95% of one core. Returns every step; the largest clean one is the capacity.
+/// 95% of `relay_cpus` cores. Returns every step; the largest clean one is
+/// the capacity.
 pub async fn capacity(
     cfg: &RunConfig,
     profile: &Profile,
-    start: usize,
-    step: usize,
-    max: usize,
+    (start, step, max): (usize, usize, usize),
+    relay_cpus: usize,
     mut on_step: impl FnMut(&CapacityStep),
 ) -> anyhow::Result<Vec<CapacityStep>> {
+    let cpu_limit = 95.0 * relay_cpus.max(1) as f64;
     let mut steps = Vec::new();
     let mut n = start.max(1);
     while n <= max {
@@ -690,7 +693,7 @@ pub async fn capacity(
             latency_p99_ms: all.latency.p99_ms.unwrap_or(0.0),
             clean: all.lost_objects == 0
                 && failures == 0
-                && r.relay_cpu_pct.is_none_or(|c| c <= 95.0),
+                && r.relay_cpu_pct.is_none_or(|c| c <= cpu_limit),
         };
         on_step(&s);
         let clean = s.clean;

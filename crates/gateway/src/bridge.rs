@@ -24,7 +24,6 @@ use quichub_mqtt::QoS;
 use quichub_relay::core::TrackEntry;
 use quichub_relay::object::{Object, TrackEvent};
 use quichub_relay::sink::SinkFilter;
-use quichub_relay::track::Track;
 use quichub_relay::Relay;
 use tokio::sync::{broadcast, mpsc};
 
@@ -110,12 +109,7 @@ impl Bridge {
                     let Some(name) = mapping::topic_to_track(&m.topic) else {
                         return;
                     };
-                    let track = Arc::new(Track::new(
-                        name,
-                        self.relay.next_id(),
-                        self.relay.config.clone(),
-                        self.relay.metrics.clone(),
-                    ));
+                    let track = Arc::new(self.relay.new_track(name));
                     self.own.lock().expect("bridge own").insert(track.id);
                     match self.relay.publish_track(track.clone()) {
                         Ok(entry) => {

@@ -109,6 +109,12 @@ impl Client {
         })
     }
 
+    /// The quinn endpoint (for example to `rebind` it to a new socket, as a
+    /// client behind a NAT that changed its port).
+    pub fn endpoint(&self) -> &quinn::Endpoint {
+        &self.endpoint
+    }
+
     /// Uses `cc` as the congestion controller of the connections made from
     /// now on.
     pub fn set_congestion_control(&mut self, cc: crate::CongestionControl) {

@@ -21,6 +21,7 @@ pub mod io;
 pub mod metrics_http;
 pub mod quic_config;
 pub mod server;
+pub mod shard;
 pub mod tcp_limits;
 pub mod tls;
 

@@ -65,6 +65,11 @@ pub struct QuicConfig {
     /// Congestion controller of the connections: `cubic`, `newreno` or `bbr`
     /// (the lab's `--cc` compares them).
     pub congestion_control: crate::CongestionControl,
+    /// QUIC endpoints serving the port, each on a thread of its own and a
+    /// socket of one `SO_REUSEPORT` group (see `quichub_net::shard`); 0: one
+    /// per CPU the process may run on. 1 runs the endpoint on the process's
+    /// runtime, as `--threads` sets it.
+    pub endpoints: usize,
 }
 
 impl Default for QuicConfig {
@@ -83,6 +88,7 @@ impl Default for QuicConfig {
             retry_above_handshakes: 64,
             handshake_timeout_ms: 10_000,
             congestion_control: crate::CongestionControl::default(),
+            endpoints: 1,
         }
     }
 }
@@ -118,6 +124,11 @@ impl QuicConfig {
         anyhow::ensure!(
             self.max_handshakes >= 1,
             "[quic] max_handshakes must be at least 1"
+        );
+        anyhow::ensure!(
+            self.endpoints <= crate::shard::MAX_SHARDS,
+            "[quic] endpoints must be at most {}",
+            crate::shard::MAX_SHARDS
         );
         anyhow::ensure!(
             self.handshake_timeout_ms > 0,

@@ -27,9 +27,14 @@ pub const ALPN_MQTT: &[u8] = b"mqtt";
 /// the oldest go first).
 const SESSION_CACHE: usize = 4096;
 
-/// A bound server endpoint.
+/// A bound server endpoint: one quinn endpoint on the caller's runtime, or
+/// with [`QuicConfig::endpoints`] above 1, several on one port, each on a
+/// thread of its own ([`crate::shard`]).
 pub struct Server {
-    endpoint: quinn::Endpoint,
+    endpoints: Vec<quinn::Endpoint>,
+    /// The shards' runtimes, index by index (empty: one endpoint on the
+    /// runtime that bound it).
+    threads: crate::shard::Threads,
     config: QuicConfig,
     handshakes: Arc<AtomicUsize>,
     stats: Arc<AdmissionStats>,
@@ -45,6 +50,7 @@ pub struct AdmissionStats {
     /// Handshakes closed for taking longer than the handshake timeout.
     pub timeouts: AtomicU64,
     handshakes: Arc<AtomicUsize>,
+    endpoints: usize,
 }
 
 impl AdmissionStats {
@@ -67,12 +73,70 @@ impl AdmissionStats {
              quichub_quic_refused_total {}\n\
              # HELP quichub_quic_handshake_timeouts_total Handshakes closed for taking too long.\n\
              # TYPE quichub_quic_handshake_timeouts_total counter\n\
-             quichub_quic_handshake_timeouts_total {}\n",
+             quichub_quic_handshake_timeouts_total {}\n\
+             # HELP quichub_quic_endpoints QUIC endpoints (threads) serving the UDP port.\n\
+             # TYPE quichub_quic_endpoints gauge\n\
+             quichub_quic_endpoints {}\n",
             self.handshakes.load(Relaxed),
             self.retries.load(Relaxed),
             self.refused.load(Relaxed),
             self.timeouts.load(Relaxed),
+            self.endpoints.max(1),
         )
+    }
+}
+
+/// Accepts connection attempts on one endpoint of a [`Server`], applying
+/// the server's admission limits ([`Server::acceptor`]).
+#[derive(Clone)]
+pub struct Acceptor {
+    endpoint: quinn::Endpoint,
+    config: QuicConfig,
+    handshakes: Arc<AtomicUsize>,
+    stats: Arc<AdmissionStats>,
+}
+
+impl Acceptor {
+    /// Waits for the next admitted connection attempt; `None` once the
+    /// endpoint is closed. Attempts beyond the limits (counted over all
+    /// the server's endpoints) are answered here: a stateless Retry once
+    /// `retry_above_handshakes` are in flight (the client returns with a
+    /// token proving its address; nothing is kept for one that does not),
+    /// CONNECTION_REFUSED at `max_handshakes`.
+    pub async fn accept(&self) -> Option<Pending> {
+        loop {
+            let incoming = self.endpoint.accept().await?;
+            let in_flight = self.handshakes.load(Relaxed);
+            match self
+                .config
+                .admit(in_flight, incoming.remote_address_validated())
+            {
+                Admission::Accept => {
+                    self.handshakes.fetch_add(1, Relaxed);
+                    return Some(Pending {
+                        incoming,
+                        slot: HandshakeSlot(self.handshakes.clone()),
+                        timeout: self.config.handshake_timeout(),
+                        stats: self.stats.clone(),
+                    });
+                }
+                Admission::Retry => match incoming.retry() {
+                    Ok(()) => {
+                        self.stats.retries.fetch_add(1, Relaxed);
+                    }
+                    // A client that already answered a Retry and still finds
+                    // us busy: refuse.
+                    Err(e) => {
+                        self.stats.refused.fetch_add(1, Relaxed);
+                        e.into_incoming().refuse();
+                    }
+                },
+                Admission::Refuse => {
+                    self.stats.refused.fetch_add(1, Relaxed);
+                    incoming.refuse();
+                }
+            }
+        }
     }
 }
 
@@ -213,20 +277,47 @@ impl Server {
         config.max_incoming(quic.max_handshakes);
         config.incoming_buffer_size(64 << 10);
         config.incoming_buffer_size_total(16 << 20);
-        let socket = bind_udp(addr).with_context(|| format!("bind UDP {addr}"))?;
-        let runtime = quinn::default_runtime().context("no async runtime")?;
-        let endpoint = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
-            Some(config),
-            socket,
-            runtime,
-        )?;
+        let shards = crate::shard::resolve(quic.endpoints);
+        let (endpoints, threads) = if shards == 1 {
+            let socket = bind_udp(addr).with_context(|| format!("bind UDP {addr}"))?;
+            let runtime = quinn::default_runtime().context("no async runtime")?;
+            let endpoint = quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                Some(config),
+                socket,
+                runtime,
+            )?;
+            (vec![endpoint], Vec::new())
+        } else {
+            // Every shard shares the server config: one TLS session cache
+            // (0-RTT resumes on any shard) and one Retry token key.
+            let sockets = crate::shard::bind_group(addr, shards)?;
+            let mut endpoints = Vec::with_capacity(shards);
+            let mut threads = Vec::with_capacity(shards);
+            for (i, socket) in sockets.into_iter().enumerate() {
+                let config = config.clone();
+                let (thread, endpoint) = crate::shard::spawn(i, move || {
+                    let runtime = quinn::default_runtime().context("no async runtime")?;
+                    Ok(quinn::Endpoint::new(
+                        crate::shard::endpoint_config(i, shards),
+                        Some(config),
+                        socket,
+                        runtime,
+                    )?)
+                })?;
+                endpoints.push(endpoint);
+                threads.push(thread);
+            }
+            (endpoints, threads)
+        };
         let handshakes = Arc::new(AtomicUsize::new(0));
         Ok(Self {
-            endpoint,
+            endpoints,
+            threads: Arc::new(threads),
             config: quic.clone(),
             stats: Arc::new(AdmissionStats {
                 handshakes: handshakes.clone(),
+                endpoints: shards,
                 ..Default::default()
             }),
             handshakes,
@@ -245,58 +336,64 @@ impl Server {
 
     /// The bound address (useful with port 0).
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.endpoint.local_addr()
+        self.endpoints[0].local_addr()
     }
 
-    /// The underlying endpoint.
+    /// The first (with one shard, the only) endpoint.
     pub fn endpoint(&self) -> &quinn::Endpoint {
-        &self.endpoint
+        &self.endpoints[0]
     }
 
-    /// Waits for the next admitted connection attempt; `None` once the
-    /// endpoint is closed. Attempts beyond the limits are answered here: a
-    /// stateless Retry once `retry_above_handshakes` are in flight (the
-    /// client returns with a token proving its address; nothing is kept for
-    /// one that does not), CONNECTION_REFUSED at `max_handshakes`.
+    /// How many endpoints serve the port.
+    pub fn shards(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    /// The runtime shard `shard`'s tasks run on: its own thread's, or
+    /// `None` for a single endpoint on the runtime that bound it. A
+    /// connection accepted on a shard must be served there
+    /// ([`Server::accept_on`]).
+    pub fn shard_runtime(&self, shard: usize) -> Option<tokio::runtime::Handle> {
+        self.threads.get(shard).map(|t| t.handle.clone())
+    }
+
+    /// Waits for the next admitted connection attempt on the first endpoint;
+    /// see [`Server::accept_on`].
     pub async fn accept(&self) -> Option<Pending> {
-        loop {
-            let incoming = self.endpoint.accept().await?;
-            let in_flight = self.handshakes.load(Relaxed);
-            match self
-                .config
-                .admit(in_flight, incoming.remote_address_validated())
-            {
-                Admission::Accept => {
-                    self.handshakes.fetch_add(1, Relaxed);
-                    return Some(Pending {
-                        incoming,
-                        slot: HandshakeSlot(self.handshakes.clone()),
-                        timeout: self.config.handshake_timeout(),
-                        stats: self.stats.clone(),
-                    });
-                }
-                Admission::Retry => match incoming.retry() {
-                    Ok(()) => {
-                        self.stats.retries.fetch_add(1, Relaxed);
-                    }
-                    // A client that already answered a Retry and still finds
-                    // us busy: refuse.
-                    Err(e) => {
-                        self.stats.refused.fetch_add(1, Relaxed);
-                        e.into_incoming().refuse();
-                    }
-                },
-                Admission::Refuse => {
-                    self.stats.refused.fetch_add(1, Relaxed);
-                    incoming.refuse();
-                }
-            }
-        }
+        self.accept_on(0).await
+    }
+
+    /// Waits for the next admitted connection attempt on endpoint `shard`
+    /// (see [`Acceptor::accept`]); `None` once it is closed. Call it on the
+    /// shard's runtime ([`Server::shard_runtime`]).
+    pub async fn accept_on(&self, shard: usize) -> Option<Pending> {
+        self.acceptor(shard)?.accept().await
+    }
+
+    /// What accepts connections on endpoint `shard`, without holding the
+    /// server: an accept loop that owns it ends when the server is dropped
+    /// (its shard's thread stops), instead of keeping it alive.
+    pub fn acceptor(&self, shard: usize) -> Option<Acceptor> {
+        Some(Acceptor {
+            endpoint: self.endpoints.get(shard)?.clone(),
+            config: self.config.clone(),
+            handshakes: self.handshakes.clone(),
+            stats: self.stats.clone(),
+        })
     }
 
     /// Stops accepting and closes every connection with `code`.
     pub fn close(&self, code: u32, reason: &[u8]) {
-        self.endpoint.close(code.into(), reason);
+        for e in &self.endpoints {
+            e.close(code.into(), reason);
+        }
+    }
+
+    /// Waits until every endpoint's connections are gone (after [`Server::close`]).
+    pub async fn wait_idle(&self) {
+        for e in &self.endpoints {
+            e.wait_idle().await;
+        }
     }
 }
 
@@ -307,10 +404,21 @@ impl Server {
 const SOCKET_BUFFER: usize = 8 << 20;
 
 pub(crate) fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    bind_udp_with(addr, false)
+}
+
+/// [`bind_udp`], joining `addr`'s `SO_REUSEPORT` group when `reuse_port`.
+pub(crate) fn bind_udp_with(
+    addr: SocketAddr,
+    reuse_port: bool,
+) -> std::io::Result<std::net::UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         socket.set_only_v6(false).ok();
+    }
+    if reuse_port {
+        socket.set_reuse_port(true)?;
     }
     // Best effort: a smaller buffer still works, it only drops sooner.
     socket.set_recv_buffer_size(SOCKET_BUFFER).ok();

@@ -163,7 +163,8 @@ enum BenchCmd {
         #[arg(long)]
         meeting_size: Option<usize>,
     },
-    /// Ramp subscribers until loss, a failed subscription, or relay CPU > 95%.
+    /// Ramp subscribers until loss, a failed subscription, or relay CPU > 95%
+    /// of its cores.
     Capacity {
         #[command(flatten)]
         common: Common,
@@ -179,9 +180,15 @@ enum BenchCmd {
         /// Last step.
         #[arg(long, default_value_t = 5000)]
         max: usize,
-        /// Pin the relay to CPU 0 and this process to the other CPUs.
+        /// Pin the relay to CPU 0 (CPUs 0..N-1 with `--relay-cpus N`) and
+        /// this process to the other CPUs.
         #[arg(long)]
         pin: bool,
+        /// Cores the relay has: a step is clean up to 95% of N cores
+        /// (start the relay with as many threads: `--threads N` or
+        /// `relay --endpoints N`; scripts/bench-cores.sh does).
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        relay_cpus: usize,
     },
 }
 
@@ -294,21 +301,27 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<u8> {
             step,
             max,
             pin,
+            relay_cpus,
         } => {
             let profile = load_profile(&c)?;
             check_relay_pid(relay_pid)?;
+            anyhow::ensure!(relay_cpus >= 1, "--relay-cpus must be at least 1");
             let mut out = human(&c);
             if pin {
                 let cpus = std::thread::available_parallelism()
                     .map(|n| n.get())
                     .unwrap_or(1);
-                anyhow::ensure!(cpus >= 2, "--pin needs at least 2 CPUs");
-                run::pin_process(relay_pid, &[0])?;
-                let others: Vec<usize> = (1..cpus).collect();
-                run::pin_process(std::process::id(), &others)?;
+                anyhow::ensure!(
+                    cpus > relay_cpus,
+                    "--pin needs more CPUs than --relay-cpus ({relay_cpus}): this machine has {cpus}"
+                );
+                run::pin_process(relay_pid, &(0..relay_cpus).collect::<Vec<_>>())?;
+                run::pin_process(std::process::id(), &(relay_cpus..cpus).collect::<Vec<_>>())?;
                 writeln!(
                     out,
-                    "pinned relay (pid {relay_pid}) to CPU 0 and the load generator to CPUs 1-{}",
+                    "pinned relay (pid {relay_pid}) to CPUs 0-{} and the load generator to CPUs {}-{}",
+                    relay_cpus - 1,
+                    relay_cpus,
                     cpus - 1
                 )?;
             }
@@ -329,7 +342,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<u8> {
                 "p99 ms",
                 "clean"
             )?;
-            let steps = run::capacity(&cfg, &profile, start, step, max, |s| {
+            let steps = run::capacity(&cfg, &profile, (start, step, max), relay_cpus, |s| {
                 let _ = writeln!(
                     out,
                     "{:>11} {:>10} {:>9.4} {:>8} {:>8.1}% {:>11.2} {:>9.2} {:>9.2} {:>6}",

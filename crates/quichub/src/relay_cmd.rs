@@ -81,6 +81,13 @@ pub struct RelayArgs {
     /// Default 9,100. Key `quic.ack_frequency`.
     #[arg(long)]
     pub ack_frequency: Option<String>,
+    /// QUIC endpoints serving the UDP port, each on a thread of its own
+    /// (sockets of one `SO_REUSEPORT` group; packets reach a connection's
+    /// endpoint by its connection ID, so migration keeps working): `0` for
+    /// one per CPU this process may run on. Default 1 (the endpoint on the
+    /// `--threads` runtime). Key `quic.endpoints`.
+    #[arg(long, value_name = "N")]
+    pub endpoints: Option<usize>,
     /// JWT verification key for tokens without a `kid` (and for its own
     /// `kid`): a JWK file as `quichub token generate-key` writes it, a PEM
     /// public key, or a raw HMAC secret file (docs/auth.md). Re-read on
@@ -141,6 +148,7 @@ impl RelayArgs {
         }
         set(&self.bind, &mut c.quic.bind);
         set(&self.ack_frequency, &mut c.quic.ack_frequency);
+        set(&self.endpoints, &mut c.quic.limits.endpoints);
         if let Some(h) = &self.http3 {
             c.quic.http3 = h == "on";
         }
@@ -386,6 +394,7 @@ mod tests {
             ("--http", "off"),
             ("--http3", "off"),
             ("--ack-frequency", "off"),
+            ("--endpoints", "3"),
             ("--cert", "/c.pem"),
             ("--key", "/k.pem"),
             ("--auth-key", "/a.jwk"),

@@ -24,7 +24,34 @@ fn payload(g: u64, o: u64, size: usize) -> Bytes {
 /// once and in order within its subgroup; a datagram track arrives without loss.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fanout_to_50_subscribers() {
-    let relay = TestRelay::start().await;
+    fanout_to_50(TestRelay::start().await).await;
+}
+
+/// The same through a relay with 4 QUIC endpoints on its port (a thread
+/// each): sessions land on several shards, and each datagram object crosses
+/// to another shard once, not once per subscriber there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fanout_to_50_subscribers_over_4_endpoint_shards() {
+    let quic = quichub_net::QuicConfig {
+        endpoints: 4,
+        ..Default::default()
+    };
+    let relay = TestRelay::with_quic(Config::default(), quic).await;
+    assert_eq!(relay.server.shards(), 4);
+    let metrics = relay.relay.metrics.clone();
+    fanout_to_50(relay).await;
+    let handoffs = metrics.shard_handoffs.load(Relaxed);
+    // 100 datagrams, 50 subscribers on up to 3 shards besides the
+    // publisher's: at least one hand-off per datagram (the 50 did not all
+    // land on the publisher's shard), at most 3, never one per subscriber.
+    assert!(
+        (100..=300).contains(&handoffs),
+        "{handoffs} hand-offs for 100 datagrams"
+    );
+    assert_eq!(metrics.drops_datagram.load(Relaxed), 0);
+}
+
+async fn fanout_to_50(relay: TestRelay) {
     let publisher = relay.client("moqt").await;
     let video = publisher
         .create_track(FullTrackName::new("e2e", "video"), 2, TrackMode::Push)

@@ -167,6 +167,7 @@ pub struct Relay {
     changed: Notify,
     shutdown: watch::Sender<bool>,
     authorizer: RwLock<Arc<dyn Authorizer>>,
+    fanout: Arc<crate::fanout::Fanout>,
 }
 
 impl Relay {
@@ -185,7 +186,29 @@ impl Relay {
             changed: Notify::new(),
             shutdown: watch::channel(false).0,
             authorizer: RwLock::new(authorizer),
+            fanout: Arc::default(),
         })
+    }
+
+    /// A new track with a fresh relay-wide id, ready for this relay's
+    /// fan-out (grouped by endpoint shard once [`Relay::start_shards`] ran).
+    pub fn new_track(&self, name: FullTrackName) -> Track {
+        Track::new(
+            name,
+            self.next_id(),
+            self.config.clone(),
+            self.metrics.clone(),
+        )
+        .with_fanout(self.fanout.clone())
+    }
+
+    /// Starts the datagram fan-out workers of the endpoint shards
+    /// (`runtimes[i]` runs shard `i`); tracks created afterwards hand each
+    /// object once to every other shard with subscribers. Once per relay.
+    pub fn start_shards(&self, runtimes: &[tokio::runtime::Handle]) {
+        if runtimes.len() > 1 && self.fanout.shards() == 0 {
+            self.fanout.start(runtimes, self.metrics.clone());
+        }
     }
 
     /// Replaces the authorizer (for example after the auth configuration was
@@ -541,12 +564,7 @@ impl Relay {
             if st.tracks.len() >= self.config.max_tracks {
                 return Err(Refusal::new(request_error::EXCESSIVE_LOAD, "track limit"));
             }
-            let track = Arc::new(Track::new(
-                name.clone(),
-                self.next_id(),
-                self.config.clone(),
-                self.metrics.clone(),
-            ));
+            let track = Arc::new(self.new_track(name.clone()));
             let entry = Arc::new(TrackEntry {
                 track,
                 origin: Origin::Subscribed,

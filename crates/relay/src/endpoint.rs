@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quichub_net::h3::HttpConnection;
-use quichub_net::server::{establish_any, Established, Server};
+use quichub_net::server::{establish_any, Acceptor, Established, Server};
 use web_transport_quinn::quinn;
 
 use crate::core::Relay;
@@ -56,7 +56,46 @@ pub async fn serve_endpoint(
     http3: Option<Http3Handler>,
 ) {
     let handlers = Arc::new(handlers);
-    while let Some(incoming) = server.accept().await {
+    if server.shards() == 1 && server.shard_runtime(0).is_none() {
+        let Some(acceptor) = server.acceptor(0) else {
+            return;
+        };
+        return serve_shard(relay, acceptor, handlers, http3).await;
+    }
+    // One accept loop per endpoint, on the endpoint's own thread: the
+    // sessions it accepts (and every task they spawn) run there too.
+    let runtimes: Vec<_> = (0..server.shards())
+        .filter_map(|shard| server.shard_runtime(shard))
+        .collect();
+    relay.start_shards(&runtimes);
+    // The loops hold no reference to the server: dropping it stops the
+    // shards' threads, and with them these loops.
+    let loops: Vec<_> = (0..server.shards())
+        .filter_map(|shard| {
+            let rt = server.shard_runtime(shard)?;
+            let acceptor = server.acceptor(shard)?;
+            Some(rt.spawn(serve_shard(
+                relay.clone(),
+                acceptor,
+                handlers.clone(),
+                http3.clone(),
+            )))
+        })
+        .collect();
+    drop(server);
+    for l in loops {
+        let _ = l.await;
+    }
+}
+
+/// The accept loop of one endpoint, run on its runtime.
+async fn serve_shard(
+    relay: Arc<Relay>,
+    acceptor: Acceptor,
+    handlers: Arc<AlpnHandlers>,
+    http3: Option<Http3Handler>,
+) {
+    while let Some(incoming) = acceptor.accept().await {
         let relay = relay.clone();
         let handlers = handlers.clone();
         let http3 = http3.clone();
@@ -138,5 +177,5 @@ pub async fn shutdown(relay: &Arc<Relay>, server: &Server) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     server.close(0, b"relay shutting down");
-    server.endpoint().wait_idle().await;
+    server.wait_idle().await;
 }

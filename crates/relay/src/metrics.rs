@@ -56,6 +56,9 @@ pub struct Metrics {
     pub cache_bytes: AtomicI64,
     /// Sessions closed for protocol violations.
     pub protocol_violations: AtomicU64,
+    /// Datagram objects handed from the publisher's endpoint shard to
+    /// another shard's subscribers (one per object per shard).
+    pub shard_handoffs: AtomicU64,
 }
 
 impl Metrics {
@@ -135,6 +138,13 @@ impl Metrics {
             "Tracks ended by PUBLISH_DONE before all the data streams it counted had arrived (after a grace period).",
             "counter",
             self.publish_done_streams_missing.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "shard_handoffs_total",
+            "Datagram objects handed to another endpoint shard's subscribers (one per object and shard).",
+            "counter",
+            self.shard_handoffs.load(Relaxed) as i128,
             "",
         );
         g(

@@ -78,6 +78,11 @@ impl DatagramSink {
         }
     }
 
+    /// Whether it sends to a MoQT session (not an in-process consumer).
+    pub fn is_session(&self) -> bool {
+        matches!(self.target, SinkTarget::Session { .. })
+    }
+
     /// Applies a filter; the first call also sends what was queued.
     pub fn activate(&self, filter: SinkFilter, metrics: &Metrics) {
         let queued = {

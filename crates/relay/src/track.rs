@@ -10,6 +10,7 @@ use moqt::{FullTrackName, GroupOrder, KeyValue, Location};
 use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::config::Config;
+use crate::fanout::{Fanout, ShardSinks};
 use crate::metrics::Metrics;
 use crate::object::{Object, TrackEvent};
 use crate::sink::{DatagramSink, SinkTarget};
@@ -190,6 +191,10 @@ pub struct Track {
     /// Count is checked against these before the track ends, so streams
     /// still in flight when it arrives are not cut off.
     streams: watch::Sender<(u64, u64)>,
+    /// With several endpoint shards: the datagram subscribers of each shard
+    /// (empty otherwise; see [`crate::fanout`]).
+    shard_sinks: Vec<Arc<ShardSinks>>,
+    fanout: Option<Arc<Fanout>>,
 }
 
 /// Counts one upstream data stream of a track as open until dropped.
@@ -233,7 +238,21 @@ impl Track {
             metrics,
             created: Instant::now(),
             streams: watch::channel((0, 0)).0,
+            shard_sinks: Vec::new(),
+            fanout: None,
         }
+    }
+
+    /// Groups the track's datagram subscribers by endpoint shard and hands
+    /// objects to other shards through `fanout` (a no-op before the fan-out
+    /// was started).
+    pub(crate) fn with_fanout(mut self, fanout: Arc<Fanout>) -> Self {
+        let shards = fanout.shards();
+        if shards > 1 {
+            self.shard_sinks = (0..shards).map(|_| Arc::default()).collect();
+            self.fanout = Some(fanout);
+        }
+        self
     }
 
     /// Counts an upstream subgroup stream as open until the returned guard
@@ -326,7 +345,16 @@ impl Track {
     fn join_target(self: &Arc<Self>, target: SinkTarget) -> Joined {
         let mut g = self.inner.lock().expect("track lock");
         let sink = Arc::new(DatagramSink::with_target(target));
-        g.sinks.push(sink.clone());
+        // A session's sink joins its shard's group (sent by that shard's
+        // thread); an in-process consumer's joins the publisher's loop.
+        let shard = match sink.is_session() {
+            true => quichub_net::shard::current().and_then(|k| self.shard_sinks.get(k)),
+            false => None,
+        };
+        match shard {
+            Some(group) => group.push(sink.clone()),
+            None => g.sinks.push(sink.clone()),
+        }
         Joined {
             sink: SinkGuard {
                 track: self.clone(),
@@ -367,11 +395,28 @@ impl Track {
         if object.subgroup.is_none() {
             let bytes = object.payload.len() as u64;
             let now = Instant::now();
-            let sent = g
+            let mut sent = g
                 .sinks
                 .iter()
                 .filter(|s| s.offer(&object, now, &self.metrics))
                 .count() as u64;
+            if let Some(fanout) = &self.fanout {
+                let here = quichub_net::shard::current();
+                for (k, group) in self.shard_sinks.iter().enumerate() {
+                    if group.len() == 0 {
+                        continue;
+                    }
+                    if here == Some(k) {
+                        sent += group.offer(&object, now, &self.metrics);
+                    } else if fanout.hand_off(k, group, &object) {
+                        self.metrics.shard_handoffs.fetch_add(1, Relaxed);
+                    } else {
+                        self.metrics
+                            .drops_datagram
+                            .fetch_add(group.len() as u64, Relaxed);
+                    }
+                }
+            }
             self.metrics.objects_out.fetch_add(sent, Relaxed);
             self.metrics.bytes_out.fetch_add(sent * bytes, Relaxed);
         } else {
@@ -385,6 +430,9 @@ impl Track {
             .expect("track lock")
             .sinks
             .retain(|s| !Arc::ptr_eq(s, sink));
+        for group in &self.shard_sinks {
+            group.remove(sink);
+        }
     }
 
     /// Forwards the end of an upstream subgroup stream.

@@ -17,7 +17,7 @@ use super::upstream::settle;
 use super::{reply_error, reserved_namespace, RequestSlot, Result, SessionHandle};
 use crate::access::Operation;
 use crate::core::{Relay, TrackEntry};
-use crate::track::{Track, TrackInfo};
+use crate::track::TrackInfo;
 
 /// Sends PUBLISH for a track to a SUBSCRIBE_TRACKS subscriber and, once it
 /// accepts, delivers the track like a subscription. `tokens`: the
@@ -110,12 +110,7 @@ pub(super) async fn on_publish(
         .await;
         return Ok(());
     }
-    let track = Arc::new(Track::new(
-        m.track.clone(),
-        relay.next_id(),
-        relay.config.clone(),
-        relay.metrics.clone(),
-    ));
+    let track = Arc::new(relay.new_track(m.track.clone()));
     track.set_publisher_session(h.id);
     track.set_info(
         TrackInfo::from_properties(m.properties.clone()),
