@@ -48,6 +48,14 @@ async fn fanout_to_50_subscribers_over_4_endpoint_shards() {
         (100..=300).contains(&handoffs),
         "{handoffs} hand-offs for 100 datagrams"
     );
+    // Stream subscribers on other shards are woken through their shard's
+    // worker: at most one wake-up per event (100 objects, 5 subgroup ends)
+    // and shard.
+    let wakeups = metrics.shard_wakeups.load(Relaxed);
+    assert!(
+        (1..=315).contains(&wakeups),
+        "{wakeups} wake-ups for 105 stream events"
+    );
     assert_eq!(metrics.drops_datagram.load(Relaxed), 0);
 }
 

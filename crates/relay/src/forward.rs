@@ -116,6 +116,7 @@ impl Forwarder {
     pub async fn run(mut self, joined: Joined) -> Done {
         let Joined {
             mut rx,
+            wait,
             mut ended,
             sink,
             ..
@@ -134,7 +135,12 @@ impl Forwarder {
         let status = loop {
             tokio::select! {
                 biased;
-                ev = rx.recv() => match ev {
+                ev = async {
+                    match &wait {
+                        Some(w) => w.recv(&mut rx).await,
+                        None => rx.recv().await,
+                    }
+                } => match ev {
                     Ok(TrackEvent::Object(o)) => {
                         if let Some(status) = self.on_object(&o).await {
                             break status;

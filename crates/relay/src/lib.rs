@@ -18,7 +18,7 @@
 //!   split by concern: ingest, upstream, subscribe, fetch, namespace, publish.
 //! - `forward` (private): delivery of one subscription's objects to one session.
 //! - [`sink`]: direct fan-out of datagram objects.
-//! - `fanout` (private): the same across endpoint shards, one hand-off per object per shard.
+//! - [`fanout`]: fan-out across endpoint shards, at most one hand-off per object per shard.
 //! - [`metrics`]: counters and their Prometheus rendering.
 #![warn(missing_docs)]
 
@@ -26,7 +26,7 @@ pub mod access;
 pub mod config;
 pub mod core;
 pub mod endpoint;
-mod fanout;
+pub mod fanout;
 mod forward;
 pub mod metrics;
 pub mod object;

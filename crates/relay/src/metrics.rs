@@ -57,8 +57,12 @@ pub struct Metrics {
     /// Sessions closed for protocol violations.
     pub protocol_violations: AtomicU64,
     /// Datagram objects handed from the publisher's endpoint shard to
-    /// another shard's subscribers (one per object per shard).
+    /// another shard's subscribers (one per object and shard).
     pub shard_handoffs: AtomicU64,
+    /// Wake-ups for new stream events handed to another endpoint shard's
+    /// subscribers (at most one per event and shard; coalesced while one
+    /// is pending).
+    pub shard_wakeups: AtomicU64,
 }
 
 impl Metrics {
@@ -141,13 +145,6 @@ impl Metrics {
             "",
         );
         g(
-            "shard_handoffs_total",
-            "Datagram objects handed to another endpoint shard's subscribers (one per object and shard).",
-            "counter",
-            self.shard_handoffs.load(Relaxed) as i128,
-            "",
-        );
-        g(
             "subscriptions",
             "Open downstream subscriptions.",
             "gauge",
@@ -224,6 +221,17 @@ impl Metrics {
             s,
             "quichub_protocol_violations_total {}",
             self.protocol_violations.load(Relaxed)
+        );
+        let _ = writeln!(s, "# HELP quichub_shard_handoffs_total Hand-offs to another endpoint shard's subscribers: datagram objects, and wake-ups for new stream events (at most one per object and shard).\n# TYPE quichub_shard_handoffs_total counter");
+        let _ = writeln!(
+            s,
+            "quichub_shard_handoffs_total{{kind=\"datagram\"}} {}",
+            self.shard_handoffs.load(Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "quichub_shard_handoffs_total{{kind=\"stream_wakeup\"}} {}",
+            self.shard_wakeups.load(Relaxed)
         );
         s
     }

@@ -10,7 +10,7 @@ use moqt::{FullTrackName, GroupOrder, KeyValue, Location};
 use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::config::Config;
-use crate::fanout::{Fanout, ShardSinks};
+use crate::fanout::{Fanout, ShardSinks, ShardWait, ShardWake};
 use crate::metrics::Metrics;
 use crate::object::{Object, TrackEvent};
 use crate::sink::{DatagramSink, SinkTarget};
@@ -194,6 +194,9 @@ pub struct Track {
     /// With several endpoint shards: the datagram subscribers of each shard
     /// (empty otherwise; see [`crate::fanout`]).
     shard_sinks: Vec<Arc<ShardSinks>>,
+    /// With several endpoint shards: what each shard's stream subscribers
+    /// wait on.
+    shard_wakes: Vec<Arc<ShardWake>>,
     fanout: Option<Arc<Fanout>>,
 }
 
@@ -214,6 +217,9 @@ pub struct Joined {
     pub sink: SinkGuard,
     /// Events from now on.
     pub rx: broadcast::Receiver<TrackEvent>,
+    /// On an endpoint shard: wait for events with this (woken by the
+    /// shard's own thread) rather than with `rx.recv()`.
+    pub wait: Option<ShardWait>,
     /// Largest Location when it joined (the Joining Location).
     pub largest: Option<Location>,
     /// Track facts.
@@ -239,6 +245,7 @@ impl Track {
             created: Instant::now(),
             streams: watch::channel((0, 0)).0,
             shard_sinks: Vec::new(),
+            shard_wakes: Vec::new(),
             fanout: None,
         }
     }
@@ -250,6 +257,7 @@ impl Track {
         let shards = fanout.shards();
         if shards > 1 {
             self.shard_sinks = (0..shards).map(|_| Arc::default()).collect();
+            self.shard_wakes = (0..shards).map(|_| Arc::default()).collect();
             self.fanout = Some(fanout);
         }
         self
@@ -348,19 +356,21 @@ impl Track {
         // A session's sink joins its shard's group (sent by that shard's
         // thread); an in-process consumer's joins the publisher's loop.
         let shard = match sink.is_session() {
-            true => quichub_net::shard::current().and_then(|k| self.shard_sinks.get(k)),
+            true => quichub_net::shard::current().filter(|k| *k < self.shard_sinks.len()),
             false => None,
         };
         match shard {
-            Some(group) => group.push(sink.clone()),
+            Some(k) => self.shard_sinks[k].push(sink.clone()),
             None => g.sinks.push(sink.clone()),
         }
+        let wait = shard.map(|k| self.shard_wakes[k].join());
         Joined {
             sink: SinkGuard {
                 track: self.clone(),
                 sink,
             },
             rx: self.tx.subscribe(),
+            wait,
             largest: g.largest,
             info: g.info.clone(),
             ended: self.ended.subscribe(),
@@ -421,6 +431,27 @@ impl Track {
             self.metrics.bytes_out.fetch_add(sent * bytes, Relaxed);
         } else {
             let _ = self.tx.send(TrackEvent::Object(object));
+            self.wake_shards();
+        }
+    }
+
+    /// Tells the stream subscribers on every shard that the ring has new
+    /// events: directly on this thread's shard, through the worker (once
+    /// per pending wake-up) on the others.
+    fn wake_shards(&self) {
+        let Some(fanout) = &self.fanout else {
+            return;
+        };
+        let here = quichub_net::shard::current();
+        for (k, w) in self.shard_wakes.iter().enumerate() {
+            if w.receivers() == 0 {
+                continue;
+            }
+            if here == Some(k) {
+                w.wake();
+            } else if fanout.wake(k, w) {
+                self.metrics.shard_wakeups.fetch_add(1, Relaxed);
+            }
         }
     }
 
@@ -443,6 +474,7 @@ impl Track {
             subgroup,
             fin,
         });
+        self.wake_shards();
     }
 
     /// Marks the upstream as ended; subscribers send PUBLISH_DONE.
