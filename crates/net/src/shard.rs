@@ -113,6 +113,7 @@ impl ConnectionIdGenerator for ShardCids {
 /// packet (first bit 0) goes to socket `DCID[0] mod shards`; for a long-header
 /// packet it returns an index past the group, which makes the kernel fall
 /// back to its 4-tuple hash.
+#[cfg(target_os = "linux")]
 pub fn steering_program(shards: u32) -> Vec<libc::sock_filter> {
     const LD_B_ABS: u16 = (libc::BPF_LD | libc::BPF_B | libc::BPF_ABS) as u16;
     const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
@@ -135,6 +136,10 @@ pub fn steering_program(shards: u32) -> Vec<libc::sock_filter> {
 /// Socket `i` of the result is index `i` of the group.
 pub fn bind_group(addr: SocketAddr, shards: usize) -> anyhow::Result<Vec<std::net::UdpSocket>> {
     anyhow::ensure!(
+        cfg!(target_os = "linux"),
+        "[quic] endpoints above 1 need Linux (SO_REUSEPORT with a BPF program)"
+    );
+    anyhow::ensure!(
         (1..=MAX_SHARDS).contains(&shards),
         "[quic] endpoints must be between 1 and {MAX_SHARDS}"
     );
@@ -150,6 +155,12 @@ pub fn bind_group(addr: SocketAddr, shards: usize) -> anyhow::Result<Vec<std::ne
     Ok(sockets)
 }
 
+#[cfg(not(target_os = "linux"))]
+fn attach_steering(_: &std::net::UdpSocket, _: u32) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+#[cfg(target_os = "linux")]
 fn attach_steering(socket: &std::net::UdpSocket, shards: u32) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let mut program = steering_program(shards);
@@ -228,8 +239,12 @@ pub fn spawn<T: Send + 'static>(
     ))
 }
 
-/// The shard count `requested` means: 0 is one per CPU this process may run on.
+/// The shard count `requested` means: 0 is one per CPU this process may run
+/// on (1 where several endpoints are not supported).
 pub fn resolve(requested: usize) -> usize {
+    if requested == 0 && !cfg!(target_os = "linux") {
+        return 1;
+    }
     if requested > 0 {
         return requested.min(MAX_SHARDS);
     }
@@ -249,7 +264,7 @@ pub(crate) fn endpoint_config(shard: usize, shards: usize) -> quinn::EndpointCon
 /// Keeps the shards' threads alive (dropped with the server).
 pub(crate) type Threads = Arc<Vec<ShardThread>>;
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 

@@ -83,9 +83,9 @@ pub struct RelayArgs {
     pub ack_frequency: Option<String>,
     /// QUIC endpoints serving the UDP port, each on a thread of its own
     /// (sockets of one `SO_REUSEPORT` group; packets reach a connection's
-    /// endpoint by its connection ID, so migration keeps working): `0` for
-    /// one per CPU this process may run on. Default 1 (the endpoint on the
-    /// `--threads` runtime). Key `quic.endpoints`.
+    /// endpoint by its connection ID, so migration keeps working). Default
+    /// 0: one per CPU this process may run on; 1 runs the one endpoint on
+    /// the `--threads` runtime. Key `quic.endpoints`.
     #[arg(long, value_name = "N")]
     pub endpoints: Option<usize>,
     /// JWT verification key for tokens without a `kid` (and for its own
@@ -203,6 +203,13 @@ fn print_listening(hub: &Hub, out: &mut dyn Write) -> std::io::Result<()> {
         out,
         "quichub relay listening on udp {addr} (raw QUIC moqt-18, WebTransport h3)"
     )?;
+    let shards = hub.server().shards();
+    if shards > 1 {
+        writeln!(
+            out,
+            "quic endpoints {shards} on udp {addr} (a thread each; --endpoints)"
+        )?;
+    }
     writeln!(out, "certificate sha256 {}", hub.fingerprint())?;
     if let Some(s) = hub.self_signed() {
         writeln!(
