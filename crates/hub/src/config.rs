@@ -39,10 +39,81 @@ pub struct Config {
     pub metrics: MetricsSection,
     /// `[store]`: the broker's durable state (and the self-signed certificate).
     pub store: StoreSection,
+    /// `[cluster]`: other relays this one follows.
+    pub cluster: ClusterSection,
     /// The file this configuration was read from: [`crate::Hub::reload`]
     /// re-reads its `[auth]` section.
     #[serde(skip)]
     pub source: Option<PathBuf>,
+}
+
+/// `[cluster]`: relays this one follows over MoQT (`quichub_relay::origin`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterSection {
+    /// Origin relays: this relay subscribes to their namespaces, one
+    /// upstream SUBSCRIBE per track however many subscribers it has here.
+    pub origins: Vec<OriginSection>,
+}
+
+/// One `[[cluster.origins]]` entry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OriginSection {
+    /// `moqt://host:port/` or `https://host:port/` (WebTransport); `?jwt=`
+    /// authenticates this relay there.
+    pub url: String,
+    /// Namespace prefixes to follow (`/`-separated); empty: every namespace.
+    pub prefixes: Vec<String>,
+    /// SHA-256 of the origin's certificate (hex), as `quichub relay` prints it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// PEM file of the CAs that sign the origin's certificate (checked for
+    /// the URL's host name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+}
+
+impl OriginSection {
+    /// What `quichub_relay::origin::follow` takes, and how to check the
+    /// origin's certificate.
+    pub fn resolve(
+        &self,
+    ) -> anyhow::Result<(quichub_relay::origin::Origin, quichub_net::tls::Verify)> {
+        let url: url::Url = self
+            .url
+            .parse()
+            .with_context(|| format!("cluster.origins url {:?}", self.url))?;
+        anyhow::ensure!(
+            matches!(url.scheme(), "moqt" | "https"),
+            "cluster.origins url {:?}: moqt:// or https://",
+            self.url
+        );
+        let verify = match (&self.fingerprint, &self.ca) {
+            (Some(f), None) => {
+                quichub_net::tls::Verify::Fingerprints(vec![quichub_net::tls::unhex(f)
+                    .filter(|b| b.len() == 32)
+                    .with_context(|| {
+                        format!("cluster.origins fingerprint {f:?}: 64 hex digits")
+                    })?])
+            }
+            (None, Some(ca)) => quichub_net::tls::Verify::ca_file(ca)
+                .with_context(|| format!("cluster.origins ca for {}", self.url))?,
+            _ => anyhow::bail!(
+                "cluster.origins {}: give its certificate's fingerprint or a ca file (one of them)",
+                self.url
+            ),
+        };
+        let prefixes = if self.prefixes.is_empty() {
+            vec![moqt::TrackNamespace::default()]
+        } else {
+            self.prefixes
+                .iter()
+                .map(|p| moqt::TrackNamespace::from_path(p))
+                .collect()
+        };
+        Ok((quichub_relay::origin::Origin { url, prefixes }, verify))
+    }
 }
 
 /// `[quic]`.
@@ -414,6 +485,9 @@ impl Config {
     /// Checks what parsing cannot: addresses, combinations of keys, and that
     /// the certificate files load. [`crate::Hub::start`] runs it first.
     pub fn validate(&self) -> anyhow::Result<()> {
+        for o in &self.cluster.origins {
+            o.resolve()?;
+        }
         self.quic.bind_addr()?;
         self.quic.ack()?;
         self.quic

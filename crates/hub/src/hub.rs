@@ -244,6 +244,14 @@ impl Hub {
             alpn_handlers,
             http3,
         ));
+        // Relays this one follows ([cluster] origins): a client endpoint
+        // each, checking the origin's certificate as configured.
+        for o in &config.cluster.origins {
+            let (origin, verify) = o.resolve()?;
+            let client = quichub_net::client::Client::new("0.0.0.0:0".parse()?, verify)
+                .context("client endpoint for [cluster] origins")?;
+            tokio::spawn(quichub_relay::origin::follow(relay.clone(), client, origin));
+        }
         let http = match http_addr {
             Some(a) => Some(
                 quichub_gateway::http::tcp::spawn_tcp_with(

@@ -11,7 +11,8 @@ mod hub;
 mod metrics;
 
 pub use config::{
-    listen_addr, resolve_addr, Config, FsyncPolicy, HttpSection, MetricsSection, MqttSection,
-    QuicSection, RecoveryPolicy, StoreSection, TlsSection, DEFAULT_ACK_FREQUENCY,
+    listen_addr, resolve_addr, ClusterSection, Config, FsyncPolicy, HttpSection, MetricsSection,
+    MqttSection, OriginSection, QuicSection, RecoveryPolicy, StoreSection, TlsSection,
+    DEFAULT_ACK_FREQUENCY,
 };
 pub use hub::{Hub, SelfSignedFile};

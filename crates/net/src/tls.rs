@@ -489,9 +489,33 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 pub enum Verify {
     /// Accept only a leaf whose SHA-256 is one of these.
     Fingerprints(Vec<Vec<u8>>),
+    /// Accept a chain to one of these CAs, for the server's name (WebPKI).
+    Roots(Arc<rustls::client::WebPkiServerVerifier>),
     /// Accept anything (testing only).
     #[default]
     Insecure,
+}
+
+impl Verify {
+    /// Verification against the CA certificates of a PEM file.
+    pub fn ca_file(path: &std::path::Path) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        let pem = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+            roots
+                .add(cert.with_context(|| format!("{}: a certificate", path.display()))?)
+                .with_context(|| format!("{}: a CA certificate", path.display()))?;
+        }
+        anyhow::ensure!(!roots.is_empty(), "{}: no certificate", path.display());
+        let v = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider(),
+        )
+        .build()
+        .with_context(|| format!("{}: CA certificates", path.display()))?;
+        Ok(Verify::Roots(v))
+    }
 }
 
 #[derive(Debug)]
@@ -520,6 +544,9 @@ impl rustls::client::danger::ServerCertVerifier for Verifier {
     ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
         match &self.verify {
             Verify::Insecure => Ok(rustls::client::danger::ServerCertVerified::assertion()),
+            Verify::Roots(v) => {
+                v.verify_server_cert(end_entity, _intermediates, _server_name, _ocsp, _now)
+            }
             Verify::Fingerprints(f) => {
                 let h = sha256(end_entity);
                 if f.iter().any(|x| x[..] == h[..]) {

@@ -17,6 +17,7 @@
 //! - `session` (private): one MoQT session (either role) speaking to the core,
 //!   split by concern: ingest, upstream, subscribe, fetch, namespace, publish.
 //! - `forward` (private): delivery of one subscription's objects to one session.
+//! - [`origin`]: relay to relay: following another relay's namespaces over MoQT.
 //! - [`sink`]: direct fan-out of datagram objects.
 //! - [`fanout`]: fan-out across endpoint shards, at most one hand-off per object per shard.
 //! - [`metrics`]: counters and their Prometheus rendering.
@@ -30,6 +31,7 @@ pub mod fanout;
 mod forward;
 pub mod metrics;
 pub mod object;
+pub mod origin;
 mod session;
 pub mod sink;
 pub mod tokens;

@@ -56,6 +56,10 @@ pub struct Metrics {
     pub cache_bytes: AtomicI64,
     /// Sessions closed for protocol violations.
     pub protocol_violations: AtomicU64,
+    /// Sessions to origin relays up now (`[cluster] origins`).
+    pub origin_sessions: AtomicI64,
+    /// Times a session to an origin relay ended or could not be opened.
+    pub origin_reconnects: AtomicU64,
     /// Datagram objects handed from the publisher's endpoint shard to
     /// another shard's subscribers (one per object and shard).
     pub shard_handoffs: AtomicU64,
@@ -222,6 +226,8 @@ impl Metrics {
             "quichub_protocol_violations_total {}",
             self.protocol_violations.load(Relaxed)
         );
+        let _ = writeln!(s, "# HELP quichub_origin_sessions Sessions to origin relays up now.\n# TYPE quichub_origin_sessions gauge\nquichub_origin_sessions {}", self.origin_sessions.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_origin_reconnects_total Times a session to an origin relay ended or could not be opened.\n# TYPE quichub_origin_reconnects_total counter\nquichub_origin_reconnects_total {}", self.origin_reconnects.load(Relaxed));
         let _ = writeln!(s, "# HELP quichub_shard_handoffs_total Hand-offs to another endpoint shard's subscribers: datagram objects, and wake-ups for new stream events (at most one per object and shard).\n# TYPE quichub_shard_handoffs_total counter");
         let _ = writeln!(
             s,

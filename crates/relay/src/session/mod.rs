@@ -97,6 +97,12 @@ pub(crate) struct SessionHandle {
     ns_prefixes: Mutex<HashMap<u64, TrackNamespace>>,
     track_prefixes: Mutex<HashMap<u64, TrackNamespace>>,
     goaway_sent: AtomicBool,
+    /// Server: a client connected to the relay. Client: the relay opened it
+    /// towards another relay (its origin, [`serve_origin`]).
+    role: Role,
+    /// Client role: the SETUP options that name what we connect to (PATH and
+    /// AUTHORITY on raw QUIC).
+    setup_target: Option<(String, String)>,
 }
 
 /// Holds a track name in [`SessionHandle`]'s subscribed set until dropped.
@@ -145,7 +151,7 @@ fn read_err(e: ReadError) -> SessionError {
 }
 
 impl SessionHandle {
-    fn new(id: u64, accepted: Accepted) -> Self {
+    fn new(id: u64, accepted: Accepted, role: Role) -> Self {
         let Accepted {
             session,
             transport,
@@ -160,7 +166,7 @@ impl SessionHandle {
             remote,
             path,
             access: OnceLock::new(),
-            request_ids: Mutex::new(RequestIds::new(Role::Server)),
+            request_ids: Mutex::new(RequestIds::new(role)),
             aliases: Mutex::default(),
             alias_added: Notify::new(),
             early_datagrams: Mutex::default(),
@@ -175,6 +181,8 @@ impl SessionHandle {
             ns_prefixes: Mutex::default(),
             track_prefixes: Mutex::default(),
             goaway_sent: AtomicBool::new(false),
+            role,
+            setup_target: None,
         }
     }
 
@@ -282,7 +290,7 @@ impl Peer for SessionHandle {
 /// Serves one accepted session until it closes.
 pub(crate) async fn serve(relay: Arc<Relay>, accepted: Accepted) {
     let session = accepted.session.clone();
-    let handle = Arc::new(SessionHandle::new(relay.next_id(), accepted));
+    let handle = Arc::new(SessionHandle::new(relay.next_id(), accepted, Role::Server));
     // A full relay says so before its SETUP, so the client's connect fails
     // (checked again when the client's SETUP arrives).
     if relay.sessions_full() {
@@ -318,6 +326,55 @@ pub(crate) async fn serve(relay: Arc<Relay>, accepted: Accepted) {
     }
 }
 
+/// Serves a session the relay opened towards another relay (its origin)
+/// until it closes: SETUP both ways, then one SUBSCRIBE_NAMESPACE per prefix.
+/// Each namespace the origin announces is registered as published by this
+/// session, so the relay's subscribers of its tracks are served by one
+/// upstream SUBSCRIBE per track on this session, as for any publisher.
+/// Returns why it ended.
+pub(crate) async fn serve_origin(
+    relay: Arc<Relay>,
+    accepted: Accepted,
+    target: (String, String),
+    prefixes: Vec<TrackNamespace>,
+) -> String {
+    let session = accepted.session.clone();
+    let mut handle = SessionHandle::new(relay.next_id(), accepted, Role::Client);
+    if handle.transport == Transport::Quic {
+        handle.setup_target = Some(target);
+    }
+    let handle = Arc::new(handle);
+    let namespaces = {
+        let (relay, h) = (relay.clone(), handle.clone());
+        tokio::spawn(async move {
+            h.wait_setup().await;
+            let mut subs = tokio::task::JoinSet::new();
+            for p in prefixes {
+                subs.spawn(namespace::follow_origin(relay.clone(), h.clone(), p));
+            }
+            while let Some(r) = subs.join_next().await {
+                if let Ok(Some(e)) = r {
+                    tracing::warn!(session = h.id, "origin namespaces: {e}");
+                }
+            }
+        })
+    };
+    let result = run(&relay, &handle).await;
+    namespaces.abort();
+    if let Err(e) = &result {
+        handle.fail(&relay, e);
+    }
+    relay.remove_session(handle.id);
+    if handle.established.load(Relaxed) {
+        relay.metrics.sessions.fetch_sub(1, Relaxed);
+    }
+    match (result, session.close_reason()) {
+        (Err(e), _) => e.to_string(),
+        (Ok(()), Some(r)) => r.to_string(),
+        (Ok(()), None) => "session ended".into(),
+    }
+}
+
 /// Admits a session whose SETUP arrived: leaves the half-open pool, takes a
 /// session slot.
 fn establish(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
@@ -344,7 +401,10 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
         .open_uni()
         .await
         .map_err(|e| SessionError::protocol(e.to_string()))?;
-    let mut setup = make_setup(IMPLEMENTATION, None, None);
+    let mut setup = match &h.setup_target {
+        Some((authority, path)) => make_setup(IMPLEMENTATION, Some(authority), Some(path)),
+        None => make_setup(IMPLEMENTATION, None, None),
+    };
     let cache = relay.authorizer().max_token_cache();
     if cache > 0 {
         setup.options.push(moqt::KeyValue::int(
@@ -493,19 +553,27 @@ async fn on_control(
         })?;
         state.on_control_message(&m)?;
         if let Message::Setup(s) = &m {
-            check_client_setup(s, h.transport == Transport::WebTransport)?;
             tracing::debug!(session = h.id, implementation = ?s.implementation(), "SETUP");
-            // Before the session takes a slot: a refused one never counts.
-            let access = relay.authorizer().connect(&h.connect_info(s))?;
-            let _ = h.access.set(access);
+            if h.role == Role::Server {
+                check_client_setup(s, h.transport == Transport::WebTransport)?;
+                // Before the session takes a slot: a refused one never counts.
+                let access = relay.authorizer().connect(&h.connect_info(s))?;
+                let _ = h.access.set(access);
+            }
+            // Client role: the origin relay's SETUP. It asks nothing of us;
+            // what it may do here is what the relay allows any peer it
+            // chose to connect to (all of it).
             establish(relay, h)?;
             h.setup.send_replace(true);
         }
         if let Message::GoAway(g) = &m {
-            if !g.new_session_uri.is_empty() {
+            if h.role == Role::Server && !g.new_session_uri.is_empty() {
                 return Err(SessionError::protocol("client GOAWAY with a URI"));
             }
-            tracing::debug!(session = h.id, "peer GOAWAY");
+            // From an origin: the session ends when it drains, and the
+            // follower reconnects to the URL it was configured with (a new
+            // session URI is logged, not followed yet).
+            tracing::info!(session = h.id, uri = %String::from_utf8_lossy(&g.new_session_uri), "peer GOAWAY");
         }
     }
 }

@@ -234,6 +234,60 @@ pub(super) async fn on_subscribe_tracks(
     result
 }
 
+/// Client role towards an origin relay: SUBSCRIBE_NAMESPACE for `prefix`,
+/// then every namespace the origin announces under it is registered as
+/// published by this session, and withdrawn with NAMESPACE_DONE (all of them
+/// when the session ends, by the relay's session cleanup).
+pub(super) async fn follow_origin(
+    relay: Arc<Relay>,
+    h: Arc<SessionHandle>,
+    prefix: TrackNamespace,
+) -> Option<String> {
+    let (mut send, recv) = match h.session.open_bi().await {
+        Ok(s) => s,
+        Err(e) => return Some(e.to_string()),
+    };
+    let request = Message::SubscribeNamespace(NamespaceRequest {
+        request_id: h.next_request_id(),
+        namespace: prefix.clone(),
+        params: Default::default(),
+    });
+    if let Err(e) = write_message(&mut send, &request).await {
+        return Some(e.to_string());
+    }
+    let mut reader = MessageReader::new(recv, &[]);
+    match reader.next().await {
+        Ok(Message::RequestOk(_)) => {}
+        Ok(Message::RequestError(e)) => {
+            return Some(format!(
+                "SUBSCRIBE_NAMESPACE {prefix} refused: {} (0x{:x})",
+                String::from_utf8_lossy(&e.reason),
+                e.code
+            ))
+        }
+        Ok(other) => return Some(format!("{} in reply to SUBSCRIBE_NAMESPACE", other.name())),
+        Err(e) => return Some(format!("{e:?}")),
+    }
+    tracing::info!(session = h.id, %prefix, "following the origin's namespaces");
+    let peer: Arc<dyn crate::core::Peer> = h.clone();
+    loop {
+        match reader.next().await {
+            Ok(Message::Namespace(suffix)) => {
+                let ns = prefix.join(&suffix);
+                tracing::info!(session = h.id, %ns, "namespace at the origin");
+                if let Err(r) = relay.publish_namespace(ns, peer.clone()) {
+                    tracing::warn!(session = h.id, "namespace from the origin: {}", r.reason);
+                }
+            }
+            Ok(Message::NamespaceDone(suffix)) => {
+                relay.unpublish_namespace(&prefix.join(&suffix), h.id);
+            }
+            Ok(other) => return Some(format!("{} on a SUBSCRIBE_NAMESPACE stream", other.name())),
+            Err(e) => return Some(format!("SUBSCRIBE_NAMESPACE stream: {e:?}")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,215 @@
+//! Relays in a tree over MoQT (`[cluster] origins`): a publisher on relay A,
+//! subscribers on relay B that follows A. Every object reaches every
+//! subscriber on B, and A sends B one copy per track however many
+//! subscribers B has.
+
+mod common;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{test_config, within, TestRelay};
+use moqt::{FullTrackName, TrackNamespace};
+use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
+
+/// A relay that follows `origin`'s namespaces under `prefix`.
+async fn follower(origin: &TestRelay, prefix: &str) -> TestRelay {
+    let mut c = test_config();
+    c.cluster.origins.push(quichub_hub::OriginSection {
+        url: format!("moqt://127.0.0.1:{}/", origin.addr.port()),
+        prefixes: vec![prefix.into()],
+        fingerprint: Some(origin.hub.fingerprint()),
+        ca: None,
+    });
+    TestRelay::with_hub_config(c).await
+}
+
+/// Waits until `relay` knows namespace `ns`.
+async fn knows(relay: &TestRelay, ns: &str) {
+    let ns = TrackNamespace::from_path(ns);
+    within(10, async {
+        while !relay
+            .relay
+            .snapshot()
+            .namespaces
+            .iter()
+            .any(|n| n.namespace == ns)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_on_a_follower_get_every_object_with_one_copy_per_track_between_relays() {
+    let a = TestRelay::start().await;
+    let b = follower(&a, "live").await;
+    let publisher = a.client("moqt").await;
+    let video_name = FullTrackName::new("live/show", "video");
+    let audio_name = FullTrackName::new("live/show", "audio");
+    let video = publisher
+        .create_track(video_name.clone(), 2, TrackMode::Announce)
+        .await
+        .unwrap();
+    let audio = publisher
+        .create_track(audio_name.clone(), 1, TrackMode::Announce)
+        .await
+        .unwrap();
+    let _ns = publisher
+        .publish_namespace(TrackNamespace::from_path("live/show"))
+        .await
+        .unwrap();
+    knows(&b, "live/show").await;
+    assert_eq!(b.relay.metrics.origin_sessions.load(Relaxed), 1);
+
+    const SUBS: usize = 3;
+    const GROUPS: u64 = 3;
+    const PER_GROUP: u64 = 10;
+    const DATAGRAMS: u64 = 40;
+    let mut tasks = Vec::new();
+    for i in 0..SUBS {
+        // Raw QUIC and WebTransport subscribers.
+        let s = b.client(if i % 2 == 0 { "moqt" } else { "https" }).await;
+        let mut v = s
+            .subscribe(video_name.clone(), SubscribeOptions::default())
+            .await
+            .unwrap();
+        let mut au = s
+            .subscribe(audio_name.clone(), SubscribeOptions::default())
+            .await
+            .unwrap();
+        tasks.push(tokio::spawn(async move {
+            let _keep = s;
+            let (mut objects, mut datagrams) = (Vec::new(), 0u64);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while objects.len() < (GROUPS * PER_GROUP) as usize || datagrams < DATAGRAMS {
+                let ev = tokio::select! {
+                    e = v.next() => e,
+                    e = au.next() => e,
+                    _ = tokio::time::sleep_until(deadline) => break,
+                };
+                if let Some(SubscriptionEvent::Object(o)) = ev {
+                    match o.subgroup {
+                        Some(_) => objects.push((o.group, o.object_id, o.payload)),
+                        None => datagrams += 1,
+                    }
+                }
+            }
+            (objects, datagrams)
+        }));
+    }
+    within(10, async {
+        while !(video.is_forwarding() && audio.is_forwarding()) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // One upstream subscription per track at the publisher, and one at the
+    // origin relay (from the follower), for three subscribers.
+    assert_eq!(video.subscriptions_served(), 1);
+    assert_eq!(audio.subscriptions_served(), 1);
+    assert_eq!(a.relay.metrics.subscriptions.load(Relaxed), 2);
+
+    let send_video = async {
+        for g in 0..GROUPS {
+            let mut w = video
+                .open_subgroup(g, 0)
+                .await
+                .unwrap()
+                .expect("forwarding");
+            for o in 0..PER_GROUP {
+                w.write(o, Bytes::from(format!("{g}:{o}"))).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            w.finish();
+        }
+    };
+    let send_audio = async {
+        for n in 0..DATAGRAMS {
+            assert!(audio.send_datagram(n, 0, Bytes::from(vec![n as u8; 100])));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    within(30, async { tokio::join!(send_video, send_audio) }).await;
+    for t in tasks {
+        let (objects, datagrams) = within(30, t).await.unwrap();
+        let want: Vec<_> = (0..GROUPS)
+            .flat_map(|g| (0..PER_GROUP).map(move |o| (g, o, Bytes::from(format!("{g}:{o}")))))
+            .collect();
+        assert_eq!(objects, want, "every stream object, in order");
+        assert_eq!(datagrams, DATAGRAMS, "every datagram (loopback)");
+    }
+    let objects = GROUPS * PER_GROUP + DATAGRAMS;
+    // The origin relay sent one copy per object (to the follower) ...
+    assert_eq!(a.relay.metrics.objects_out.load(Relaxed), objects);
+    // ... which received each once and sent it to its three subscribers.
+    assert_eq!(b.relay.metrics.objects_in.load(Relaxed), objects);
+    assert_eq!(
+        b.relay.metrics.objects_out.load(Relaxed),
+        objects * SUBS as u64
+    );
+}
+
+/// The follower learns namespaces as the origin gets them and forgets them
+/// when they go; when the origin goes away it reconnects once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_tracks_the_origins_namespaces() {
+    let a = TestRelay::start().await;
+    let b = follower(&a, "").await;
+    let publisher = a.client("moqt").await;
+    let ns = publisher
+        .publish_namespace(TrackNamespace::from_path("news/a"))
+        .await
+        .unwrap();
+    knows(&b, "news/a").await;
+    // Outside the followed prefix of another follower: not learnt there.
+    let c = follower(&a, "sport").await;
+    within(10, async {
+        while c.relay.metrics.origin_sessions.load(Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(c.relay.snapshot().namespaces.is_empty());
+    drop(ns);
+    drop(publisher);
+    within(10, async {
+        while !b.relay.snapshot().namespaces.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// A follower whose origin presents another certificate refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_checks_the_origins_certificate() {
+    let a = TestRelay::start().await;
+    let mut c = test_config();
+    c.cluster.origins.push(quichub_hub::OriginSection {
+        url: format!("moqt://127.0.0.1:{}/", a.addr.port()),
+        prefixes: vec![],
+        fingerprint: Some("00".repeat(32)),
+        ca: None,
+    });
+    let b = TestRelay::with_hub_config(c).await;
+    within(10, async {
+        while b.relay.metrics.origin_reconnects.load(Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(b.relay.metrics.origin_sessions.load(Relaxed), 0);
+    assert_eq!(a.relay.metrics.sessions_total.load(Relaxed), 0);
+    // Neither fingerprint nor CA: refused when the hub starts.
+    let mut c = test_config();
+    c.cluster.origins.push(quichub_hub::OriginSection {
+        url: format!("moqt://127.0.0.1:{}/", a.addr.port()),
+        ..Default::default()
+    });
+    let e = quichub_hub::Hub::start(c).await.err().expect("refused");
+    assert!(format!("{e:#}").contains("fingerprint"), "{e:#}");
+}

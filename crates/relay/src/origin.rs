@@ -1,0 +1,87 @@
+//! Relay to relay: this relay follows another relay (its *origin*) over
+//! MoQT itself. It connects as a client, sends SUBSCRIBE_NAMESPACE for the
+//! configured prefixes, and registers every namespace the origin announces
+//! as published by that session. A subscriber here of a track in one of
+//! them is then served as from any publisher: one upstream SUBSCRIBE per
+//! track on the origin session, however many subscribers this relay has, so
+//! the origin sends one copy of each object per track to this relay.
+//!
+//! Relays that follow each other form a tree (origin → region → edge): a
+//! relay announces what it learnt from its origin to its own followers like
+//! any other namespace. The configuration must not make a cycle (a relay
+//! following one of its followers): the latest announcement of a namespace
+//! wins, so a cycle would route a namespace in a circle.
+//!
+//! The session is re-established after a failure or a GOAWAY, with a
+//! backoff from 0.5 s to 10 s; while it is down its namespaces are gone
+//! (subscribers get PUBLISH_DONE, new ones wait for the rendezvous timeout).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use moqt::TrackNamespace;
+use quichub_net::client::Client;
+use quichub_net::server::Accepted;
+use url::Url;
+
+use crate::core::Relay;
+
+/// One origin to follow.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// `moqt://host:port/path` or `https://host:port/path` (WebTransport); a
+    /// `?jwt=` query authenticates this relay at the origin.
+    pub url: Url,
+    /// Namespace prefixes to follow (one SUBSCRIBE_NAMESPACE each; the empty
+    /// prefix is every namespace).
+    pub prefixes: Vec<TrackNamespace>,
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// Follows `origin` with connections from `client` until the relay shuts
+/// down.
+pub async fn follow(relay: Arc<Relay>, client: Client, origin: Origin) {
+    let mut shutdown = relay.shutdown_signal();
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        match client.connect(&origin.url).await {
+            Ok(c) => {
+                let remote = c.session.remote_address();
+                tracing::info!(url = %origin.url, %remote, "connected to origin");
+                relay.metrics.origin_sessions.fetch_add(1, Relaxed);
+                let accepted = Accepted {
+                    session: c.session,
+                    transport: c.transport,
+                    path: Some(c.path.clone()),
+                    remote,
+                    http: None,
+                };
+                let why = crate::session::serve_origin(
+                    relay.clone(),
+                    accepted,
+                    (c.authority, c.path),
+                    origin.prefixes.clone(),
+                )
+                .await;
+                relay.metrics.origin_sessions.fetch_sub(1, Relaxed);
+                tracing::warn!(url = %origin.url, "origin session ended: {why}");
+                backoff = BACKOFF_MIN;
+            }
+            Err(e) => {
+                tracing::warn!(url = %origin.url, "cannot reach origin: {e:#}");
+            }
+        }
+        relay.metrics.origin_reconnects.fetch_add(1, Relaxed);
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => return,
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
