@@ -143,6 +143,14 @@ pub fn bind_group(addr: SocketAddr, shards: usize) -> anyhow::Result<Vec<std::ne
         (1..=MAX_SHARDS).contains(&shards),
         "[quic] endpoints must be between 1 and {MAX_SHARDS}"
     );
+    if addr.port() != 0 {
+        // Sockets still bound to the port (another relay, or an earlier one
+        // still closing) would join our group and take part of its traffic,
+        // with their own steering: refuse the port, as one socket's bind
+        // would. (A plain bind fails while any socket holds the port.)
+        crate::server::bind_udp_with(addr, false)
+            .with_context(|| format!("bind UDP {addr} (is another relay still on it?)"))?;
+    }
     let mut sockets: Vec<std::net::UdpSocket> = Vec::with_capacity(shards);
     let mut at = addr;
     for _ in 0..shards {

@@ -104,3 +104,23 @@ async fn a_client_whose_address_changes_keeps_its_connection() {
     }
     assert!(conn.close_reason().is_none());
 }
+
+/// A port another socket holds is refused, as a single endpoint's bind would
+/// be: sockets of one still-closing relay must not join the new group.
+#[test]
+fn a_port_in_use_is_refused() {
+    let id = Identity::self_signed(&["localhost"]).unwrap();
+    let quic = QuicConfig {
+        endpoints: SHARDS,
+        ..Default::default()
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _guard = rt.enter();
+    let first = Server::bind_config("127.0.0.1:0".parse().unwrap(), &id, None, &quic).unwrap();
+    let taken = first.local_addr().unwrap();
+    let e = Server::bind_config(taken, &id, None, &quic)
+        .err()
+        .expect("refused");
+    assert!(format!("{e:#}").contains("another relay"), "{e:#}");
+    drop(first);
+}

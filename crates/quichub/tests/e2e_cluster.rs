@@ -213,3 +213,66 @@ async fn a_follower_checks_the_origins_certificate() {
     let e = quichub_hub::Hub::start(c).await.err().expect("refused");
     assert!(format!("{e:#}").contains("fingerprint"), "{e:#}");
 }
+
+/// An origin that drains (GOAWAY) and comes back on the same address: the
+/// follower leaves at once, forgets its namespaces, reconnects, and learns
+/// them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_comes_back_when_its_origin_restarts() {
+    let dir = std::env::temp_dir().join(format!("quichub-cluster-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let id = quichub_net::tls::Identity::self_signed(&["localhost"]).unwrap();
+    id.write_pem(&cert, &key).unwrap();
+    let origin_config = |bind: &str| {
+        let mut c = test_config();
+        c.quic.bind = bind.into();
+        c.tls.cert = Some(cert.clone());
+        c.tls.key = Some(key.clone());
+        c
+    };
+    let a = TestRelay::with_hub_config(origin_config("127.0.0.1:0")).await;
+    let bind = format!("127.0.0.1:{}", a.addr.port());
+    let b = follower(&a, "").await;
+    let publisher = a.client("moqt").await;
+    let _ns = publisher
+        .publish_namespace(TrackNamespace::from_path("x"))
+        .await
+        .unwrap();
+    knows(&b, "x").await;
+    within(10, a.hub.shutdown()).await;
+    drop(publisher);
+    drop(a);
+    within(10, async {
+        while !b.relay.snapshot().namespaces.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // The old relay's sockets close as its threads end: until then the
+    // port is refused.
+    let hub = within(10, async {
+        loop {
+            match quichub_hub::Hub::start(origin_config(&bind)).await {
+                Ok(h) => break h,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await;
+    let a2 = TestRelay {
+        addr: hub.addr(),
+        relay: hub.relay().clone(),
+        server: hub.server().clone(),
+        fingerprint: quichub_net::tls::unhex(&hub.fingerprint()).unwrap(),
+        hub: std::sync::Arc::new(hub),
+    };
+    let publisher = a2.client("moqt").await;
+    let _ns = publisher
+        .publish_namespace(TrackNamespace::from_path("x"))
+        .await
+        .unwrap();
+    knows(&b, "x").await;
+    assert!(b.relay.metrics.origin_reconnects.load(Relaxed) >= 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -570,10 +570,17 @@ async fn on_control(
             if h.role == Role::Server && !g.new_session_uri.is_empty() {
                 return Err(SessionError::protocol("client GOAWAY with a URI"));
             }
-            // From an origin: the session ends when it drains, and the
-            // follower reconnects to the URL it was configured with (a new
-            // session URI is logged, not followed yet).
             tracing::info!(session = h.id, uri = %String::from_utf8_lossy(&g.new_session_uri), "peer GOAWAY");
+            if h.role == Role::Client {
+                // An origin draining: leave at once, so it can stop, and
+                // come back through the follower's reconnect loop to the URL
+                // it was configured with (a new session URI is logged, not
+                // followed yet). Subscribers here get PUBLISH_DONE.
+                return Err(SessionError {
+                    code: SessionErrorCode::NoError,
+                    reason: "origin going away".into(),
+                });
+            }
         }
     }
 }
