@@ -144,7 +144,11 @@ impl Default for QuicSection {
             bind: "127.0.0.1:4443".into(),
             ack_frequency: DEFAULT_ACK_FREQUENCY.into(),
             http3: true,
-            limits: QuicConfig::default(),
+            // The relay uses every core it may: one endpoint per CPU.
+            limits: QuicConfig {
+                endpoints: 0,
+                ..QuicConfig::default()
+            },
             unknown: toml::Table::new(),
         }
     }

@@ -66,9 +66,10 @@ pub struct QuicConfig {
     /// (the lab's `--cc` compares them).
     pub congestion_control: crate::CongestionControl,
     /// QUIC endpoints serving the port, each on a thread of its own and a
-    /// socket of one `SO_REUSEPORT` group (see `quichub_net::shard`); 0 (the
-    /// default): one per CPU the process may run on. 1 runs the endpoint on
-    /// the process's runtime, as `--threads` sets it.
+    /// socket of one `SO_REUSEPORT` group (see `quichub_net::shard`); 0: one
+    /// per CPU the process may run on. 1 (the library's default) runs the
+    /// endpoint on the caller's runtime; the relay's configuration
+    /// (`[quic] endpoints`) defaults to 0.
     pub endpoints: usize,
 }
 
@@ -88,7 +89,7 @@ impl Default for QuicConfig {
             retry_above_handshakes: 64,
             handshake_timeout_ms: 10_000,
             congestion_control: crate::CongestionControl::default(),
-            endpoints: 0,
+            endpoints: 1,
         }
     }
 }

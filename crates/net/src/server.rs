@@ -357,10 +357,30 @@ impl Server {
         self.threads.get(shard).map(|t| t.handle.clone())
     }
 
-    /// Waits for the next admitted connection attempt on the first endpoint;
-    /// see [`Server::accept_on`].
+    /// Waits for the next admitted connection attempt on any endpoint (see
+    /// [`Server::accept_on`]); `None` once they are all closed. With several
+    /// endpoints, a connection accepted here is served on the caller's
+    /// runtime rather than its endpoint's thread: correct, but without the
+    /// point of several endpoints (the relay uses [`Server::accept_on`] on
+    /// each shard's runtime).
     pub async fn accept(&self) -> Option<Pending> {
-        self.accept_on(0).await
+        if self.endpoints.len() == 1 {
+            return self.accept_on(0).await;
+        }
+        let mut open: Vec<Acceptor> = (0..self.endpoints.len())
+            .filter_map(|i| self.acceptor(i))
+            .collect();
+        while !open.is_empty() {
+            let (got, i, _) =
+                futures::future::select_all(open.iter().map(|a| Box::pin(a.accept()))).await;
+            match got {
+                Some(p) => return Some(p),
+                None => {
+                    open.remove(i);
+                }
+            }
+        }
+        None
     }
 
     /// Waits for the next admitted connection attempt on endpoint `shard`

@@ -68,8 +68,8 @@ pub async fn serve_endpoint(
         .filter_map(|shard| server.shard_runtime(shard))
         .collect();
     relay.start_shards(&runtimes);
-    // The loops hold no reference to the server: dropping it stops the
-    // shards' threads, and with them these loops.
+    // The server (and with it the shards' threads) lives until every loop
+    // ended: until the endpoints are closed, or this task is dropped.
     let loops: Vec<_> = (0..server.shards())
         .filter_map(|shard| {
             let rt = server.shard_runtime(shard)?;
@@ -82,10 +82,10 @@ pub async fn serve_endpoint(
             )))
         })
         .collect();
-    drop(server);
     for l in loops {
         let _ = l.await;
     }
+    drop(server);
 }
 
 /// The accept loop of one endpoint, run on its runtime.
