@@ -3,7 +3,7 @@
 # 2, 4, 8 ... cores, the relay pinned to CPUs 0..N-1 and the load generator
 # (`quichub bench run`, draft-evens-moq-bench) to the CPUs left. Two ways to
 # use N cores are compared:
-#   runtime    one QUIC endpoint, a Tokio runtime of N worker threads (--threads N)
+#   runtime    one QUIC endpoint, a Tokio runtime of N worker threads (--threads N --endpoints 1)
 #   endpoints  N QUIC endpoints on one port, a thread each (relay --endpoints N)
 # Prints, per mode and N: subscribers, lost objects, relay CPU (% of one
 # core), CPU µs per delivered object, latency, and the scaling efficiency
@@ -77,7 +77,7 @@ for n in $CORES; do
 	fi
 	for mode in $MODES; do
 		case "$mode" in
-		runtime) args=(--threads "$n" relay) ;;
+		runtime) args=(--threads "$n" relay --endpoints 1) ;;
 		endpoints) args=(--threads 1 relay --endpoints "$n") ;;
 		*) echo "unknown mode $mode" >&2; exit 2 ;;
 		esac
