@@ -32,9 +32,10 @@ url = "moqt://127.0.0.1:17443/"
 fingerprint = "$FP"
 TOML
 common=(--metrics off --mqtt off --http off --data-dir off --cert "$WORK/cert.pem" --key "$WORK/key.pem")
-pin "${RELAY_A_CPUS:-}" "$Q" relay --bind 127.0.0.1:17443 "${common[@]}" >"$WORK/a.log" 2>&1 &
+# `exec` so that $! is the relay's PID (its CPU is read from /proc).
+(exec taskset -c "${RELAY_A_CPUS:-0-$(($(nproc) - 1))}" "$Q" relay --bind 127.0.0.1:17443 "${common[@]}" >"$WORK/a.log" 2>&1) &
 A=$!
-pin "${RELAY_B_CPUS:-}" "$Q" relay --bind 127.0.0.1:17444 --config "$WORK/b.toml" "${common[@]}" >"$WORK/b.log" 2>&1 &
+(exec taskset -c "${RELAY_B_CPUS:-0-$(($(nproc) - 1))}" "$Q" relay --bind 127.0.0.1:17444 --config "$WORK/b.toml" "${common[@]}" >"$WORK/b.log" 2>&1) &
 B=$!
 sleep 2
 run() { # name subscriber-relay-port
