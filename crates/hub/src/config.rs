@@ -622,7 +622,7 @@ fn parse(text: &str) -> Result<Config, ParseError> {
             });
         }
     }
-    let config: Config = match toml::from_str(text) {
+    let mut config: Config = match toml::from_str(text) {
         Ok(c) => c,
         Err(e) => {
             // An error inside a flattened section points at the section (or
@@ -637,6 +637,16 @@ fn parse(text: &str) -> Result<Config, ParseError> {
             }));
         }
     };
+    // `[quic]`'s transport keys are flattened from QuicConfig, which serde
+    // fills from the library's defaults (one endpoint) whenever the section
+    // is present: the relay's default is one endpoint per CPU.
+    let endpoints_given = doc
+        .get("quic")
+        .and_then(|s| s.as_table_like())
+        .is_some_and(|t| t.contains_key("endpoints"));
+    if !endpoints_given {
+        config.quic.limits.endpoints = QuicSection::default().limits.endpoints;
+    }
     for (section, unknown) in [
         ("quic", &config.quic.unknown),
         ("mqtt", &config.mqtt.unknown),
@@ -928,6 +938,17 @@ mod tests {
         );
         assert!(want.len() > 50, "{want:?}");
         assert!(want.contains(&"quic.max_handshakes".to_string()));
+    }
+
+    /// A `[quic]` section without `endpoints` keeps the relay's default (one
+    /// per CPU), not the library's (serde fills flattened keys from it).
+    #[test]
+    fn quic_section_keeps_the_endpoints_default() {
+        let c = Config::parse("[quic]\nbind = \"127.0.0.1:1\"\n", "t").unwrap();
+        assert_eq!(c.quic.limits.endpoints, 0);
+        assert_eq!(Config::default().quic.limits.endpoints, 0);
+        let c = Config::parse("[quic]\nendpoints = 3\n", "t").unwrap();
+        assert_eq!(c.quic.limits.endpoints, 3);
     }
 
     /// Every key in the sample, and each optional one, is documented.

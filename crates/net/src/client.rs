@@ -203,10 +203,13 @@ impl Client {
         let local_v4 = self.endpoint.local_addr().map_or(true, |a| a.is_ipv4());
         let remote =
             pick_remote(&addrs, local_v4).with_context(|| format!("no address for {host}"))?;
-        let server_name = if host.parse::<std::net::IpAddr>().is_ok() || host.starts_with('[') {
-            "localhost".to_string()
-        } else {
-            host.clone()
+        let ip = host.parse::<std::net::IpAddr>().is_ok() || host.starts_with('[');
+        let server_name = match (&self.verify, ip) {
+            // A CA-signed certificate is checked for the address itself.
+            (crate::tls::Verify::Roots(_), true) => host.trim_matches(['[', ']']).to_string(),
+            // Pinned or unchecked: the name only goes into the ClientHello.
+            (_, true) => "localhost".to_string(),
+            (_, false) => host.clone(),
         };
         let authority = match url.port() {
             Some(p) => format!("{host}:{p}"),

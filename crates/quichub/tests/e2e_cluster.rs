@@ -276,3 +276,41 @@ async fn a_follower_comes_back_when_its_origin_restarts() {
     assert!(b.relay.metrics.origin_reconnects.load(Relaxed) >= 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The follower's session to its origin is not a client: with room for one
+/// client session, a client still gets in while the origin session is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_session_takes_no_clients_place() {
+    let a = TestRelay::start().await;
+    let mut c = test_config();
+    c.relay.max_sessions = 1;
+    c.cluster.origins.push(quichub_hub::OriginSection {
+        url: format!("moqt://127.0.0.1:{}/", a.addr.port()),
+        prefixes: vec![],
+        fingerprint: Some(a.hub.fingerprint()),
+        ca: None,
+    });
+    let b = TestRelay::with_hub_config(c).await;
+    within(10, async {
+        while b.relay.metrics.origin_sessions.load(Relaxed) == 0 || a.relay.session_count() == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let client = b.client("moqt").await;
+    within(10, async {
+        while b.relay.session_count() == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(b.relay.metrics.sessions_refused_full.load(Relaxed), 0);
+    assert!(
+        client.close_reason().is_none(),
+        "{:?}",
+        client.close_reason()
+    );
+    // Both sessions are sessions; only the client's is a client's.
+    assert_eq!(b.relay.metrics.sessions.load(Relaxed), 2);
+}

@@ -204,6 +204,19 @@ pub trait SessionAccess: Send + Sync {
     }
 }
 
+/// The access of a session the relay opened towards an origin relay: the
+/// origin is a source, so every request it makes here is refused.
+pub(crate) struct FromOrigin;
+
+impl SessionAccess for FromOrigin {
+    fn authorize(&self, _op: &Operation<'_>) -> Result<(), Denied> {
+        Err(Denied::Request(Refusal::new(
+            moqt::error::request_error::UNAUTHORIZED,
+            "an origin relay may not make requests of its follower",
+        )))
+    }
+}
+
 /// Decides, per session, what it may do.
 pub trait Authorizer: Send + Sync {
     /// The access of a session whose SETUP just arrived, or the session error
@@ -232,6 +245,26 @@ impl SessionAccess for AllowAll {
 impl Authorizer for AllowAll {
     fn connect(&self, _info: &ConnectInfo) -> Result<Arc<dyn SessionAccess>, SessionError> {
         Ok(Arc::new(AllowAll))
+    }
+}
+
+#[cfg(test)]
+mod origin_tests {
+    use super::*;
+
+    #[test]
+    fn an_origin_may_not_make_requests() {
+        let ns = moqt::TrackNamespace::from_path("live");
+        let op = Operation::PublishNamespace {
+            namespace: &ns,
+            tokens: &[],
+        };
+        match FromOrigin.authorize(&op) {
+            Err(Denied::Request(r)) => {
+                assert_eq!(r.code, moqt::error::request_error::UNAUTHORIZED)
+            }
+            _ => panic!("allowed"),
+        }
     }
 }
 

@@ -13,8 +13,11 @@
 //! wins, so a cycle would route a namespace in a circle.
 //!
 //! The session is re-established after a failure or a GOAWAY, with a
-//! backoff from 0.5 s to 10 s; while it is down its namespaces are gone
-//! (subscribers get PUBLISH_DONE, new ones wait for the rendezvous timeout).
+//! backoff from 0.5 s to 10 s (at least 2 s after a GOAWAY); while it is
+//! down its namespaces are gone (subscribers get PUBLISH_DONE, new ones wait
+//! for the rendezvous timeout). The origin may not make requests here (it is
+//! a source, not a client), and its session does not count against
+//! `max_sessions`.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -40,6 +43,10 @@ pub struct Origin {
 
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// A session up this long counts as having worked (the backoff starts over).
+const STABLE: Duration = Duration::from_secs(10);
+/// The wait after an origin's GOAWAY (its drain; quichub's default is 2 s).
+const AFTER_GOAWAY: Duration = Duration::from_secs(2);
 
 /// Follows `origin` with connections from `client` until the relay shuts
 /// down.
@@ -62,7 +69,7 @@ pub async fn follow(relay: Arc<Relay>, client: Client, origin: Origin) {
                     remote,
                     http: None,
                 };
-                let why = crate::session::serve_origin(
+                let end = crate::session::serve_origin(
                     relay.clone(),
                     accepted,
                     (c.authority, c.path),
@@ -70,8 +77,18 @@ pub async fn follow(relay: Arc<Relay>, client: Client, origin: Origin) {
                 )
                 .await;
                 relay.metrics.origin_sessions.fetch_sub(1, Relaxed);
-                tracing::warn!(url = %origin.url, "origin session ended: {why}");
-                backoff = BACKOFF_MIN;
+                tracing::warn!(url = %origin.url, "origin session ended: {}", end.reason);
+                // A session that was up a while starts the backoff over; one
+                // refused or cut at once (a full or misconfigured origin)
+                // keeps growing it, so it is not retried twice a second.
+                if end.lasted >= STABLE {
+                    backoff = BACKOFF_MIN;
+                }
+                // A draining origin still accepts until it stops: give it
+                // time to go rather than being told GOAWAY again at once.
+                if end.goaway {
+                    backoff = backoff.max(AFTER_GOAWAY);
+                }
             }
             Err(e) => {
                 tracing::warn!(url = %origin.url, "cannot reach origin: {e:#}");

@@ -103,6 +103,8 @@ pub(crate) struct SessionHandle {
     /// Client role: the SETUP options that name what we connect to (PATH and
     /// AUTHORITY on raw QUIC).
     setup_target: Option<(String, String)>,
+    /// Client role: the origin sent GOAWAY.
+    goaway_received: AtomicBool,
 }
 
 /// Holds a track name in [`SessionHandle`]'s subscribed set until dropped.
@@ -183,6 +185,7 @@ impl SessionHandle {
             goaway_sent: AtomicBool::new(false),
             role,
             setup_target: None,
+            goaway_received: AtomicBool::new(false),
         }
     }
 
@@ -337,13 +340,16 @@ pub(crate) async fn serve_origin(
     accepted: Accepted,
     target: (String, String),
     prefixes: Vec<TrackNamespace>,
-) -> String {
+) -> OriginEnd {
     let session = accepted.session.clone();
     let mut handle = SessionHandle::new(relay.next_id(), accepted, Role::Client);
     if handle.transport == Transport::Quic {
         handle.setup_target = Some(target);
     }
+    // What the origin may ask of us: nothing (it is a source, not a client).
+    let _ = handle.access.set(Arc::new(crate::access::FromOrigin));
     let handle = Arc::new(handle);
+    let started = tokio::time::Instant::now();
     let namespaces = {
         let (relay, h) = (relay.clone(), handle.clone());
         tokio::spawn(async move {
@@ -368,11 +374,26 @@ pub(crate) async fn serve_origin(
     if handle.established.load(Relaxed) {
         relay.metrics.sessions.fetch_sub(1, Relaxed);
     }
-    match (result, session.close_reason()) {
+    let reason = match (result, session.close_reason()) {
         (Err(e), _) => e.to_string(),
         (Ok(()), Some(r)) => r.to_string(),
         (Ok(()), None) => "session ended".into(),
+    };
+    OriginEnd {
+        reason,
+        goaway: handle.goaway_received.load(Relaxed),
+        lasted: started.elapsed(),
     }
+}
+
+/// How a session to an origin ended ([`serve_origin`]).
+pub(crate) struct OriginEnd {
+    /// Why, for the log.
+    pub(crate) reason: String,
+    /// The origin sent GOAWAY (it is draining).
+    pub(crate) goaway: bool,
+    /// How long it was up.
+    pub(crate) lasted: Duration,
 }
 
 /// Admits a session whose SETUP arrived: leaves the half-open pool, takes a
@@ -381,7 +402,10 @@ fn establish(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
     if h.half_open.swap(false, Relaxed) {
         relay.end_half_open();
     }
-    if !relay.add_session(h.clone()) {
+    // Our own sessions to origin relays are not clients: they take no
+    // client's place (`max_sessions`), and a shutdown ends them at once
+    // rather than waiting for them to drain.
+    if h.role == Role::Server && !relay.add_session(h.clone()) {
         relay.metrics.sessions_refused_full.fetch_add(1, Relaxed);
         return Err(SessionError {
             code: SessionErrorCode::InternalError,
@@ -460,6 +484,11 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
     };
     drop(fail_tx);
     let mut shutdown = relay.shutdown_signal();
+    // A session set up while the relay already drains is told at once.
+    if *shutdown.borrow() {
+        shutdown.mark_changed();
+    }
+    let mut draining = false;
     let setup_timeout = Duration::from_millis(relay.config.setup_timeout_ms);
     let setup_deadline = tokio::time::sleep(setup_timeout);
     tokio::pin!(setup_deadline);
@@ -522,12 +551,17 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
                 break Err(e);
             }
             _ = h.session.closed() => break Ok(()),
-            r = shutdown.changed() => {
+            r = shutdown.changed(), if !draining => {
                 if r.is_err() || *shutdown.borrow() {
-                    h.goaway(relay.config.goaway_timeout_ms).await;
                     // Stop watching; the session ends when the peer leaves or the
                     // endpoint closes after the drain timeout.
-                    shutdown = watch::channel(false).1;
+                    draining = true;
+                    if h.role == Role::Client {
+                        // Our session to an origin: nothing to drain, leave.
+                        h.session.close(SessionErrorCode::NoError.code(), b"relay shutting down");
+                        break Ok(());
+                    }
+                    h.goaway(relay.config.goaway_timeout_ms).await;
                 }
             }
         }
@@ -572,6 +606,7 @@ async fn on_control(
             }
             tracing::info!(session = h.id, uri = %String::from_utf8_lossy(&g.new_session_uri), "peer GOAWAY");
             if h.role == Role::Client {
+                h.goaway_received.store(true, Relaxed);
                 // An origin draining: leave at once, so it can stop, and
                 // come back through the follower's reconnect loop to the URL
                 // it was configured with (a new session URI is logged, not
