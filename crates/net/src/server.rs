@@ -106,13 +106,26 @@ impl Acceptor {
     pub async fn accept(&self) -> Option<Pending> {
         loop {
             let incoming = self.endpoint.accept().await?;
-            let in_flight = self.handshakes.load(Relaxed);
-            match self
-                .config
-                .admit(in_flight, incoming.remote_address_validated())
-            {
+            // Reserved by compare-and-swap: endpoints on other threads admit
+            // at the same time, and `max_handshakes` holds for all of them.
+            let validated = incoming.remote_address_validated();
+            let mut in_flight = self.handshakes.load(Relaxed);
+            let admission = loop {
+                match self.config.admit(in_flight, validated) {
+                    Admission::Accept => match self.handshakes.compare_exchange_weak(
+                        in_flight,
+                        in_flight + 1,
+                        Relaxed,
+                        Relaxed,
+                    ) {
+                        Ok(_) => break Admission::Accept,
+                        Err(now) => in_flight = now,
+                    },
+                    other => break other,
+                }
+            };
+            match admission {
                 Admission::Accept => {
-                    self.handshakes.fetch_add(1, Relaxed);
                     return Some(Pending {
                         incoming,
                         slot: HandshakeSlot(self.handshakes.clone()),
@@ -274,10 +287,11 @@ impl Server {
         // quinn's own bound on attempts waiting for `accept` (default 65 536,
         // each buffering up to 10 MB of early packets): an attempt's first
         // flight is a few kB, and no more wait than may be in flight.
-        config.max_incoming(quic.max_handshakes);
-        config.incoming_buffer_size(64 << 10);
-        config.incoming_buffer_size_total(16 << 20);
+        // quinn's bounds are per endpoint: several share them.
         let shards = crate::shard::resolve(quic.endpoints);
+        config.max_incoming((quic.max_handshakes / shards).max(1));
+        config.incoming_buffer_size(64 << 10);
+        config.incoming_buffer_size_total(((16 << 20) / shards as u64).max(64 << 10));
         let (endpoints, threads) = if shards == 1 {
             let socket = bind_udp(addr).with_context(|| format!("bind UDP {addr}"))?;
             let runtime = quinn::default_runtime().context("no async runtime")?;
