@@ -492,6 +492,16 @@ impl Config {
         for o in &self.cluster.origins {
             o.resolve()?;
         }
+        let uri = &self.relay.goaway_uri;
+        if !uri.is_empty() {
+            let ok = uri.len() <= 8192
+                && url::Url::parse(uri)
+                    .is_ok_and(|u| matches!(u.scheme(), "moqt" | "https") && u.host().is_some());
+            anyhow::ensure!(
+                ok,
+                "relay.goaway_uri {uri:?}: a moqt:// or https:// URL of another relay (at most 8192 bytes)"
+            );
+        }
         self.quic.bind_addr()?;
         self.quic.ack()?;
         self.quic

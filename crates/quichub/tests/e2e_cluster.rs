@@ -314,3 +314,42 @@ async fn an_origin_session_takes_no_clients_place() {
     // Both sessions are sessions; only the client's is a client's.
     assert_eq!(b.relay.metrics.sessions.load(Relaxed), 2);
 }
+
+/// An origin that drains with a New Session URI (`[relay] goaway_uri`)
+/// sends its followers to that relay at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_moves_where_its_origins_goaway_says() {
+    let dir = std::env::temp_dir().join(format!("quichub-cluster-move-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    // Both relays present the same certificate: the follower pins it.
+    let id = quichub_net::tls::Identity::self_signed(&["localhost"]).unwrap();
+    id.write_pem(&cert, &key).unwrap();
+    let config = || {
+        let mut c = test_config();
+        c.tls.cert = Some(cert.clone());
+        c.tls.key = Some(key.clone());
+        c
+    };
+    let a2 = TestRelay::with_hub_config(config()).await;
+    let mut c = config();
+    c.relay.goaway_uri = format!("moqt://127.0.0.1:{}/", a2.addr.port());
+    let a = TestRelay::with_hub_config(c).await;
+    let b = follower(&a, "").await;
+    let p2 = a2.client("moqt").await;
+    let _moved = p2
+        .publish_namespace(TrackNamespace::from_path("moved"))
+        .await
+        .unwrap();
+    let p = a.client("moqt").await;
+    let _x = p
+        .publish_namespace(TrackNamespace::from_path("x"))
+        .await
+        .unwrap();
+    knows(&b, "x").await;
+    assert_eq!(a2.relay.session_count(), 1, "only the publisher on a2");
+    within(10, a.hub.shutdown()).await;
+    knows(&b, "moved").await;
+    assert_eq!(a2.relay.session_count(), 2, "the follower moved to a2");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -50,6 +50,10 @@ pub struct Config {
     pub max_rendezvous_ms: u64,
     /// GOAWAY timeout announced on shutdown, in milliseconds.
     pub goaway_timeout_ms: u64,
+    /// New Session URI sent in GOAWAY on shutdown (another relay of the
+    /// cluster, `moqt://` or `https://`), for clients and following relays
+    /// to reconnect to; empty: none.
+    pub goaway_uri: String,
     /// Time to wait for the upstream publisher's answer, in milliseconds.
     pub upstream_timeout_ms: u64,
 }
@@ -72,6 +76,7 @@ impl Default for Config {
             write_stall_ms: 2_000,
             max_rendezvous_ms: 30_000,
             goaway_timeout_ms: 2_000,
+            goaway_uri: String::new(),
             upstream_timeout_ms: 5_000,
         }
     }

@@ -76,8 +76,9 @@ pub(crate) trait Peer: Send + Sync {
         entry: Arc<TrackEntry>,
     ) -> BoxFuture<Result<(), Refusal>>;
 
-    /// Sends GOAWAY on the session's control stream (shutdown).
-    fn send_goaway(self: Arc<Self>, timeout_ms: u64) -> BoxFuture<()>;
+    /// Sends GOAWAY on the session's control stream (shutdown), with `uri`
+    /// as its New Session URI (empty: none).
+    fn send_goaway(self: Arc<Self>, timeout_ms: u64, uri: String) -> BoxFuture<()>;
 }
 
 /// A request failure to report with REQUEST_ERROR.

@@ -169,7 +169,11 @@ fn log_closed(remote: SocketAddr, alpn: &str, reason: Option<String>) {
 pub async fn shutdown(relay: &Arc<Relay>, server: &Server) {
     relay.begin_shutdown();
     for s in relay.sessions() {
-        s.send_goaway(relay.config.goaway_timeout_ms).await;
+        s.send_goaway(
+            relay.config.goaway_timeout_ms,
+            relay.config.goaway_uri.clone(),
+        )
+        .await;
     }
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(relay.config.goaway_timeout_ms);

@@ -12,8 +12,10 @@
 //! following one of its followers): the latest announcement of a namespace
 //! wins, so a cycle would route a namespace in a circle.
 //!
-//! The session is re-established after a failure or a GOAWAY, with a
-//! backoff from 0.5 s to 10 s (at least 2 s after a GOAWAY); while it is
+//! The session is re-established after a failure or a GOAWAY: at once to a
+//! GOAWAY's New Session URI (another relay; `[relay] goaway_uri` sets the
+//! one quichub sends), else with a backoff from 0.5 s to 10 s (at least 2 s
+//! after a GOAWAY); while it is
 //! down its namespaces are gone (subscribers get PUBLISH_DONE, new ones wait
 //! for the rendezvous timeout). The origin may not make requests here (it is
 //! a source, not a client), and its session does not count against
@@ -53,14 +55,17 @@ const AFTER_GOAWAY: Duration = Duration::from_secs(2);
 pub async fn follow(relay: Arc<Relay>, client: Client, origin: Origin) {
     let mut shutdown = relay.shutdown_signal();
     let mut backoff = BACKOFF_MIN;
+    // Where a GOAWAY sent us: tried once, then the configured URL again.
+    let mut redirect: Option<Url> = None;
     loop {
         if *shutdown.borrow() {
             return;
         }
-        match client.connect(&origin.url).await {
+        let url = redirect.take().unwrap_or_else(|| origin.url.clone());
+        match client.connect(&url).await {
             Ok(c) => {
                 let remote = c.session.remote_address();
-                tracing::info!(url = %origin.url, %remote, "connected to origin");
+                tracing::info!(%url, %remote, "connected to origin");
                 relay.metrics.origin_sessions.fetch_add(1, Relaxed);
                 let accepted = Accepted {
                     session: c.session,
@@ -84,6 +89,16 @@ pub async fn follow(relay: Arc<Relay>, client: Client, origin: Origin) {
                 if end.lasted >= STABLE {
                     backoff = BACKOFF_MIN;
                 }
+                // Sent elsewhere (GOAWAY's New Session URI): go at once.
+                if let Some(to) = end
+                    .redirect
+                    .as_deref()
+                    .and_then(|u| redirected(u, &origin.url))
+                {
+                    tracing::info!(from = %url, %to, "origin moved its followers");
+                    redirect = Some(to);
+                    continue;
+                }
                 // A draining origin still accepts until it stops: give it
                 // time to go rather than being told GOAWAY again at once.
                 if end.goaway {
@@ -91,7 +106,7 @@ pub async fn follow(relay: Arc<Relay>, client: Client, origin: Origin) {
                 }
             }
             Err(e) => {
-                tracing::warn!(url = %origin.url, "cannot reach origin: {e:#}");
+                tracing::warn!(%url, "cannot reach origin: {e:#}");
             }
         }
         relay.metrics.origin_reconnects.fetch_add(1, Relaxed);
@@ -100,5 +115,41 @@ pub async fn follow(relay: Arc<Relay>, client: Client, origin: Origin) {
             _ = shutdown.changed() => return,
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// The URL a GOAWAY's New Session URI sends a follower to: a `moqt://` or
+/// `https://` URL, keeping the configured URL's query (this relay's token)
+/// when it has none of its own. `None` for anything else (logged).
+fn redirected(uri: &str, configured: &Url) -> Option<Url> {
+    let mut url = match Url::parse(uri) {
+        Ok(u) if matches!(u.scheme(), "moqt" | "https") && u.host().is_some() => u,
+        _ => {
+            tracing::warn!(
+                uri,
+                "GOAWAY New Session URI ignored: not a moqt:// or https:// URL"
+            );
+            return None;
+        }
+    };
+    if url.query().is_none() {
+        url.set_query(configured.query());
+    }
+    Some(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_goaway_uri_keeps_our_token() {
+        let configured: Url = "moqt://a:4443/?jwt=T".parse().unwrap();
+        let to = redirected("moqt://b:4443/", &configured).unwrap();
+        assert_eq!(to.as_str(), "moqt://b:4443/?jwt=T");
+        let own = redirected("https://b:4443/moq?jwt=U", &configured).unwrap();
+        assert_eq!(own.query(), Some("jwt=U"));
+        assert!(redirected("http://b/", &configured).is_none());
+        assert!(redirected("not a url", &configured).is_none());
     }
 }

@@ -105,6 +105,8 @@ pub(crate) struct SessionHandle {
     setup_target: Option<(String, String)>,
     /// Client role: the origin sent GOAWAY.
     goaway_received: AtomicBool,
+    /// Client role: the New Session URI of the origin's GOAWAY.
+    goaway_uri: Mutex<Option<String>>,
 }
 
 /// Holds a track name in [`SessionHandle`]'s subscribed set until dropped.
@@ -186,6 +188,7 @@ impl SessionHandle {
             role,
             setup_target: None,
             goaway_received: AtomicBool::new(false),
+            goaway_uri: Mutex::new(None),
         }
     }
 
@@ -256,13 +259,13 @@ impl SessionHandle {
     }
 
     /// Sends GOAWAY on our control stream (for shutdown).
-    async fn goaway(&self, timeout_ms: u64) {
+    async fn goaway(&self, timeout_ms: u64, uri: &str) {
         if self.goaway_sent.swap(true, Relaxed) {
             return;
         }
         let floor = self.request_ids.lock().expect("ids").peer_floor();
         let msg = Message::GoAway(GoAway {
-            new_session_uri: Bytes::new(),
+            new_session_uri: Bytes::copy_from_slice(uri.as_bytes()),
             timeout: timeout_ms,
             request_id: Some(floor),
         });
@@ -285,8 +288,8 @@ impl Peer for SessionHandle {
         Box::pin(async move { self.open_upstream(&relay, entry).await })
     }
 
-    fn send_goaway(self: Arc<Self>, timeout_ms: u64) -> BoxFuture<()> {
-        Box::pin(async move { self.goaway(timeout_ms).await })
+    fn send_goaway(self: Arc<Self>, timeout_ms: u64, uri: String) -> BoxFuture<()> {
+        Box::pin(async move { self.goaway(timeout_ms, &uri).await })
     }
 }
 
@@ -379,9 +382,11 @@ pub(crate) async fn serve_origin(
         (Ok(()), Some(r)) => r.to_string(),
         (Ok(()), None) => "session ended".into(),
     };
+    let redirect = handle.goaway_uri.lock().expect("goaway uri").take();
     OriginEnd {
         reason,
         goaway: handle.goaway_received.load(Relaxed),
+        redirect,
         lasted: started.elapsed(),
     }
 }
@@ -392,6 +397,8 @@ pub(crate) struct OriginEnd {
     pub(crate) reason: String,
     /// The origin sent GOAWAY (it is draining).
     pub(crate) goaway: bool,
+    /// Its New Session URI, if it gave one.
+    pub(crate) redirect: Option<String>,
     /// How long it was up.
     pub(crate) lasted: Duration,
 }
@@ -561,7 +568,8 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
                         h.session.close(SessionErrorCode::NoError.code(), b"relay shutting down");
                         break Ok(());
                     }
-                    h.goaway(relay.config.goaway_timeout_ms).await;
+                    h.goaway(relay.config.goaway_timeout_ms, &relay.config.goaway_uri)
+                        .await;
                 }
             }
         }
@@ -607,10 +615,14 @@ async fn on_control(
             tracing::info!(session = h.id, uri = %String::from_utf8_lossy(&g.new_session_uri), "peer GOAWAY");
             if h.role == Role::Client {
                 h.goaway_received.store(true, Relaxed);
+                if !g.new_session_uri.is_empty() {
+                    *h.goaway_uri.lock().expect("goaway uri") =
+                        Some(String::from_utf8_lossy(&g.new_session_uri).into_owned());
+                }
                 // An origin draining: leave at once, so it can stop, and
-                // come back through the follower's reconnect loop to the URL
-                // it was configured with (a new session URI is logged, not
-                // followed yet). Subscribers here get PUBLISH_DONE.
+                // come back through the follower's reconnect loop, to the
+                // New Session URI when there is one. Subscribers here get
+                // PUBLISH_DONE.
                 return Err(SessionError {
                     code: SessionErrorCode::NoError,
                     reason: "origin going away".into(),
