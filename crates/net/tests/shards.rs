@@ -45,6 +45,18 @@ fn start() -> (Arc<Server>, std::net::SocketAddr) {
     (server, addr)
 }
 
+/// A client on its own UDP port, and its connection to `addr`.
+async fn dial(addr: std::net::SocketAddr) -> (Client, quinn::Connection) {
+    let client = Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure).unwrap();
+    let conn = client
+        .dial(addr, "localhost", b"mqtt", false)
+        .await
+        .unwrap()
+        .connection()
+        .clone();
+    (client, conn)
+}
+
 /// Which shard served a request on `conn` (within 5 s).
 async fn ask(conn: &quinn::Connection) -> u8 {
     tokio::time::timeout(Duration::from_secs(5), async {
@@ -65,13 +77,7 @@ async fn connections_spread_over_the_shards() {
     // 32 clients on their own ports: the kernel's hash of the 4-tuple puts
     // all of them on one of 4 shards with a chance of 4 × 4^-32.
     for _ in 0..32 {
-        let client = Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure).unwrap();
-        let conn = client
-            .dial(addr, "localhost", b"mqtt", false)
-            .await
-            .unwrap()
-            .connection()
-            .clone();
+        let (client, conn) = dial(addr).await;
         seen.insert(ask(&conn).await);
         clients.push((client, conn));
     }
@@ -86,13 +92,7 @@ async fn connections_spread_over_the_shards() {
 #[tokio::test]
 async fn a_client_whose_address_changes_keeps_its_connection() {
     let (_server, addr) = start();
-    let client = Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure).unwrap();
-    let conn = client
-        .dial(addr, "localhost", b"mqtt", false)
-        .await
-        .unwrap()
-        .connection()
-        .clone();
+    let (client, conn) = dial(addr).await;
     let home = ask(&conn).await;
     // Each rebinding is a new source port, so a new kernel hash: without
     // steering by connection ID, 3 in 4 of them would land on a shard that

@@ -16,28 +16,42 @@ use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
 /// A relay that follows `origin`'s namespaces under `prefix`.
 async fn follower(origin: &TestRelay, prefix: &str) -> TestRelay {
     let mut c = test_config();
-    c.cluster.origins.push(quichub_hub::OriginSection {
+    c.cluster
+        .origins
+        .push(origin_entry(origin, vec![prefix.into()]));
+    TestRelay::with_hub_config(c).await
+}
+
+/// Waits (at most 10 s) until `cond` holds.
+async fn until(cond: impl Fn() -> bool) {
+    within(10, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// An `[[cluster.origins]]` entry for `origin`, pinned by its fingerprint.
+fn origin_entry(origin: &TestRelay, prefixes: Vec<String>) -> quichub_hub::OriginSection {
+    quichub_hub::OriginSection {
         url: format!("moqt://127.0.0.1:{}/", origin.addr.port()),
-        prefixes: vec![prefix.into()],
+        prefixes,
         fingerprint: Some(origin.hub.fingerprint()),
         ca: None,
-    });
-    TestRelay::with_hub_config(c).await
+    }
 }
 
 /// Waits until `relay` knows namespace `ns`.
 async fn knows(relay: &TestRelay, ns: &str) {
     let ns = TrackNamespace::from_path(ns);
-    within(10, async {
-        while !relay
+    until(|| {
+        relay
             .relay
             .snapshot()
             .namespaces
             .iter()
             .any(|n| n.namespace == ns)
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
     })
     .await;
 }
@@ -100,12 +114,7 @@ async fn subscribers_on_a_follower_get_every_object_with_one_copy_per_track_betw
             (objects, datagrams)
         }));
     }
-    within(10, async {
-        while !(video.is_forwarding() && audio.is_forwarding()) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    until(|| video.is_forwarding() && audio.is_forwarding()).await;
     // One upstream subscription per track at the publisher, and one at the
     // origin relay (from the follower), for three subscribers.
     assert_eq!(video.subscriptions_served(), 1);
@@ -166,22 +175,12 @@ async fn a_follower_tracks_the_origins_namespaces() {
     knows(&b, "news/a").await;
     // Outside the followed prefix of another follower: not learnt there.
     let c = follower(&a, "sport").await;
-    within(10, async {
-        while c.relay.metrics.origin_sessions.load(Relaxed) == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until(|| c.relay.metrics.origin_sessions.load(Relaxed) > 0).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(c.relay.snapshot().namespaces.is_empty());
     drop(ns);
     drop(publisher);
-    within(10, async {
-        while !b.relay.snapshot().namespaces.is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until(|| b.relay.snapshot().namespaces.is_empty()).await;
 }
 
 /// A follower whose origin presents another certificate refuses it.
@@ -190,18 +189,11 @@ async fn a_follower_checks_the_origins_certificate() {
     let a = TestRelay::start().await;
     let mut c = test_config();
     c.cluster.origins.push(quichub_hub::OriginSection {
-        url: format!("moqt://127.0.0.1:{}/", a.addr.port()),
-        prefixes: vec![],
         fingerprint: Some("00".repeat(32)),
-        ca: None,
+        ..origin_entry(&a, vec![])
     });
     let b = TestRelay::with_hub_config(c).await;
-    within(10, async {
-        while b.relay.metrics.origin_reconnects.load(Relaxed) == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until(|| b.relay.metrics.origin_reconnects.load(Relaxed) > 0).await;
     assert_eq!(b.relay.metrics.origin_sessions.load(Relaxed), 0);
     assert_eq!(a.relay.metrics.sessions_total.load(Relaxed), 0);
     // Neither fingerprint nor CA: refused when the hub starts.
@@ -243,12 +235,7 @@ async fn a_follower_comes_back_when_its_origin_restarts() {
     within(10, a.hub.shutdown()).await;
     drop(publisher);
     drop(a);
-    within(10, async {
-        while !b.relay.snapshot().namespaces.is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until(|| b.relay.snapshot().namespaces.is_empty()).await;
     // The old relay's sockets close as its threads end: until then the
     // port is refused.
     let hub = within(10, async {
@@ -284,26 +271,12 @@ async fn an_origin_session_takes_no_clients_place() {
     let a = TestRelay::start().await;
     let mut c = test_config();
     c.relay.max_sessions = 1;
-    c.cluster.origins.push(quichub_hub::OriginSection {
-        url: format!("moqt://127.0.0.1:{}/", a.addr.port()),
-        prefixes: vec![],
-        fingerprint: Some(a.hub.fingerprint()),
-        ca: None,
-    });
+    c.cluster.origins.push(origin_entry(&a, vec![]));
     let b = TestRelay::with_hub_config(c).await;
-    within(10, async {
-        while b.relay.metrics.origin_sessions.load(Relaxed) == 0 || a.relay.session_count() == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until(|| b.relay.metrics.origin_sessions.load(Relaxed) > 0 && a.relay.session_count() > 0)
+        .await;
     let client = b.client("moqt").await;
-    within(10, async {
-        while b.relay.session_count() == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until(|| b.relay.session_count() > 0).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(b.relay.metrics.sessions_refused_full.load(Relaxed), 0);
     assert!(
@@ -352,4 +325,41 @@ async fn a_follower_moves_where_its_origins_goaway_says() {
     knows(&b, "moved").await;
     assert_eq!(a2.relay.session_count(), 2, "the follower moved to a2");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A namespace a publisher holds on the follower stays its own when the
+/// origin announces the same one (no hijack, no loop back through the
+/// origin).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_publisher_keeps_its_namespace() {
+    let a = TestRelay::start().await;
+    let b = follower(&a, "").await;
+    until(|| b.relay.metrics.origin_sessions.load(Relaxed) == 1).await;
+    let local = b.client("moqt").await;
+    let _mine = local
+        .publish_namespace(TrackNamespace::from_path("x"))
+        .await
+        .unwrap();
+    knows(&b, "x").await;
+    let owner = || {
+        b.relay
+            .snapshot()
+            .namespaces
+            .into_iter()
+            .find(|n| n.namespace == TrackNamespace::from_path("x"))
+            .map(|n| n.session)
+    };
+    let before = owner();
+    let remote = a.client("moqt").await;
+    let _theirs = remote
+        .publish_namespace(TrackNamespace::from_path("x"))
+        .await
+        .unwrap();
+    let _other = remote
+        .publish_namespace(TrackNamespace::from_path("y"))
+        .await
+        .unwrap();
+    // "y" arrives after "x" on the same stream: once it is here, "x" was seen.
+    knows(&b, "y").await;
+    assert_eq!(owner(), before, "the local publisher keeps x");
 }

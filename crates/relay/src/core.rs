@@ -340,6 +340,11 @@ impl Relay {
         Ok(())
     }
 
+    /// The session that publishes exactly `ns`, if any.
+    pub(crate) fn namespace_owner(&self, ns: &TrackNamespace) -> Option<u64> {
+        self.lock().namespaces.get(ns).map(|s| s.id())
+    }
+
     /// Withdraws a namespace if `session` still owns it.
     pub(crate) fn unpublish_namespace(&self, ns: &TrackNamespace, session_id: u64) {
         let removed = {

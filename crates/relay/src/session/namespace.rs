@@ -270,17 +270,34 @@ pub(super) async fn follow_origin(
     }
     tracing::info!(session = h.id, %prefix, "following the origin's namespaces");
     let peer: Arc<dyn crate::core::Peer> = h.clone();
+    // What the origin may make us hold: as many namespaces as tracks.
+    let mut followed = std::collections::HashSet::new();
     loop {
         match reader.next().await {
             Ok(Message::Namespace(suffix)) => {
                 let ns = prefix.join(&suffix);
+                // A publisher here keeps its namespace: the origin's copy
+                // would come back through this relay (a loop) or hijack it.
+                if relay.namespace_owner(&ns).is_some_and(|id| id != h.id) {
+                    tracing::warn!(session = h.id, %ns, "namespace from the origin already published here: ignored");
+                    continue;
+                }
+                if !followed.contains(&ns) && followed.len() >= relay.config.max_tracks {
+                    return Some(format!(
+                        "more than {} namespaces under {prefix}",
+                        relay.config.max_tracks
+                    ));
+                }
                 tracing::info!(session = h.id, %ns, "namespace at the origin");
+                followed.insert(ns.clone());
                 if let Err(r) = relay.publish_namespace(ns, peer.clone()) {
                     tracing::warn!(session = h.id, "namespace from the origin: {}", r.reason);
                 }
             }
             Ok(Message::NamespaceDone(suffix)) => {
-                relay.unpublish_namespace(&prefix.join(&suffix), h.id);
+                let ns = prefix.join(&suffix);
+                followed.remove(&ns);
+                relay.unpublish_namespace(&ns, h.id);
             }
             Ok(other) => return Some(format!("{} on a SUBSCRIBE_NAMESPACE stream", other.name())),
             Err(e) => return Some(format!("SUBSCRIBE_NAMESPACE stream: {e:?}")),
