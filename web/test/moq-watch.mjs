@@ -2,8 +2,11 @@
 // quichub relay, beside quichub's own player on the same broadcast:
 //   node test/moq-watch.mjs RELAY_HTTP QUIC_PORT BROADCAST OUT_DIR
 // Bundles test/moq-watch/entry.js with esbuild into OUT_DIR, serves it on
-// 127.0.0.1 (a secure context), and opens three pages in one Chromium:
-//   A. quichub's player (RELAY_HTTP/watch/BROADCAST), which must play;
+// 127.0.0.1 (a secure context), and opens three pages in two Chromiums:
+//   A. quichub's player (RELAY_HTTP/watch/BROADCAST), which must play, in a
+//      browser of its own: Chromium's renderer (or its network service) now
+//      and then dies in the <moq-watch> tab when the relay closes its
+//      session, and a browser fault must not pass for the relay's;
 //   B. <moq-watch> as shipped (reload on: it waits for the broadcast to be
 //      announced through SUBSCRIBE_NAMESPACE before subscribing);
 //   C. <moq-watch reload="false"> (subscribes to catalog.json at once).
@@ -43,15 +46,30 @@ const watchUrl = (reload) => {
   return `http://127.0.0.1:${server.address().port}/?${q}`;
 };
 
+const playerBrowser = await launch();
 const browser = await launch();
 const result = {};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-async function open(url, logs) {
-  const page = await browser.newPage({ viewport: { width: 800, height: 500 } });
+async function open(url, logs, on = browser) {
+  const page = await on.newPage({ viewport: { width: 800, height: 500 } });
   page.on('console', (m) => logs.push(`${m.type()}: ${m.text()}`));
   page.on('pageerror', (e) => logs.push(`pageerror: ${e.message}`));
+  page.on('crash', () => logs.push('crash: this page\'s renderer died'));
   await page.goto(url);
   return page;
+}
+// What a <moq-watch> page shows, or null (and `crashed` set) once its
+// renderer is gone: its logs so far still tell how far it got.
+async function look(page, rec, shot) {
+  try {
+    const state = await page.evaluate(() => window.moqWatchState());
+    if (shot) await page.screenshot({ path: join(outDir, shot) });
+    return state;
+  } catch (e) {
+    rec.crashed = true;
+    rec.logs.push(`look: ${e}`);
+    return null;
+  }
 }
 const hasLog = (logs, re) => logs.some((l) => re.test(l));
 async function untilLog(logs, re, ms) {
@@ -66,7 +84,7 @@ try {
   // A: quichub's player, playing before the others arrive.
   const a = { logs: [] };
   result.player = a;
-  const pa = await open(`http://${relayHttp}/watch/${name}`, a.logs);
+  const pa = await open(`http://${relayHttp}/watch/${name}`, a.logs, playerBrowser);
   await waitFor(pa, () => window.quichubPlayer && window.quichubPlayer.stats.renderedFrames > 10, null, 20000, 'player frames');
   a.framesBefore = await pa.evaluate(() => window.quichubPlayer.stats.renderedFrames);
 
@@ -77,8 +95,7 @@ try {
   b.alpnLogged = await untilLog(b.logs, /negotiated ALPN: moqt-18/, 10000);
   b.subscribeNamespaceLogged = await untilLog(b.logs, /subscribe_namespace written/, 5000);
   await sleep(3000);
-  b.state = await pb.evaluate(() => window.moqWatchState());
-  await pb.screenshot({ path: join(outDir, 'moq-watch.png') });
+  b.state = await look(pb, b, 'moq-watch.png');
 
   // C: <moq-watch reload="false">: its SUBSCRIBE reaches the relay.
   const c = { logs: [] };
@@ -88,21 +105,21 @@ try {
   c.subscribeWritten = await untilLog(c.logs, /subscribe written: .*track=catalog\.json/, 5000);
   c.subscribeError = await untilLog(c.logs, /subscribe error: .*track=catalog\.json/, 5000);
   await sleep(1500);
-  c.state = await pc.evaluate(() => window.moqWatchState());
-  await pc.screenshot({ path: join(outDir, 'moq-watch-no-reload.png') });
-  await pc.close();
+  c.state = await look(pc, c, 'moq-watch-no-reload.png');
+  await pc.close().catch(() => {});
 
   // The other sessions outlived C's: A still plays, B is still connected.
   await sleep(1500);
   a.framesAfter = await pa.evaluate(() => window.quichubPlayer.stats.renderedFrames);
   a.stats = await pa.evaluate(() => window.quichubPlayer.stats);
   await pa.screenshot({ path: join(outDir, 'moq-watch-beside-player.png') });
-  b.stateAfter = await pb.evaluate(() => window.moqWatchState());
+  b.stateAfter = await look(pb, b);
   report(result);
 } catch (e) {
   result.error = String(e);
   report(result, false);
 } finally {
   await browser.close();
+  await playerBrowser.close();
   server.close();
 }

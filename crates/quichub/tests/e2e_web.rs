@@ -504,8 +504,9 @@ async fn protocol_violations(relay: &Relay) -> u64 {
 /// `web/package.json`, with its `@moq/net` 0.2.8) does not play a
 /// draft-18 relay's broadcast yet; this pins how far it gets, so the day
 /// that changes this test fails and `crates/moqt/INTEROP.md` ("@moq/watch")
-/// gets updated. ffmpeg → `quichub pub --broadcast` → relay, then in one
-/// Chromium: quichub's player plays the broadcast; `<moq-watch>` negotiates
+/// gets updated. ffmpeg → `quichub pub --broadcast` → relay, then
+/// quichub's player plays the broadcast in one Chromium while, in another,
+/// `<moq-watch>` negotiates
 /// `moqt-18` over WebTransport (certificate pinned with
 /// `serverCertificateHashes`), exchanges SETUP and sends SUBSCRIBE_NAMESPACE,
 /// and learns of the broadcast from NAMESPACE (`quichub pub` publishes its
@@ -555,17 +556,25 @@ async fn moq_watch_reaches_the_relay_and_fails_cleanly() {
             )
         })
     };
-    let (mut ok, mut r) = run().await.unwrap();
     // @moq/watch's tab, reconnecting after each session the relay closes,
-    // now and then takes Chromium's renderer down ("Target crashed"): a
-    // browser fault, not the relay's (the relay and the player beside it
-    // are what this test checks), so the whole run is repeated once.
-    if !ok
-        && r["error"]
+    // now and then takes its renderer down ("Target crashed"): a browser
+    // fault, not the relay's. The player runs in a Chromium of its own, so
+    // it is never hit; a run where a <moq-watch> tab died is repeated (at
+    // most three runs), and the last one's logs, which a crash keeps, are
+    // asserted on.
+    let crashed = |ok: bool, r: &serde_json::Value| {
+        (!ok && r["error"]
             .as_str()
-            .is_some_and(|e| e.contains("Target crashed"))
-    {
-        eprintln!("moq-watch.mjs: Chromium's renderer crashed; running it once more: {r}");
+            .is_some_and(|e| e.contains("Target crashed")))
+            || r["watch"]["crashed"] == true
+            || r["watchNoReload"]["crashed"] == true
+    };
+    let (mut ok, mut r) = run().await.unwrap();
+    for _ in 0..2 {
+        if !crashed(ok, &r) {
+            break;
+        }
+        eprintln!("moq-watch.mjs: a Chromium renderer crashed; running it once more: {r}");
         (ok, r) = run().await.unwrap();
     }
     let violations = protocol_violations(&relay).await - violations_before;
@@ -603,13 +612,18 @@ async fn moq_watch_reaches_the_relay_and_fails_cleanly() {
     // and make this a playback test.
     let changed = "@moq/watch got further than INTEROP.md says: update it";
     assert!(logged(w, "subscribe error"), "{changed}: {w}");
-    assert_eq!(w["state"]["catalog"], false, "{changed}: {w}");
-    assert_eq!(w["state"]["videoFrames"], 0, "{changed}: {w}");
+    // A tab whose renderer died shows no state; its logs above still do.
+    if !w["state"].is_null() {
+        assert_eq!(w["state"]["catalog"], false, "{changed}: {w}");
+        assert_eq!(w["state"]["videoFrames"], 0, "{changed}: {w}");
+    }
     assert_eq!(c["alpnLogged"], true, "{c}");
     assert_eq!(c["subscribeWritten"], true, "{c}");
     assert_eq!(c["subscribeError"], true, "{changed}: {c}");
-    assert_eq!(c["state"]["catalog"], false, "{changed}: {c}");
-    assert_eq!(c["state"]["videoFrames"], 0, "{changed}: {c}");
+    if !c["state"].is_null() {
+        assert_eq!(c["state"]["catalog"], false, "{changed}: {c}");
+        assert_eq!(c["state"]["videoFrames"], 0, "{changed}: {c}");
+    }
     assert!(violations >= 1, "no PROTOCOL_VIOLATION counted: {r}");
     let log = relay.log.as_ref().unwrap().lock().unwrap().clone();
     assert!(
