@@ -47,13 +47,73 @@ pub struct Config {
     pub source: Option<PathBuf>,
 }
 
-/// `[cluster]`: relays this one follows over MoQT (`quichub_relay::origin`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// `[cluster]`: relays this one follows over MoQT (`quichub_relay::origin`),
+/// and the registry of a cluster of relays (`quichub-cluster`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterSection {
     /// Origin relays: this relay subscribes to their namespaces, one
     /// upstream SUBSCRIBE per track however many subscribers it has here.
     pub origins: Vec<OriginSection>,
+    /// The registry of the cluster this relay is one of:
+    /// `etcd://host:port[,host:port…][/prefix]`, or `file:PATH` (a fixed
+    /// list of relays); empty: no cluster.
+    pub registry: String,
+    /// Where the other relays reach this one (`moqt://host:port/` or
+    /// `https://host:port/`); empty: `moqt://` and `quic.bind`, when that is
+    /// a specific address.
+    pub node_url: String,
+    /// This relay's name in the registry; empty: its `node_url`.
+    pub node_id: String,
+    /// Seconds after its last renewal that a relay which stopped (died) is
+    /// dropped from the registry with its namespaces (etcd lease TTL).
+    pub lease_ttl_s: u64,
+    /// A token this relay presents to the other relays (`?jwt=`), when
+    /// they require one.
+    pub token: String,
+    /// PEM file of the CAs that sign the relays' certificates. Unset, each
+    /// relay registers its certificate's SHA-256 and the others pin it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        Self {
+            origins: Vec::new(),
+            registry: String::new(),
+            node_url: String::new(),
+            node_id: String::new(),
+            lease_ttl_s: 10,
+            token: String::new(),
+            ca: None,
+        }
+    }
+}
+
+impl ClusterSection {
+    /// `node_url`, or `moqt://` with the QUIC address when that is a
+    /// specific one.
+    pub fn node_url(&self, quic: SocketAddr) -> anyhow::Result<String> {
+        if !self.node_url.is_empty() {
+            let u: url::Url = self
+                .node_url
+                .parse()
+                .with_context(|| format!("cluster.node_url {:?}", self.node_url))?;
+            anyhow::ensure!(
+                matches!(u.scheme(), "moqt" | "https") && u.host().is_some(),
+                "cluster.node_url {:?}: moqt://host:port/ or https://host:port/",
+                self.node_url
+            );
+            return Ok(self.node_url.clone());
+        }
+        anyhow::ensure!(
+            !quic.ip().is_unspecified(),
+            "cluster.node_url (--node-url): how the other relays reach this one; \
+             quic.bind {quic} names no single address"
+        );
+        Ok(format!("moqt://{quic}/"))
+    }
 }
 
 /// One `[[cluster.origins]]` entry.
@@ -491,6 +551,27 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         for o in &self.cluster.origins {
             o.resolve()?;
+        }
+        let c = &self.cluster;
+        if !c.registry.is_empty() {
+            anyhow::ensure!(
+                c.registry.starts_with("etcd://") || c.registry.starts_with("file:"),
+                "cluster.registry {:?}: etcd://host:port[/prefix] or file:PATH",
+                c.registry
+            );
+            if c.registry.starts_with("etcd://") {
+                quichub_cluster::etcd::EtcdOptions::from_url(
+                    &c.registry,
+                    std::time::Duration::from_secs(c.lease_ttl_s),
+                )
+                .context("cluster.registry / cluster.lease_ttl_s")?;
+            }
+            if !c.node_url.is_empty() {
+                c.node_url("127.0.0.1:1".parse().expect("address"))?;
+            }
+            if let Some(ca) = &c.ca {
+                quichub_net::tls::Verify::ca_file(ca).context("cluster.ca")?;
+            }
         }
         let uri = &self.relay.goaway_uri;
         if !uri.is_empty() {

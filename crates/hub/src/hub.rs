@@ -57,6 +57,7 @@ pub struct Hub {
     metrics: Option<SocketAddr>,
     auth: Arc<RwLock<AuthConfig>>,
     shared_auth: Arc<SharedAuth>,
+    cluster: Option<Arc<quichub_cluster::member::Membership>>,
 }
 
 impl Hub {
@@ -252,6 +253,12 @@ impl Hub {
                 .context("client endpoint for [cluster] origins")?;
             tokio::spawn(quichub_relay::origin::follow(relay.clone(), client, origin));
         }
+        // A cluster of relays ([cluster] registry): registered, claiming
+        // its publishers' namespaces, following the other members.
+        let cluster = match join_cluster(&config, &relay, addr, &identity).await? {
+            Some(m) => Some(Arc::new(m)),
+            None => None,
+        };
         let http = match http_addr {
             Some(a) => Some(
                 quichub_gateway::http::tcp::spawn_tcp_with(
@@ -274,9 +281,14 @@ impl Hub {
                 })?;
                 let bound = listener.local_addr()?;
                 let (r, b, q, a) = (relay.clone(), broker.clone(), server.stats(), auth.clone());
+                let c = cluster.clone();
                 tokio::spawn(quichub_net::metrics_http::serve_with(
                     quichub_net::tcp_limits::Acceptor::new(listener, tcp.metrics_limiter()),
-                    Arc::new(move || crate::metrics::text(&r, &b, &q) + &a.metrics.render()),
+                    Arc::new(move || {
+                        crate::metrics::text(&r, &b, &q)
+                            + &a.metrics.render()
+                            + &c.as_ref().map(|c| c.render_metrics()).unwrap_or_default()
+                    }),
                     crate::metrics::readiness(&relay),
                     tcp.http_header_timeout(),
                 ));
@@ -287,6 +299,7 @@ impl Hub {
         Ok(Hub {
             auth: Arc::new(RwLock::new(config.auth.clone())),
             shared_auth: auth,
+            cluster,
             config,
             addr,
             fingerprint,
@@ -466,7 +479,60 @@ impl Hub {
     /// session and waits up to `relay.goaway_timeout_ms` for them to leave.
     pub async fn shutdown(&self) {
         quichub_relay::endpoint::shutdown(&self.relay, &self.server).await;
+        // Once the sessions are gone: the other relays drop this one (and
+        // its namespaces) now rather than when its lease expires.
+        if let Some(c) = &self.cluster {
+            c.leave().await;
+        }
     }
+}
+
+/// Joins the cluster of `[cluster] registry`, if any.
+async fn join_cluster(
+    config: &Config,
+    relay: &Arc<Relay>,
+    quic: SocketAddr,
+    identity: &Identity,
+) -> anyhow::Result<Option<quichub_cluster::member::Membership>> {
+    use quichub_cluster::{etcd, file, member, Node, Registry};
+    let c = &config.cluster;
+    if c.registry.is_empty() {
+        return Ok(None);
+    }
+    let url = c.node_url(quic)?;
+    let me = Node {
+        id: if c.node_id.is_empty() {
+            url.clone()
+        } else {
+            c.node_id.clone()
+        },
+        url,
+        // With a cluster CA the others check the certificate against it;
+        // else they pin this one.
+        fingerprint: c.ca.is_none().then(|| identity.fingerprint_hex()),
+    };
+    let ttl = Duration::from_secs(c.lease_ttl_s);
+    let registry: Arc<dyn Registry> = match c.registry.strip_prefix("file:") {
+        Some(path) => Arc::new(file::StaticRegistry::load(path.as_ref(), me.clone())?),
+        None => Arc::new(
+            etcd::EtcdRegistry::new(me.clone(), etcd::EtcdOptions::from_url(&c.registry, ttl)?)
+                .await?,
+        ),
+    };
+    let verify = match &c.ca {
+        Some(ca) => Some(quichub_net::tls::Verify::ca_file(ca).context("cluster.ca")?),
+        None => None,
+    };
+    tracing::info!(node = %me.id, url = %me.url, registry = %c.registry, "joining the cluster");
+    Ok(Some(member::join(
+        relay.clone(),
+        registry,
+        member::PeerOptions {
+            token: (!c.token.is_empty()).then(|| c.token.clone()),
+            verify,
+            retry_ms: ttl.as_millis() as u64,
+        },
+    )))
 }
 
 /// Renews the self-signed certificate before it expires.

@@ -8,7 +8,10 @@ use quichub_relay::Relay;
 
 /// `/metrics`: the relay's counters, QUIC admission, then the broker's.
 pub(crate) fn text(relay: &Relay, broker: &Broker, quic: &AdmissionStats) -> String {
-    relay.metrics.render() + &quic.render() + &broker.render_metrics()
+    relay.metrics.render()
+        + &quichub_relay::metrics::render_upstreams(&relay.upstream_by_origin())
+        + &quic.render()
+        + &broker.render_metrics()
 }
 
 /// `/readyz`: ready until the relay starts draining (shutdown), so a load

@@ -120,6 +120,18 @@ pub struct RelayArgs {
     /// refuses to start. Key `auth.allow_anonymous`.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub allow_anonymous: Option<bool>,
+    /// Makes this relay one of a cluster whose registry is
+    /// `etcd://host:port[,host:port…][/prefix]` (etcd v3) or `file:PATH` (a
+    /// fixed list of relays): subscribers here get what is published on any
+    /// relay of the cluster (README, "A cluster of relays"). Key
+    /// `cluster.registry`.
+    #[arg(long, value_name = "URL")]
+    pub cluster: Option<String>,
+    /// Where the other relays of the cluster reach this one
+    /// (`moqt://host:port/`). Default: `moqt://` and `--bind`, when that is a
+    /// specific address. Key `cluster.node_url`.
+    #[arg(long, value_name = "URL")]
+    pub node_url: Option<String>,
 }
 
 /// `--bind`: checked (and a name resolved) when parsed; kept as given.
@@ -156,6 +168,8 @@ impl RelayArgs {
         set(&self.mqtt_tls, &mut c.mqtt.tls);
         set(&self.http, &mut c.http.address);
         set(&self.metrics, &mut c.metrics.address);
+        set(&self.cluster, &mut c.cluster.registry);
+        set(&self.node_url, &mut c.cluster.node_url);
         if self.cert.is_some() {
             c.tls.cert = self.cert.clone();
             c.tls.key = self.key.clone();

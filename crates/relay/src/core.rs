@@ -57,8 +57,9 @@ pub struct TrackSnapshot {
     pub ended: bool,
 }
 
-/// A boxed future, for the [`Peer`] methods the registry calls through `dyn`.
-pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+/// A boxed future, for the [`Peer`] and [`crate::cluster::Claims`] methods
+/// called through `dyn`.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// What the registry needs of a session: its id, and for a session that
 /// published a namespace, a way to subscribe upstream. Implemented by the
@@ -79,6 +80,12 @@ pub(crate) trait Peer: Send + Sync {
     /// Sends GOAWAY on the session's control stream (shutdown), with `uri`
     /// as its New Session URI (empty: none).
     fn send_goaway(self: Arc<Self>, timeout_ms: u64, uri: String) -> BoxFuture<()>;
+
+    /// The session is ours to another relay (what it publishes here was
+    /// learnt from there, [`crate::origin`]).
+    fn is_origin(&self) -> bool {
+        false
+    }
 }
 
 /// A request failure to report with REQUEST_ERROR.
@@ -155,6 +162,8 @@ struct State {
     ns_subs: HashMap<u64, NsSub>,
     track_subs: HashMap<u64, TrackSub>,
     sessions: HashMap<u64, Arc<dyn Peer>>,
+    /// Our sessions to other relays, by session id: the relay's URL.
+    origins: HashMap<u64, Arc<str>>,
 }
 
 /// The relay's shared state.
@@ -169,6 +178,7 @@ pub struct Relay {
     shutdown: watch::Sender<bool>,
     authorizer: RwLock<Arc<dyn Authorizer>>,
     fanout: Arc<crate::fanout::Fanout>,
+    claims: std::sync::OnceLock<Arc<dyn crate::cluster::Claims>>,
 }
 
 impl Relay {
@@ -188,6 +198,7 @@ impl Relay {
             shutdown: watch::channel(false).0,
             authorizer: RwLock::new(authorizer),
             fanout: Arc::default(),
+            claims: Default::default(),
         })
     }
 
@@ -266,14 +277,18 @@ impl Relay {
 
     /// Forgets a session and everything it published.
     pub(crate) fn remove_session(&self, id: u64) {
-        let (withdrawn, ended): (Vec<TrackNamespace>, Vec<Arc<TrackEntry>>) = {
+        let (withdrawn, ended, held): (Vec<TrackNamespace>, Vec<Arc<TrackEntry>>, bool) = {
             let mut st = self.lock();
             st.sessions.remove(&id);
+            let mut held = false;
             let ns: Vec<_> = st
                 .namespaces
                 .iter()
                 .filter(|(_, s)| s.id() == id)
-                .map(|(n, _)| n.clone())
+                .map(|(n, s)| {
+                    held = !s.is_origin();
+                    n.clone()
+                })
                 .collect();
             for n in &ns {
                 st.namespaces.remove(n);
@@ -287,9 +302,14 @@ impl Relay {
             for e in &tracks {
                 st.tracks.remove(&e.track.name);
             }
-            (ns, tracks)
+            (ns, tracks, held)
         };
+        // A publisher's namespaces are free again cluster-wide.
+        let claims = held.then(|| self.claims()).flatten();
         for n in withdrawn {
+            if let Some(c) = &claims {
+                c.release(&n);
+            }
             self.notify_namespace(NamespaceEvent::Removed(n));
         }
         for e in ended {
@@ -340,13 +360,66 @@ impl Relay {
         Ok(())
     }
 
+    /// Names session `id` (ours to another relay) by that relay's URL, for
+    /// [`Relay::upstream_by_origin`]; `None` forgets it.
+    pub(crate) fn label_origin(&self, id: u64, url: Option<Arc<str>>) {
+        let mut st = self.lock();
+        match url {
+            Some(u) => st.origins.insert(id, u),
+            None => st.origins.remove(&id),
+        };
+    }
+
+    /// Each relay this one has a session to, with how many tracks it
+    /// subscribes to there (one upstream subscription per track, however
+    /// many subscribers here), sorted.
+    pub fn upstream_by_origin(&self) -> Vec<(Arc<str>, usize)> {
+        let st = self.lock();
+        let mut by: std::collections::BTreeMap<Arc<str>, usize> =
+            st.origins.values().map(|u| (u.clone(), 0)).collect();
+        for e in st.tracks.values() {
+            if e.origin == Origin::Published || e.track.is_ended() {
+                continue;
+            }
+            let from = e
+                .track
+                .publisher_session()
+                .and_then(|id| st.origins.get(&id));
+            if let Some(u) = from {
+                *by.entry(u.clone()).or_default() += 1;
+            }
+        }
+        by.into_iter().collect()
+    }
+
     /// The session that publishes exactly `ns`, if any.
     pub(crate) fn namespace_owner(&self, ns: &TrackNamespace) -> Option<u64> {
         self.lock().namespaces.get(ns).map(|s| s.id())
     }
 
-    /// Withdraws a namespace if `session` still owns it.
-    pub(crate) fn unpublish_namespace(&self, ns: &TrackNamespace, session_id: u64) {
+    /// `ns` is published here by our session to another relay (learnt, not
+    /// held by a publisher of ours).
+    pub(crate) fn namespace_is_learnt(&self, ns: &TrackNamespace) -> bool {
+        self.lock()
+            .namespaces
+            .get(ns)
+            .is_some_and(|s| s.is_origin())
+    }
+
+    /// Makes this relay one of a cluster: namespaces its publishers announce
+    /// are claimed cluster-wide first ([`crate::cluster`]). Set once, before
+    /// sessions arrive; `false` if already set.
+    pub fn set_claims(&self, claims: Arc<dyn crate::cluster::Claims>) -> bool {
+        self.claims.set(claims).is_ok()
+    }
+
+    /// The cluster's claims, if this relay is in one.
+    pub(crate) fn claims(&self) -> Option<Arc<dyn crate::cluster::Claims>> {
+        self.claims.get().cloned()
+    }
+
+    /// Withdraws a namespace if `session` still owns it; `true` if it did.
+    pub(crate) fn unpublish_namespace(&self, ns: &TrackNamespace, session_id: u64) -> bool {
         let removed = {
             let mut st = self.lock();
             match st.namespaces.get(ns) {
@@ -360,6 +433,7 @@ impl Relay {
         if removed {
             self.notify_namespace(NamespaceEvent::Removed(ns.clone()));
         }
+        removed
     }
 
     fn notify_namespace(&self, ev: NamespaceEvent) {

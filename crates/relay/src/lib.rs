@@ -18,12 +18,14 @@
 //!   split by concern: ingest, upstream, subscribe, fetch, namespace, publish.
 //! - `forward` (private): delivery of one subscription's objects to one session.
 //! - [`origin`]: relay to relay: following another relay's namespaces over MoQT.
+//! - [`cluster`]: what a cluster registry does for the relay (namespace claims, peers).
 //! - [`sink`]: direct fan-out of datagram objects.
 //! - [`fanout`]: fan-out across endpoint shards, at most one hand-off per object per shard.
 //! - [`metrics`]: counters and their Prometheus rendering.
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod cluster;
 pub mod config;
 pub mod core;
 pub mod endpoint;

@@ -242,3 +242,20 @@ impl Metrics {
         s
     }
 }
+/// `quichub_origin_upstream_tracks{origin="URL"}`: per relay this one has
+/// a session to (`[cluster] origins` or cluster members), the tracks it
+/// subscribes to there (one upstream subscription per track).
+pub fn render_upstreams(by_origin: &[(std::sync::Arc<str>, usize)]) -> String {
+    let mut s = String::from(
+        "# HELP quichub_origin_upstream_tracks Tracks subscribed to upstream, per relay this one follows.\n\
+         # TYPE quichub_origin_upstream_tracks gauge\n",
+    );
+    for (origin, n) in by_origin {
+        let origin = origin.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(
+            s,
+            "quichub_origin_upstream_tracks{{origin=\"{origin}\"}} {n}"
+        );
+    }
+    s
+}

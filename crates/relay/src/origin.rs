@@ -28,6 +28,7 @@ use std::time::Duration;
 use moqt::TrackNamespace;
 use quichub_net::client::Client;
 use quichub_net::server::Accepted;
+use tokio::sync::watch;
 use url::Url;
 
 use crate::core::Relay;
@@ -53,12 +54,25 @@ const AFTER_GOAWAY: Duration = Duration::from_secs(2);
 /// Follows `origin` with connections from `client` until the relay shuts
 /// down.
 pub async fn follow(relay: Arc<Relay>, client: Client, origin: Origin) {
+    let (_never, stop) = watch::channel(false);
+    follow_until(relay, client, origin, stop).await
+}
+
+/// Like [`follow`], until `stop` turns `true` as well (a cluster member
+/// left): the session is closed and its namespaces are withdrawn before
+/// this returns.
+pub async fn follow_until(
+    relay: Arc<Relay>,
+    client: Client,
+    origin: Origin,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut shutdown = relay.shutdown_signal();
     let mut backoff = BACKOFF_MIN;
     // Where a GOAWAY sent us: tried once, then the configured URL again.
     let mut redirect: Option<Url> = None;
     loop {
-        if *shutdown.borrow() {
+        if *shutdown.borrow() || *stop.borrow() {
             return;
         }
         let url = redirect.take().unwrap_or_else(|| origin.url.clone());
@@ -67,6 +81,7 @@ pub async fn follow(relay: Arc<Relay>, client: Client, origin: Origin) {
                 let remote = c.session.remote_address();
                 tracing::info!(%url, %remote, "connected to origin");
                 relay.metrics.origin_sessions.fetch_add(1, Relaxed);
+                let quic = c.session.clone();
                 let accepted = Accepted {
                     session: c.session,
                     transport: c.transport,
@@ -74,13 +89,26 @@ pub async fn follow(relay: Arc<Relay>, client: Client, origin: Origin) {
                     remote,
                     http: None,
                 };
-                let end = crate::session::serve_origin(
+                let serve = crate::session::serve_origin(
                     relay.clone(),
                     accepted,
                     (c.authority, c.path),
                     origin.prefixes.clone(),
-                )
-                .await;
+                    label(&url),
+                );
+                tokio::pin!(serve);
+                let end = tokio::select! {
+                    end = &mut serve => end,
+                    _ = stopped(&mut stop) => {
+                        // Closed, then served to its end: the session's
+                        // cleanup withdraws what it published here.
+                        quic.close(0, b"no longer followed");
+                        serve.await;
+                        relay.metrics.origin_sessions.fetch_sub(1, Relaxed);
+                        tracing::info!(url = %origin.url, "origin no longer followed");
+                        return;
+                    }
+                };
                 relay.metrics.origin_sessions.fetch_sub(1, Relaxed);
                 tracing::warn!(url = %origin.url, "origin session ended: {}", end.reason);
                 // A session that was up a while starts the backoff over; one
@@ -113,8 +141,24 @@ pub async fn follow(relay: Arc<Relay>, client: Client, origin: Origin) {
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = shutdown.changed() => return,
+            _ = stopped(&mut stop) => return,
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// How `/metrics` names an origin: its URL without the query (which may
+/// hold this relay's token).
+fn label(url: &Url) -> String {
+    let mut u = url.clone();
+    u.set_query(None);
+    u.to_string()
+}
+
+/// Resolves once `stop` is `true`; never if its sender is gone first.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -107,6 +107,9 @@ pub(crate) struct SessionHandle {
     goaway_received: AtomicBool,
     /// Client role: the New Session URI of the origin's GOAWAY.
     goaway_uri: Mutex<Option<String>>,
+    /// Server role: another relay of a registry cluster follows us on this
+    /// session (its URL's query has `cluster=peer`, [`crate::cluster`]).
+    cluster_peer: AtomicBool,
 }
 
 /// Holds a track name in [`SessionHandle`]'s subscribed set until dropped.
@@ -189,6 +192,7 @@ impl SessionHandle {
             setup_target: None,
             goaway_received: AtomicBool::new(false),
             goaway_uri: Mutex::new(None),
+            cluster_peer: AtomicBool::new(false),
         }
     }
 
@@ -291,6 +295,10 @@ impl Peer for SessionHandle {
     fn send_goaway(self: Arc<Self>, timeout_ms: u64, uri: String) -> BoxFuture<()> {
         Box::pin(async move { self.goaway(timeout_ms, &uri).await })
     }
+
+    fn is_origin(&self) -> bool {
+        self.role == Role::Client
+    }
 }
 
 /// Serves one accepted session until it closes.
@@ -343,6 +351,7 @@ pub(crate) async fn serve_origin(
     accepted: Accepted,
     target: (String, String),
     prefixes: Vec<TrackNamespace>,
+    label: String,
 ) -> OriginEnd {
     let session = accepted.session.clone();
     let mut handle = SessionHandle::new(relay.next_id(), accepted, Role::Client);
@@ -352,6 +361,7 @@ pub(crate) async fn serve_origin(
     // What the origin may ask of us: nothing (it is a source, not a client).
     let _ = handle.access.set(Arc::new(crate::access::FromOrigin));
     let handle = Arc::new(handle);
+    relay.label_origin(handle.id, Some(label.into()));
     let started = tokio::time::Instant::now();
     let namespaces = {
         let (relay, h) = (relay.clone(), handle.clone());
@@ -374,6 +384,7 @@ pub(crate) async fn serve_origin(
         handle.fail(&relay, e);
     }
     relay.remove_session(handle.id);
+    relay.label_origin(handle.id, None);
     if handle.established.load(Relaxed) {
         relay.metrics.sessions.fetch_sub(1, Relaxed);
     }
@@ -599,8 +610,16 @@ async fn on_control(
             if h.role == Role::Server {
                 check_client_setup(s, h.transport == Transport::WebTransport)?;
                 // Before the session takes a slot: a refused one never counts.
-                let access = relay.authorizer().connect(&h.connect_info(s))?;
+                let info = h.connect_info(s);
+                let access = relay.authorizer().connect(&info)?;
                 let _ = h.access.set(access);
+                if info
+                    .path
+                    .as_deref()
+                    .is_some_and(crate::cluster::is_peer_path)
+                {
+                    h.cluster_peer.store(true, Relaxed);
+                }
             }
             // Client role: the origin relay's SETUP. It asks nothing of us;
             // what it may do here is what the relay allows any peer it

@@ -2,6 +2,7 @@
 //! SUBSCRIBE_NAMESPACE and SUBSCRIBE_TRACKS from subscribers.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use moqt::error::{request_error, reset};
@@ -12,7 +13,7 @@ use quichub_net::io::{write_message, MessageReader, ReadError};
 use web_transport_quinn::SendStream;
 
 use super::publish::spawn_publish_downstream;
-use super::{reply_error, reserved_namespace, RequestSlot, Result, SessionHandle};
+use super::{reply_error, reserved_namespace, RequestSlot, Result, Role, SessionHandle};
 use crate::access::{Denied, Operation};
 use crate::core::{NamespaceEvent, Relay};
 
@@ -33,6 +34,18 @@ pub(super) async fn on_publish_namespace(
         )
         .await;
         return Ok(());
+    }
+    // In a registry cluster the first relay to claim a namespace holds it
+    // (a publisher here of a namespace published at another relay is
+    // refused); our own sessions to other relays claim nothing.
+    let claims = (h.role == Role::Server).then(|| relay.claims()).flatten();
+    if let Some(c) = &claims {
+        if let Err(e) = c.claim(&m.namespace).await {
+            slot.release();
+            let _ = write_message(&mut send, &Message::RequestError(e)).await;
+            let _ = send.finish();
+            return Ok(());
+        }
     }
     if let Err(r) = relay.publish_namespace(m.namespace.clone(), h.clone()) {
         reply_error(&mut send, Some(slot), r.code, &r.reason).await;
@@ -58,7 +71,12 @@ pub(super) async fn on_publish_namespace(
             Err(_) => break Ok(()),
         }
     };
-    relay.unpublish_namespace(&m.namespace, h.id);
+    // Released only when no other session here took it over meanwhile.
+    if relay.unpublish_namespace(&m.namespace, h.id) {
+        if let Some(c) = &claims {
+            c.release(&m.namespace);
+        }
+    }
     let _ = send.finish();
     result
 }
@@ -115,7 +133,14 @@ pub(super) async fn on_subscribe_namespace(
     let result = async {
         let _ = write_message(&mut send, &Message::RequestOk(RequestOk::default())).await;
         let mut active: std::collections::HashSet<TrackNamespace> = Default::default();
+        // A relay of our registry cluster hears only of what is published
+        // here: what we learnt from the others it learns from them, so no
+        // announcement goes round the mesh.
+        let local_only = h.cluster_peer.load(Relaxed);
         for ns in existing {
+            if local_only && relay.namespace_is_learnt(&ns) {
+                continue;
+            }
             let suffix = ns.suffix_after(&prefix);
             if write_message(&mut send, &Message::Namespace(suffix)).await.is_err() {
                 return Ok(());
@@ -131,6 +156,13 @@ pub(super) async fn on_subscribe_namespace(
                         return Ok(());
                     };
                     let msg = match ev {
+                        NamespaceEvent::Added(ns) if local_only && relay.namespace_is_learnt(&ns) => {
+                            // Taken over by a session to another relay: withdrawn.
+                            if !active.remove(&ns) {
+                                continue;
+                            }
+                            Message::NamespaceDone(ns.suffix_after(&prefix))
+                        }
                         NamespaceEvent::Added(ns) if ns.has_prefix(&prefix) && active.insert(ns.clone()) => Message::Namespace(ns.suffix_after(&prefix)),
                         NamespaceEvent::Removed(ns) if active.remove(&ns) => Message::NamespaceDone(ns.suffix_after(&prefix)),
                         _ => continue,
