@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod etcd;
 pub mod media;
 pub mod raw_mqtt;
 

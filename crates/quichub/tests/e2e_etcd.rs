@@ -1,0 +1,320 @@
+//! A cluster of relays on a real etcd (started here on loopback with a
+//! temporary data directory): relays register on leases, claim what their
+//! publishers announce, and follow each other over MoQT.
+
+mod common;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::etcd::{etcd_binary, Etcd};
+use common::{test_config, within, TestRelay};
+use moqt::{FullTrackName, TrackNamespace};
+use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
+
+/// Waits (at most `secs`) until `cond` holds.
+async fn until_async<F: std::future::Future<Output = bool>>(
+    secs: u64,
+    mut cond: impl FnMut() -> F,
+) {
+    within(secs, async {
+        while !cond().await {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+/// A relay of the cluster under `prefix` in `etcd`.
+async fn member(etcd: &Etcd, prefix: &str) -> TestRelay {
+    let mut c = test_config();
+    c.cluster.registry = etcd.url(prefix);
+    c.cluster.lease_ttl_s = 2;
+    TestRelay::with_hub_config(c).await
+}
+
+/// Waits until `relay` knows namespace `ns`.
+async fn knows(relay: &TestRelay, ns: &str) {
+    let ns = TrackNamespace::from_path(ns);
+    until_async(15, || {
+        let known = relay
+            .relay
+            .snapshot()
+            .namespaces
+            .iter()
+            .any(|n| n.namespace == ns);
+        async move { known }
+    })
+    .await;
+}
+
+fn node_url(r: &TestRelay) -> String {
+    format!("moqt://{}/", r.addr)
+}
+
+/// Publisher on A, subscribers over raw QUIC and WebTransport on B and C:
+/// every object reaches every subscriber; A serves one subscription per
+/// track to each other relay; a second publisher of the namespace on B is
+/// sent to A (REDIRECT); withdrawn, the namespace is free in etcd; a relay
+/// that shuts down leaves the registry at once (its lease revoked), and
+/// once every relay has left nothing of theirs stays in etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_relays_share_a_broadcast_with_one_copy_per_track_between_relays() {
+    let Some(bin) = etcd_binary() else { return };
+    let etcd = Etcd::start(bin).await;
+    let (a, b, c) = (
+        member(&etcd, "t1").await,
+        member(&etcd, "t1").await,
+        member(&etcd, "t1").await,
+    );
+    until_async(15, || async { etcd.keys("/t1/nodes/").await.len() == 3 }).await;
+
+    let publisher = a.client("moqt").await;
+    let video_name = FullTrackName::new("live/show", "video");
+    let audio_name = FullTrackName::new("live/show", "audio");
+    let video = publisher
+        .create_track(video_name.clone(), 2, TrackMode::Announce)
+        .await
+        .unwrap();
+    let audio = publisher
+        .create_track(audio_name.clone(), 1, TrackMode::Announce)
+        .await
+        .unwrap();
+    let ns = publisher
+        .publish_namespace(TrackNamespace::from_path("live/show"))
+        .await
+        .unwrap();
+    assert_eq!(
+        etcd.keys("/t1/namespaces/").await,
+        ["/t1/namespaces/live/show"]
+    );
+    knows(&b, "live/show").await;
+    knows(&c, "live/show").await;
+
+    const GROUPS: u64 = 3;
+    const PER_GROUP: u64 = 10;
+    const DATAGRAMS: u64 = 30;
+    let mut tasks = Vec::new();
+    for (relay, scheme) in [(&b, "moqt"), (&b, "https"), (&c, "moqt"), (&c, "https")] {
+        let s = relay.client(scheme).await;
+        let mut v = s
+            .subscribe(video_name.clone(), SubscribeOptions::default())
+            .await
+            .unwrap();
+        let mut au = s
+            .subscribe(audio_name.clone(), SubscribeOptions::default())
+            .await
+            .unwrap();
+        tasks.push(tokio::spawn(async move {
+            let _keep = s;
+            let (mut objects, mut datagrams) = (Vec::new(), 0u64);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while objects.len() < (GROUPS * PER_GROUP) as usize || datagrams < DATAGRAMS {
+                let ev = tokio::select! {
+                    e = v.next() => e,
+                    e = au.next() => e,
+                    _ = tokio::time::sleep_until(deadline) => break,
+                };
+                if let Some(SubscriptionEvent::Object(o)) = ev {
+                    match o.subgroup {
+                        Some(_) => objects.push((o.group, o.object_id, o.payload)),
+                        None => datagrams += 1,
+                    }
+                }
+            }
+            (objects, datagrams)
+        }));
+    }
+    // One upstream subscription per track at the publisher; at A one per
+    // track from each of B and C, for four subscribers.
+    until_async(10, || async {
+        video.is_forwarding()
+            && audio.is_forwarding()
+            && a.relay.metrics.subscriptions.load(Relaxed) == 4
+    })
+    .await;
+    assert_eq!(video.subscriptions_served(), 1);
+    assert_eq!(audio.subscriptions_served(), 1);
+    for r in [&b, &c] {
+        let up = r.relay.upstream_by_origin();
+        let to_a: Vec<_> = up
+            .iter()
+            .filter(|(u, _)| **u == *node_url(&a))
+            .map(|(_, n)| *n)
+            .collect();
+        assert_eq!(to_a, [2], "two tracks upstream at A: {up:?}");
+    }
+    let send_video = async {
+        for g in 0..GROUPS {
+            let mut w = video
+                .open_subgroup(g, 0)
+                .await
+                .unwrap()
+                .expect("forwarding");
+            for o in 0..PER_GROUP {
+                w.write(o, Bytes::from(format!("{g}:{o}"))).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            w.finish();
+        }
+    };
+    let send_audio = async {
+        for n in 0..DATAGRAMS {
+            assert!(audio.send_datagram(n, 0, Bytes::from(vec![n as u8; 100])));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    within(30, async { tokio::join!(send_video, send_audio) }).await;
+    let want: Vec<_> = (0..GROUPS)
+        .flat_map(|g| (0..PER_GROUP).map(move |o| (g, o, Bytes::from(format!("{g}:{o}")))))
+        .collect();
+    for t in tasks {
+        let (objects, datagrams) = within(30, t).await.unwrap();
+        assert_eq!(objects, want, "every stream object, in order");
+        assert_eq!(datagrams, DATAGRAMS, "every datagram (loopback)");
+    }
+    // A sent each object once to B and once to C.
+    let objects = GROUPS * PER_GROUP + DATAGRAMS;
+    assert_eq!(a.relay.metrics.objects_out.load(Relaxed), 2 * objects);
+
+    // First come, first served: a publisher of the same namespace on B is
+    // sent to A.
+    let rival = b.client("moqt").await;
+    let e = rival
+        .publish_namespace(TrackNamespace::from_path("live/show"))
+        .await
+        .err()
+        .expect("refused");
+    let e = format!("{e:#}");
+    assert!(e.contains("REDIRECT") && e.contains(&node_url(&a)), "{e}");
+
+    // Withdrawn: free in etcd, and forgotten by the others.
+    drop(ns);
+    until_async(10, || async {
+        etcd.keys("/t1/namespaces/").await.is_empty()
+    })
+    .await;
+    until_async(10, || async { b.relay.snapshot().namespaces.is_empty() }).await;
+    // Now B may have it.
+    let _ns_b = rival
+        .publish_namespace(TrackNamespace::from_path("live/show"))
+        .await
+        .unwrap();
+    knows(&c, "live/show").await;
+
+    // A graceful stop leaves the registry at once (not after the TTL).
+    within(10, c.hub.shutdown()).await;
+    let c_key = etcd
+        .keys("/t1/nodes/")
+        .await
+        .into_iter()
+        .filter(|k| k.contains(&c.addr.port().to_string()))
+        .count();
+    assert_eq!(c_key, 0, "C still registered");
+    drop(rival);
+    drop(publisher);
+    // The others follow it no more; once all have left nothing remains.
+    until_async(10, || async {
+        a.relay
+            .upstream_by_origin()
+            .iter()
+            .all(|(u, _)| **u != *node_url(&c))
+    })
+    .await;
+    within(10, a.hub.shutdown()).await;
+    within(10, b.hub.shutdown()).await;
+    assert_eq!(etcd.keys("/t1/").await, Vec::<String>::new());
+}
+
+/// etcd stopped mid-run: established flows keep going; a new namespace is
+/// refused (retry later) while it is down; once it is back, registrations
+/// resume and the others learn the new namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flows_survive_an_etcd_restart_and_registrations_resume() {
+    let Some(bin) = etcd_binary() else { return };
+    let mut etcd = Etcd::start(bin).await;
+    let (a, b) = (member(&etcd, "t2").await, member(&etcd, "t2").await);
+    let publisher = a.client("moqt").await;
+    let name = FullTrackName::new("room/1", "imu");
+    let track = publisher
+        .create_track(name.clone(), 1, TrackMode::Announce)
+        .await
+        .unwrap();
+    let _ns = publisher
+        .publish_namespace(TrackNamespace::from_path("room/1"))
+        .await
+        .unwrap();
+    knows(&b, "room/1").await;
+    let s = b.client("moqt").await;
+    let mut sub = s
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    until_async(10, || async { track.is_forwarding() }).await;
+    let mut w = track
+        .open_subgroup(0, 0)
+        .await
+        .unwrap()
+        .expect("forwarding");
+    let mut got = Vec::new();
+    exchange(&mut w, &mut sub, &mut got, 0..10).await;
+
+    etcd.stop();
+    // Past the lease TTL: nothing established depends on etcd.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    exchange(&mut w, &mut sub, &mut got, 10..20).await;
+    let e = publisher
+        .publish_namespace(TrackNamespace::from_path("room/2"))
+        .await
+        .err()
+        .expect("no claim without etcd");
+    assert!(format!("{e:#}").contains("registry"), "{e:#}");
+
+    etcd.restart().await;
+    exchange(&mut w, &mut sub, &mut got, 20..30).await;
+    assert_eq!(got, (0..30).collect::<Vec<_>>());
+    // Claims go through again (the publisher retries, as told to).
+    let _ns2 = within(15, async {
+        loop {
+            match publisher
+                .publish_namespace(TrackNamespace::from_path("room/2"))
+                .await
+            {
+                Ok(h) => break h,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    })
+    .await;
+    knows(&b, "room/2").await;
+    // Both relays are registered again, and room/1's claim is back.
+    until_async(15, || async {
+        etcd.keys("/t2/nodes/").await.len() == 2 && etcd.keys("/t2/namespaces/").await.len() == 2
+    })
+    .await;
+    // A relay that joins now finds the others.
+    let c = member(&etcd, "t2").await;
+    knows(&c, "room/1").await;
+    knows(&c, "room/2").await;
+}
+
+/// Writes objects `ids` and waits until the subscriber has them all.
+async fn exchange(
+    w: &mut quichub_client::SubgroupWriter<'_>,
+    sub: &mut quichub_client::Subscription,
+    got: &mut Vec<u64>,
+    ids: std::ops::Range<u64>,
+) {
+    let want = ids.end as usize;
+    for o in ids {
+        w.write(o, Bytes::from(o.to_string())).await.unwrap();
+    }
+    while got.len() < want {
+        match within(10, sub.next()).await {
+            Some(SubscriptionEvent::Object(o)) => got.push(o.object_id),
+            Some(_) => {}
+            None => panic!("subscription ended"),
+        }
+    }
+}
