@@ -4,8 +4,9 @@
 # moq-cli's `moq`, from crates.io, into ~/.cache/quichub/tools; about an hour on
 # 2 cores the first time, instant afterwards), the third-party MQTT/HTTP clients (mosquitto from
 # Debian, paho-mqtt and aioquic from PyPI), ffmpeg (Debian) for the media
-# tests and what the web tests need (Chromium from Debian, web/node_modules
-# with npm ci), then the whole workspace's test suite.
+# tests, what the web tests need (Chromium from Debian, web/node_modules
+# with npm ci) and etcd (Debian) for the cluster tests, then the whole
+# workspace's test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,8 @@ export QUICHUB_TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
 ./scripts/install-media-tools.sh
 # Chromium (Debian), web/node_modules (npm ci): the web tests.
 ./scripts/install-web-tools.sh
+# etcd (Debian's etcd-server): the registry of the cluster tests.
+./scripts/install-cluster-tools.sh
 
 # The interop test fails (rather than skips) when this is set and a tool is missing.
 export QUICHUB_MOQ_DEV_BIN="$QUICHUB_TOOLS/bin"
@@ -29,5 +32,7 @@ export QUICHUB_MEDIA_TESTS=1
 # And the web tests (player and dashboard in headless Chromium, the JS codec's
 # unit tests, the committed web/dist against a fresh build).
 export QUICHUB_WEB_TESTS=1
+# And the cluster tests (relays registered in a real etcd).
+export QUICHUB_CLUSTER_TESTS=1
 
 cargo test --workspace --locked

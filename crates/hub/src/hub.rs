@@ -255,10 +255,9 @@ impl Hub {
         }
         // A cluster of relays ([cluster] registry): registered, claiming
         // its publishers' namespaces, following the other members.
-        let cluster = match join_cluster(&config, &relay, addr, &identity).await? {
-            Some(m) => Some(Arc::new(m)),
-            None => None,
-        };
+        let cluster = join_cluster(&config, &relay, addr, &identity)
+            .await?
+            .map(Arc::new);
         let http = match http_addr {
             Some(a) => Some(
                 quichub_gateway::http::tcp::spawn_tcp_with(

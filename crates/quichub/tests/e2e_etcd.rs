@@ -318,3 +318,205 @@ async fn exchange(
         }
     }
 }
+
+const BIN: &str = env!("CARGO_BIN_EXE_quichub");
+
+/// `quichub relay` in a process of its own, in the cluster of `registry`.
+struct RelayProcess {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl RelayProcess {
+    fn start(config: &std::path::Path) -> RelayProcess {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(BIN)
+            .arg("relay")
+            .arg("--config")
+            .arg(config)
+            .args(["--bind", "127.0.0.1:0", "--metrics", "off", "--mqtt", "off"])
+            .args(["--http", "off", "--data-dir", "off"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("spawn relay");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let first = lines.next().expect("relay printed nothing").unwrap();
+        let addr = first
+            .split_whitespace()
+            .find(|w| w.starts_with("127.0.0.1:"))
+            .unwrap_or_else(|| panic!("no address in {first:?}"));
+        let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+        std::thread::spawn(move || for _ in lines {});
+        RelayProcess { child, port }
+    }
+
+    /// SIGKILL: no goodbye to anyone, etcd included.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    async fn client(&self) -> quichub_client::ClientSession {
+        quichub_client::ClientSession::connect(
+            &format!("moqt://127.0.0.1:{}/", self.port),
+            quichub_client::ConnectOptions {
+                verify: quichub_client::Verify::Insecure,
+                bind: "127.0.0.1:0".parse().unwrap(),
+                timeout: Duration::from_secs(5),
+                endpoint: None,
+            },
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Etcd keys of this relay's registration.
+    fn node_key_part(&self) -> String {
+        format!("127.0.0.1%3A{}", self.port)
+    }
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Publishes `name` (and its namespace) at `relay`, retrying while another
+/// relay's claim on it has not expired.
+async fn publish(
+    relay: &RelayProcess,
+    name: &FullTrackName,
+) -> (
+    quichub_client::ClientSession,
+    std::sync::Arc<quichub_client::LocalTrack>,
+    quichub_client::NamespaceHandle,
+) {
+    let p = relay.client().await;
+    let track = p
+        .create_track(name.clone(), 1, TrackMode::Announce)
+        .await
+        .unwrap();
+    let ns = within(15, async {
+        loop {
+            match p.publish_namespace(name.namespace.clone()).await {
+                Ok(ns) => break ns,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    })
+    .await;
+    (p, track, ns)
+}
+
+/// Subscribes to `name` at `relay`, retrying until the relay knows it.
+async fn subscribe_when_known(
+    s: &quichub_client::ClientSession,
+    name: &FullTrackName,
+) -> quichub_client::Subscription {
+    within(20, async {
+        loop {
+            match s.subscribe(name.clone(), SubscribeOptions::default()).await {
+                Ok(sub) => break sub,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    })
+    .await
+}
+
+/// kill -9 of the relay that holds a publisher: its registration and claim
+/// expire with its lease, the relay following it ends its subscribers'
+/// subscriptions (PUBLISH_DONE, not a hang), the publisher publishes again
+/// at another relay, and subscribers get it there through the same edge.
+/// kill -9 of that edge: it drops out too. Once all are killed, nothing of
+/// theirs stays in etcd after the leases expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_relays_drop_out_and_their_publisher_moves() {
+    let Some(bin) = etcd_binary() else { return };
+    let etcd = Etcd::start(bin).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("relay.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[cluster]\nregistry = \"{}\"\nlease_ttl_s = 2\n",
+            etcd.url("t3")
+        ),
+    )
+    .unwrap();
+    let mut a = RelayProcess::start(&config);
+    let mut b = RelayProcess::start(&config);
+    let c = RelayProcess::start(&config);
+    until_async(15, || async { etcd.keys("/t3/nodes/").await.len() == 3 }).await;
+
+    let name = FullTrackName::new("live/k", "video");
+    let (p1, track1, ns1) = publish(&a, &name).await;
+    let viewer = b.client().await;
+    let mut sub = subscribe_when_known(&viewer, &name).await;
+    until_async(10, || async { track1.is_forwarding() }).await;
+    let mut w = track1
+        .open_subgroup(0, 0)
+        .await
+        .unwrap()
+        .expect("forwarding");
+    w.write(0, Bytes::from_static(b"before")).await.unwrap();
+    match within(10, sub.next()).await {
+        Some(SubscriptionEvent::Object(o)) => assert_eq!(o.payload, "before"),
+        e => panic!("{e:?}"),
+    }
+
+    a.kill();
+    drop(w);
+    drop((ns1, track1, p1));
+    // Its lease expires: registration and claim gone.
+    let a_part = a.node_key_part();
+    until_async(15, || async {
+        let keys = etcd.keys("/t3/").await;
+        !keys
+            .iter()
+            .any(|k| k.contains(&a_part) || k.contains("namespaces/"))
+    })
+    .await;
+    // B stopped following it: the subscription ends rather than hangs.
+    within(15, async {
+        loop {
+            match sub.next().await {
+                None | Some(SubscriptionEvent::Done { .. }) => break,
+                Some(_) => {}
+            }
+        }
+    })
+    .await;
+
+    // The publisher comes back at C; B's subscribers get it from there.
+    let (_p2, track2, _ns2) = publish(&c, &name).await;
+    let mut sub = subscribe_when_known(&viewer, &name).await;
+    until_async(10, || async { track2.is_forwarding() }).await;
+    let mut w = track2
+        .open_subgroup(1, 0)
+        .await
+        .unwrap()
+        .expect("forwarding");
+    w.write(0, Bytes::from_static(b"after")).await.unwrap();
+    match within(10, sub.next()).await {
+        Some(SubscriptionEvent::Object(o)) => assert_eq!(o.payload, "after"),
+        e => panic!("{e:?}"),
+    }
+
+    // kill -9 of the edge: it drops out as well.
+    b.kill();
+    let b_part = b.node_key_part();
+    until_async(15, || async {
+        !etcd
+            .keys("/t3/nodes/")
+            .await
+            .iter()
+            .any(|k| k.contains(&b_part))
+    })
+    .await;
+    drop(c);
+    until_async(15, || async { etcd.keys("/t3/").await.is_empty() }).await;
+}
