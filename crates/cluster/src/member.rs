@@ -215,6 +215,7 @@ fn follower(
         Origin {
             url,
             prefixes: vec![TrackNamespace::default()],
+            held: vec![quichub_relay::cluster::mqtt_namespace(&node.id)],
         },
     ))
 }

@@ -56,6 +56,8 @@ pub struct Bridge {
     slots: Mutex<HashMap<Arc<str>, Slot>>,
     /// Ids of the tracks the gateway publishes (never tapped back).
     own: Mutex<HashSet<u64>>,
+    /// Where messages also go in a cluster of relays ([`crate::cluster`]).
+    cluster_tap: std::sync::OnceLock<crate::broker::Tap>,
 }
 
 impl Bridge {
@@ -67,11 +69,15 @@ impl Bridge {
             broker: Arc::downgrade(broker),
             slots: Mutex::default(),
             own: Mutex::default(),
+            cluster_tap: Default::default(),
         });
         let b = Arc::downgrade(&bridge);
         broker.set_tap(Arc::new(move |m: &Arc<Message>| {
             if let Some(b) = b.upgrade() {
                 b.publish(m);
+                if let Some(c) = b.cluster_tap.get() {
+                    c(m);
+                }
             }
         }));
         tokio::spawn(watch_tracks(bridge.clone()));
@@ -87,6 +93,12 @@ impl Bridge {
             }
         });
         bridge
+    }
+
+    /// Also hands every message the broker routes (not those from MoQT
+    /// publishers) to `tap`: the cluster link. Set once.
+    pub(crate) fn set_cluster_tap(&self, tap: crate::broker::Tap) {
+        let _ = self.cluster_tap.set(tap);
     }
 
     /// Publishes `m` as the next group of its topic's track.

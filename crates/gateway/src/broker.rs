@@ -73,6 +73,9 @@ pub enum Source {
     /// The broker's own `$SYS` topics: neither persisted nor bridged to
     /// MoQT, and not counted as received.
     Sys,
+    /// Another relay of the cluster (not sent back to the cluster,
+    /// [`crate::cluster`]).
+    Cluster,
 }
 
 /// One application message, shared by every delivery.

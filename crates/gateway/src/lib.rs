@@ -18,6 +18,8 @@
 //!   their queued messages), with its fsync policy.
 //! - [`bridge`]: the MoQT side: MQTT messages become objects of relay tracks,
 //!   and objects of MoQT-published tracks under `mqtt` become MQTT messages.
+//! - [`cluster`]: MQTT across a cluster of relays (each relay's messages on
+//!   one track the other relays subscribe to).
 //! - [`http`]: the HTTP pub/sub API (Drift's routes, Server-Sent Events), its
 //!   transport-independent core, HTTP/1.1 + HTTP/2 over TCP and HTTP/3 on the
 //!   relay's UDP port.
@@ -26,6 +28,7 @@
 pub mod access;
 pub mod bridge;
 pub mod broker;
+pub mod cluster;
 pub mod connection;
 pub mod http;
 pub mod listener;

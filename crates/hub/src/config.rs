@@ -172,7 +172,14 @@ impl OriginSection {
                 .map(|p| moqt::TrackNamespace::from_path(p))
                 .collect()
         };
-        Ok((quichub_relay::origin::Origin { url, prefixes }, verify))
+        Ok((
+            quichub_relay::origin::Origin {
+                url,
+                prefixes,
+                held: Vec::new(),
+            },
+            verify,
+        ))
     }
 }
 

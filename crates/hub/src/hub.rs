@@ -58,6 +58,7 @@ pub struct Hub {
     auth: Arc<RwLock<AuthConfig>>,
     shared_auth: Arc<SharedAuth>,
     cluster: Option<Arc<quichub_cluster::member::Membership>>,
+    mqtt_link: Option<Arc<quichub_gateway::cluster::Link>>,
 }
 
 impl Hub {
@@ -258,6 +259,12 @@ impl Hub {
         let cluster = join_cluster(&config, &relay, addr, &identity)
             .await?
             .map(Arc::new);
+        // MQTT across the cluster: this relay's messages on its cluster
+        // track, the other members' into the broker.
+        let mqtt_link = match &cluster {
+            Some(c) => Some(link_mqtt(&relay, &broker, &bridge, c.registry())?),
+            None => None,
+        };
         let http = match http_addr {
             Some(a) => Some(
                 quichub_gateway::http::tcp::spawn_tcp_with(
@@ -281,12 +288,14 @@ impl Hub {
                 let bound = listener.local_addr()?;
                 let (r, b, q, a) = (relay.clone(), broker.clone(), server.stats(), auth.clone());
                 let c = cluster.clone();
+                let l = mqtt_link.clone();
                 tokio::spawn(quichub_net::metrics_http::serve_with(
                     quichub_net::tcp_limits::Acceptor::new(listener, tcp.metrics_limiter()),
                     Arc::new(move || {
                         crate::metrics::text(&r, &b, &q)
                             + &a.metrics.render()
                             + &c.as_ref().map(|c| c.render_metrics()).unwrap_or_default()
+                            + &l.as_ref().map(|l| l.render_metrics()).unwrap_or_default()
                     }),
                     crate::metrics::readiness(&relay),
                     tcp.http_header_timeout(),
@@ -299,6 +308,7 @@ impl Hub {
             auth: Arc::new(RwLock::new(config.auth.clone())),
             shared_auth: auth,
             cluster,
+            mqtt_link,
             config,
             addr,
             fingerprint,
@@ -352,6 +362,11 @@ impl Hub {
     }
 
     /// The MQTT broker (present even with `mqtt.tcp = "off"`: the HTTP API
+    /// The broker's link to the other relays of the cluster, if in one.
+    pub fn cluster_mqtt(&self) -> Option<&Arc<quichub_gateway::cluster::Link>> {
+        self.mqtt_link.as_ref()
+    }
+
     /// uses it).
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
@@ -484,6 +499,39 @@ impl Hub {
             c.leave().await;
         }
     }
+}
+
+/// Links the broker to the other members of the cluster
+/// (`quichub_gateway::cluster`), following the registry's members.
+fn link_mqtt(
+    relay: &Arc<Relay>,
+    broker: &Arc<Broker>,
+    bridge: &Arc<Bridge>,
+    registry: &Arc<dyn quichub_cluster::Registry>,
+) -> anyhow::Result<Arc<quichub_gateway::cluster::Link>> {
+    let me = registry.me().id.clone();
+    let mut members = registry.members();
+    let others = move |m: &quichub_cluster::Members| -> std::collections::BTreeSet<String> {
+        m.keys().filter(|id| **id != me).cloned().collect()
+    };
+    let (tx, rx) = tokio::sync::watch::channel(others(&members.borrow_and_update()));
+    let link =
+        quichub_gateway::cluster::start(relay.clone(), broker, bridge, &registry.me().id, rx)
+            .map_err(|r| anyhow::anyhow!("cluster MQTT track: {}", r.reason))?;
+    tokio::spawn(async move {
+        while members.changed().await.is_ok() {
+            let now = others(&members.borrow_and_update());
+            tx.send_if_modified(|o| {
+                let changed = *o != now;
+                *o = now;
+                changed
+            });
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
+    Ok(link)
 }
 
 /// Joins the cluster of `[cluster] registry`, if any.

@@ -127,11 +127,12 @@ async fn three_relays_share_a_broadcast_with_one_copy_per_track_between_relays()
         }));
     }
     // One upstream subscription per track at the publisher; at A one per
-    // track from each of B and C, for four subscribers.
+    // track from each of B and C, for four subscribers (and B's and C's
+    // subscriptions to A's MQTT messages).
     until_async(10, || async {
         video.is_forwarding()
             && audio.is_forwarding()
-            && a.relay.metrics.subscriptions.load(Relaxed) == 4
+            && a.relay.metrics.subscriptions.load(Relaxed) == 4 + 2
     })
     .await;
     assert_eq!(video.subscriptions_served(), 1);
@@ -143,7 +144,7 @@ async fn three_relays_share_a_broadcast_with_one_copy_per_track_between_relays()
             .filter(|(u, _)| **u == *node_url(&a))
             .map(|(_, n)| *n)
             .collect();
-        assert_eq!(to_a, [2], "two tracks upstream at A: {up:?}");
+        assert_eq!(to_a, [2 + 1], "two tracks (and MQTT) upstream at A: {up:?}");
     }
     let send_video = async {
         for g in 0..GROUPS {
@@ -195,7 +196,14 @@ async fn three_relays_share_a_broadcast_with_one_copy_per_track_between_relays()
         etcd.keys("/t1/namespaces/").await.is_empty()
     })
     .await;
-    until_async(10, || async { b.relay.snapshot().namespaces.is_empty() }).await;
+    until_async(10, || async {
+        b.relay
+            .snapshot()
+            .namespaces
+            .iter()
+            .all(|n| n.namespace.fields()[0] == ".quichub")
+    })
+    .await;
     // Now B may have it.
     let _ns_b = rival
         .publish_namespace(TrackNamespace::from_path("live/show"))
@@ -519,4 +527,116 @@ async fn killed_relays_drop_out_and_their_publisher_moves() {
     .await;
     drop(c);
     until_async(15, || async { etcd.keys("/t3/").await.is_empty() }).await;
+}
+
+/// MQTT across the cluster, with mosquitto's clients: a message published
+/// on B reaches subscribers on C and A (QoS 1, MQTT 5 properties kept),
+/// a retained one is retained on the others, and no message goes round:
+/// each relay sends its own clients' messages once and nothing it got from
+/// another relay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_published_on_one_relay_reaches_subscribers_on_the_others() {
+    let Some(bin) = etcd_binary() else { return };
+    if common::mqtt_tools().is_none() {
+        return;
+    }
+    let etcd = Etcd::start(bin).await;
+    let mqtt_member = || async {
+        let mut c = test_config();
+        c.cluster.registry = etcd.url("t4");
+        c.cluster.lease_ttl_s = 2;
+        c.mqtt.tcp = "127.0.0.1:0".into();
+        TestRelay::with_hub_config(c).await
+    };
+    let (a, b, c) = (
+        mqtt_member().await,
+        mqtt_member().await,
+        mqtt_member().await,
+    );
+    let links = || [&a, &b, &c].map(|r| r.hub.cluster_mqtt().expect("linked").metrics.clone());
+    // Each relay receives the others' messages once their sessions are up:
+    // one upstream subscription per pair of relays.
+    until_async(20, || async {
+        [&a, &b, &c].iter().all(|r| {
+            r.relay
+                .upstream_by_origin()
+                .iter()
+                .filter(|(_, n)| *n == 1)
+                .count()
+                == 2
+        })
+    })
+    .await;
+    let port = |r: &TestRelay| r.hub.mqtt_addr().unwrap().port().to_string();
+    let sub = |r: &TestRelay, id: &str| {
+        tokio::process::Command::new("mosquitto_sub")
+            .args(["-h", "127.0.0.1", "-p", &port(r), "-i", id, "-V", "mqttv5"])
+            .args(["-q", "1", "-t", "sensors/#", "-C", "2", "-F", "%t %p %r %C"])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("mosquitto_sub")
+    };
+    let on_c = sub(&c, "viewer-c");
+    let on_a = sub(&a, "viewer-a");
+    until_async(10, || async {
+        c.hub.broker().client_subscriptions("viewer-c") == 1
+            && a.hub.broker().client_subscriptions("viewer-a") == 1
+    })
+    .await;
+    for args in [
+        &[
+            "-t",
+            "sensors/1",
+            "-m",
+            "21.5",
+            "-q",
+            "1",
+            "-D",
+            "publish",
+            "content-type",
+            "text/plain",
+        ][..],
+        &["-t", "sensors/2", "-m", "hello", "-q", "1", "-r"][..],
+    ] {
+        let out = within(
+            10,
+            tokio::process::Command::new("mosquitto_pub")
+                .args(["-h", "127.0.0.1", "-p", &port(&b), "-V", "mqttv5"])
+                .args(args)
+                .output(),
+        )
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for s in [on_c, on_a] {
+        let out = within(15, s.wait_with_output()).await.unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(
+            text, "sensors/1 21.5 0 text/plain\nsensors/2 hello 0 \n",
+            "{text}"
+        );
+    }
+    // Retained on the others too: a late subscriber on C gets it at once.
+    let late = tokio::process::Command::new("mosquitto_sub")
+        .args(["-h", "127.0.0.1", "-p", &port(&c), "-V", "mqttv5"])
+        .args(["-t", "sensors/2", "-C", "1", "-F", "%t %p %r"])
+        .output();
+    let out = within(10, late).await.unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "sensors/2 hello 1\n"
+    );
+    // Sent once by B, received once by each of A and C, sent on by none.
+    let [la, lb, lc] = links();
+    assert_eq!(lb.sent.load(Relaxed), 2);
+    assert_eq!(la.sent.load(Relaxed) + lc.sent.load(Relaxed), 0);
+    assert_eq!(la.received.load(Relaxed), 2);
+    assert_eq!(lc.received.load(Relaxed), 2);
+    assert_eq!(lb.received.load(Relaxed), 0);
 }

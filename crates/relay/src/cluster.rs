@@ -30,6 +30,25 @@ pub trait Claims: Send + Sync {
     fn release(&self, ns: &TrackNamespace);
 }
 
+/// The track of a cluster member's MQTT messages, in the namespace
+/// [`mqtt_namespace`]: each message published on the member (by MQTT or
+/// HTTP clients) is one object, an MQTT 5 PUBLISH packet
+/// (`quichub-gateway`'s `cluster` module). A reserved namespace (it starts
+/// with `.`): no client may publish it, and only a session the relay's
+/// authorizer lets read `.quichub` may subscribe to it.
+pub const MQTT_TRACK: &str = "messages";
+
+/// `.quichub/mqtt/<node id>`: where member `node_id` publishes
+/// [`MQTT_TRACK`].
+pub fn mqtt_namespace(node_id: &str) -> TrackNamespace {
+    TrackNamespace::from_strs(&[".quichub", "mqtt", node_id])
+}
+
+/// `ns` is one of the relays' own (`.quichub/...`).
+pub fn is_cluster_namespace(ns: &TrackNamespace) -> bool {
+    ns.fields().first().is_some_and(|f| f == ".quichub")
+}
+
 /// The query a cluster peer adds to the URL it follows a relay at.
 pub const PEER_QUERY: &str = "cluster=peer";
 

@@ -560,13 +560,41 @@ impl Relay {
         rendezvous: Duration,
         session: &Session,
     ) -> Result<(Arc<TrackEntry>, Joined), Refusal> {
+        self.acquire_with(name, rendezvous, |t| t.join(session))
+            .await
+    }
+
+    /// [`Relay::acquire_track`] for an in-process consumer (datagram
+    /// objects on `tx`, as [`Track::join_local`]); give it back with
+    /// [`Relay::release_local`].
+    pub async fn acquire_local(
+        self: &Arc<Self>,
+        name: &FullTrackName,
+        rendezvous: Duration,
+        tx: mpsc::Sender<Arc<crate::object::Object>>,
+    ) -> Result<(Arc<TrackEntry>, Joined), Refusal> {
+        self.acquire_with(name, rendezvous, |t| t.join_local(tx.clone()))
+            .await
+    }
+
+    /// An in-process consumer from [`Relay::acquire_local`] is done.
+    pub fn release_local(&self, entry: &Arc<TrackEntry>) {
+        self.release_track(entry);
+    }
+
+    async fn acquire_with(
+        self: &Arc<Self>,
+        name: &FullTrackName,
+        rendezvous: Duration,
+        join: impl Fn(&Arc<Track>) -> Joined,
+    ) -> Result<(Arc<TrackEntry>, Joined), Refusal> {
         let deadline = tokio::time::Instant::now() + rendezvous;
         loop {
             // Register for wake-ups before looking, so a publish in between is not missed.
             let changed = self.changed.notified();
             match self.try_acquire(name) {
                 Ok(Some(entry)) => {
-                    let joined = entry.track.join(session);
+                    let joined = join(&entry.track);
                     let mut ready = entry.ready.subscribe();
                     let outcome = ready
                         .wait_for(|r| r.is_some())

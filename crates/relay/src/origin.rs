@@ -42,6 +42,10 @@ pub struct Origin {
     /// Namespace prefixes to follow (one SUBSCRIBE_NAMESPACE each; the empty
     /// prefix is every namespace).
     pub prefixes: Vec<TrackNamespace>,
+    /// Namespaces the origin serves without announcing them (a cluster
+    /// member's own tracks, e.g. its MQTT messages): registered as published
+    /// by the session while it is up.
+    pub held: Vec<TrackNamespace>,
 }
 
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
@@ -76,7 +80,11 @@ pub async fn follow_until(
             return;
         }
         let url = redirect.take().unwrap_or_else(|| origin.url.clone());
-        match client.connect(&url).await {
+        let connected = tokio::select! {
+            c = client.connect(&url) => c,
+            _ = stopped(&mut stop) => return,
+        };
+        match connected {
             Ok(c) => {
                 let remote = c.session.remote_address();
                 tracing::info!(%url, %remote, "connected to origin");
@@ -94,6 +102,7 @@ pub async fn follow_until(
                     accepted,
                     (c.authority, c.path),
                     origin.prefixes.clone(),
+                    origin.held.clone(),
                     label(&url),
                 );
                 tokio::pin!(serve);

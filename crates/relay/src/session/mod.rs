@@ -253,6 +253,12 @@ impl SessionHandle {
         }
     }
 
+    /// A reserved track only another relay of the cluster may subscribe to
+    /// (`.quichub/...`, [`crate::cluster`]); the authorizer still decides.
+    fn may_read_cluster_track(&self, track: &moqt::FullTrackName) -> bool {
+        self.cluster_peer.load(Relaxed) && crate::cluster::is_cluster_namespace(&track.namespace)
+    }
+
     fn next_request_id(&self) -> u64 {
         self.request_ids.lock().expect("ids").next()
     }
@@ -351,6 +357,7 @@ pub(crate) async fn serve_origin(
     accepted: Accepted,
     target: (String, String),
     prefixes: Vec<TrackNamespace>,
+    held: Vec<TrackNamespace>,
     label: String,
 ) -> OriginEnd {
     let session = accepted.session.clone();
@@ -367,6 +374,12 @@ pub(crate) async fn serve_origin(
         let (relay, h) = (relay.clone(), handle.clone());
         tokio::spawn(async move {
             h.wait_setup().await;
+            let peer: Arc<dyn Peer> = h.clone();
+            for ns in held {
+                if let Err(r) = relay.publish_namespace(ns, peer.clone()) {
+                    tracing::warn!(session = h.id, "origin's namespace: {}", r.reason);
+                }
+            }
             let mut subs = tokio::task::JoinSet::new();
             for p in prefixes {
                 subs.spawn(namespace::follow_origin(relay.clone(), h.clone(), p));

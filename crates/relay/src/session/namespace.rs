@@ -137,8 +137,13 @@ pub(super) async fn on_subscribe_namespace(
         // here: what we learnt from the others it learns from them, so no
         // announcement goes round the mesh.
         let local_only = h.cluster_peer.load(Relaxed);
+        // The relays' own namespaces (`.quichub/...`) are not announced to
+        // a subscriber of ordinary ones.
+        let hide_reserved = !reserved_namespace(&prefix);
         for ns in existing {
-            if local_only && relay.namespace_is_learnt(&ns) {
+            if (local_only && relay.namespace_is_learnt(&ns))
+                || (hide_reserved && reserved_namespace(&ns))
+            {
                 continue;
             }
             let suffix = ns.suffix_after(&prefix);
@@ -163,6 +168,7 @@ pub(super) async fn on_subscribe_namespace(
                             }
                             Message::NamespaceDone(ns.suffix_after(&prefix))
                         }
+                        NamespaceEvent::Added(ns) if hide_reserved && reserved_namespace(&ns) => continue,
                         NamespaceEvent::Added(ns) if ns.has_prefix(&prefix) && active.insert(ns.clone()) => Message::Namespace(ns.suffix_after(&prefix)),
                         NamespaceEvent::Removed(ns) if active.remove(&ns) => Message::NamespaceDone(ns.suffix_after(&prefix)),
                         _ => continue,

@@ -75,7 +75,7 @@ pub(super) async fn on_subscribe(
     mut reader: MessageReader,
     m: Subscribe,
 ) -> Result<()> {
-    if reserved_namespace(&m.track.namespace) {
+    if reserved_namespace(&m.track.namespace) && !h.may_read_cluster_track(&m.track) {
         reply_error(
             &mut send,
             Some(slot),
@@ -297,7 +297,7 @@ pub(super) async fn on_track_status(
     mut send: SendStream,
     m: Subscribe,
 ) -> Result<()> {
-    if reserved_namespace(&m.track.namespace) {
+    if reserved_namespace(&m.track.namespace) && !h.may_read_cluster_track(&m.track) {
         reply_error(
             &mut send,
             Some(slot),
