@@ -492,6 +492,14 @@ impl Hub {
     /// Stops admitting (`/readyz` answers 503), sends GOAWAY to every
     /// session and waits up to `relay.goaway_timeout_ms` for them to leave.
     pub async fn shutdown(&self) {
+        // In a cluster, with no goaway_uri of its own, clients are sent to
+        // another member.
+        if let (true, Some(c)) = (self.relay.goaway_uri().is_empty(), &self.cluster) {
+            if let Some(other) = other_member(c.registry().as_ref()) {
+                tracing::info!(to = %other, "draining: GOAWAY sends clients to another relay of the cluster");
+                self.relay.set_goaway_uri(other);
+            }
+        }
         quichub_relay::endpoint::shutdown(&self.relay, &self.server).await;
         // Once the sessions are gone: the other relays drop this one (and
         // its namespaces) now rather than when its lease expires.
@@ -499,6 +507,18 @@ impl Hub {
             c.leave().await;
         }
     }
+}
+
+/// Another live member's URL: the one after this relay in id order
+/// (wrapping), so relays draining together spread their clients.
+fn other_member(registry: &dyn quichub_cluster::Registry) -> Option<String> {
+    let me = registry.me().id.clone();
+    let members = registry.members().borrow().clone();
+    members
+        .range::<String, _>((std::ops::Bound::Excluded(&me), std::ops::Bound::Unbounded))
+        .chain(members.range::<String, _>(..&me))
+        .map(|(_, n)| n.url.clone())
+        .next()
 }
 
 /// Links the broker to the other members of the cluster

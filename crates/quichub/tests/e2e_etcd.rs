@@ -211,8 +211,15 @@ async fn three_relays_share_a_broadcast_with_one_copy_per_track_between_relays()
         .unwrap();
     knows(&c, "live/show").await;
 
-    // A graceful stop leaves the registry at once (not after the TTL).
-    within(10, c.hub.shutdown()).await;
+    // A graceful stop sends C's clients to another member (GOAWAY) and
+    // leaves the registry at once (not after the TTL).
+    let client_of_c = c.client("moqt").await;
+    let (_, goaway) = tokio::join!(
+        within(10, c.hub.shutdown()),
+        within(10, client_of_c.goaway())
+    );
+    let to = String::from_utf8(goaway.expect("GOAWAY").new_session_uri.to_vec()).unwrap();
+    assert!(to == node_url(&a) || to == node_url(&b), "GOAWAY to {to}");
     let c_key = etcd
         .keys("/t1/nodes/")
         .await

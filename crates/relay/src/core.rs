@@ -179,6 +179,9 @@ pub struct Relay {
     authorizer: RwLock<Arc<dyn Authorizer>>,
     fanout: Arc<crate::fanout::Fanout>,
     claims: std::sync::OnceLock<Arc<dyn crate::cluster::Claims>>,
+    /// The New Session URI of the GOAWAY a shutdown sends, when not the
+    /// configured one ([`Relay::goaway_uri`]).
+    goaway_uri: Mutex<Option<String>>,
 }
 
 impl Relay {
@@ -199,6 +202,7 @@ impl Relay {
             authorizer: RwLock::new(authorizer),
             fanout: Arc::default(),
             claims: Default::default(),
+            goaway_uri: Mutex::new(None),
         })
     }
 
@@ -327,6 +331,22 @@ impl Relay {
     /// How many sessions are established (SETUP done, not yet closed).
     pub fn session_count(&self) -> usize {
         self.lock().sessions.len()
+    }
+
+    /// The New Session URI sessions are sent in GOAWAY: the one set with
+    /// [`Relay::set_goaway_uri`], else `goaway_uri` of the configuration.
+    pub fn goaway_uri(&self) -> String {
+        self.goaway_uri
+            .lock()
+            .expect("goaway uri")
+            .clone()
+            .unwrap_or_else(|| self.config.goaway_uri.clone())
+    }
+
+    /// Sets the New Session URI of GOAWAY (e.g. another relay of the
+    /// cluster, chosen at shutdown).
+    pub fn set_goaway_uri(&self, uri: String) {
+        *self.goaway_uri.lock().expect("goaway uri") = Some(uri);
     }
 
     /// Signals shutdown to every session task.

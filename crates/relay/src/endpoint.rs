@@ -166,14 +166,13 @@ fn log_closed(remote: SocketAddr, alpn: &str, reason: Option<String>) {
 
 /// Graceful shutdown: GOAWAY to every session, wait for them to leave (at most
 /// the GOAWAY timeout), then close the endpoint.
+/// The GOAWAY's New Session URI is [`Relay::goaway_uri`].
 pub async fn shutdown(relay: &Arc<Relay>, server: &Server) {
+    let uri = relay.goaway_uri();
     relay.begin_shutdown();
     for s in relay.sessions() {
-        s.send_goaway(
-            relay.config.goaway_timeout_ms,
-            relay.config.goaway_uri.clone(),
-        )
-        .await;
+        s.send_goaway(relay.config.goaway_timeout_ms, uri.clone())
+            .await;
     }
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(relay.config.goaway_timeout_ms);

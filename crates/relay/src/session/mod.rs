@@ -592,7 +592,7 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
                         h.session.close(SessionErrorCode::NoError.code(), b"relay shutting down");
                         break Ok(());
                     }
-                    h.goaway(relay.config.goaway_timeout_ms, &relay.config.goaway_uri)
+                    h.goaway(relay.config.goaway_timeout_ms, &relay.goaway_uri())
                         .await;
                 }
             }
