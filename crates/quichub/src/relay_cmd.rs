@@ -425,6 +425,8 @@ mod tests {
             ("--password-file", "/passwd"),
             ("--acl-file", "/acl"),
             ("--allow-anonymous", "false"),
+            ("--cluster", "etcd://127.0.0.1:2379"),
+            ("--node-url", "moqt://10.0.0.1:4443/"),
         ];
         let mut args = Vec::new();
         for (f, v) in flags {
