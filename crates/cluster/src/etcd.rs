@@ -17,7 +17,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -83,8 +83,11 @@ impl EtcdOptions {
 
 /// A [`Registry`] on etcd.
 pub struct EtcdRegistry {
-    me: Node,
-    /// `me` as stored (a claim's value; compared on release).
+    /// This relay as registered (its fingerprint changes with its
+    /// certificate).
+    me: Arc<RwLock<Node>>,
+    /// A claim's value: this relay without its fingerprint, so claims stay
+    /// the same across certificate changes (compared on release).
     me_json: String,
     options: EtcdOptions,
     client: Client,
@@ -108,8 +111,11 @@ impl EtcdRegistry {
             .await
             .with_context(|| format!("etcd at {:?}", options.endpoints))?;
         Ok(Self {
-            me_json: serde_json::to_string(&me)?,
-            me,
+            me_json: serde_json::to_string(&Node {
+                fingerprint: None,
+                ..me.clone()
+            })?,
+            me: Arc::new(RwLock::new(me)),
             options,
             client,
             lease: Arc::default(),
@@ -175,14 +181,44 @@ fn node_key(prefix: &str, id: &str) -> String {
 }
 
 impl Registry for EtcdRegistry {
-    fn me(&self) -> &Node {
-        &self.me
+    fn me(&self) -> Node {
+        self.me.read().expect("me").clone()
+    }
+
+    fn update_fingerprint(&self, fingerprint: String) {
+        let me = {
+            let mut me = self.me.write().expect("me");
+            if me.fingerprint.as_ref() == Some(&fingerprint) {
+                return;
+            }
+            me.fingerprint = Some(fingerprint);
+            me.clone()
+        };
+        let lease = self.lease.load(Relaxed);
+        if lease == 0 {
+            // Not registered now: the next registration carries it.
+            return;
+        }
+        let (mut client, key) = (self.client.clone(), self.node_key(&me.id));
+        tokio::spawn(async move {
+            let Ok(json) = serde_json::to_string(&me) else {
+                return;
+            };
+            let put = client
+                .put(key, json, Some(PutOptions::new().with_lease(lease)))
+                .await;
+            match put {
+                Ok(_) => tracing::info!("etcd: new certificate fingerprint registered"),
+                Err(e) => tracing::warn!("etcd: registering the new certificate fingerprint: {e} (done at the next registration)"),
+            }
+        });
     }
 
     fn start(&self) {
+        let id = self.me().id;
         tokio::spawn(keep_registered(
             self.client.clone(),
-            self.node_key(&self.me.id),
+            self.node_key(&id),
             self.me.clone(),
             self.me_json.clone(),
             self.options.ttl,
@@ -204,11 +240,24 @@ impl Registry for EtcdRegistry {
 
     fn claim<'a>(&'a self, ns: &'a TrackNamespace) -> BoxFuture<'a, anyhow::Result<Claim>> {
         Box::pin(async move {
-            let lease = self.lease.load(Relaxed);
-            anyhow::ensure!(lease != 0, "not registered in etcd yet");
+            // Just started, or registering again: wait for it a little
+            // rather than refuse the publisher at once.
+            let since = tokio::time::Instant::now();
+            let lease = loop {
+                let lease = self.lease.load(Relaxed);
+                if lease != 0 {
+                    break lease;
+                }
+                anyhow::ensure!(
+                    since.elapsed() < REQUEST_TIMEOUT,
+                    "not registered in etcd (unreachable?)"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
             let key = self.namespace_key(ns);
             let mut client = self.client.clone();
-            let claim = Self::claim_key(&mut client, &key, &self.me, &self.me_json, lease).await?;
+            let me = self.me();
+            let claim = Self::claim_key(&mut client, &key, &me, &self.me_json, lease).await?;
             if claim == Claim::Ours {
                 self.claimed.lock().expect("claimed").insert(key);
             }
@@ -254,7 +303,7 @@ impl Registry for EtcdRegistry {
 async fn keep_registered(
     mut client: Client,
     key: String,
-    me: Node,
+    me: Arc<RwLock<Node>>,
     me_json: String,
     ttl: Duration,
     lease: Arc<AtomicI64>,
@@ -264,18 +313,16 @@ async fn keep_registered(
     let renew = ttl / 3;
     let mut was_down = false;
     while !*stop.borrow() {
+        let node = me.read().expect("me").clone();
         let registered = async {
+            let record = serde_json::to_string(&node)?;
             let id = client
                 .lease_grant(ttl.as_secs() as i64, None)
                 .await
                 .context("lease")?
                 .id();
             client
-                .put(
-                    key.as_str(),
-                    me_json.as_str(),
-                    Some(PutOptions::new().with_lease(id)),
-                )
+                .put(key.as_str(), record, Some(PutOptions::new().with_lease(id)))
                 .await
                 .context("registration")?;
             anyhow::Ok(id)
@@ -294,13 +341,13 @@ async fn keep_registered(
                 }
             }
         };
-        tracing::info!(node = %me.id, lease = id, "etcd: registered");
+        tracing::info!(node = %node.id, lease = id, "etcd: registered");
         was_down = false;
         lease.store(id, Relaxed);
         // Claims made on an earlier lease move to this one.
         let keys: Vec<String> = claimed.lock().expect("claimed").iter().cloned().collect();
         for k in keys {
-            match EtcdRegistry::claim_key(&mut client, &k, &me, &me_json, id).await {
+            match EtcdRegistry::claim_key(&mut client, &k, &node, &me_json, id).await {
                 Ok(Claim::Ours) => {}
                 Ok(Claim::HeldBy(n)) => {
                     tracing::warn!(key = %k, holder = %n.id, "etcd: a namespace published here was claimed by another relay while this one was away");

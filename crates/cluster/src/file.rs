@@ -91,9 +91,12 @@ impl StaticRegistry {
 }
 
 impl Registry for StaticRegistry {
-    fn me(&self) -> &Node {
-        &self.me
+    fn me(&self) -> Node {
+        self.me.clone()
     }
+
+    /// The others read the file, not this relay's registration: nothing to do.
+    fn update_fingerprint(&self, _fingerprint: String) {}
 
     fn start(&self) {}
 

@@ -71,7 +71,11 @@ pub enum Claim {
 /// A registry of relays and of the namespaces they hold.
 pub trait Registry: Send + Sync + 'static {
     /// This relay, as it registers itself.
-    fn me(&self) -> &Node;
+    fn me(&self) -> Node;
+
+    /// This relay's certificate changed (renewed or reloaded): registers
+    /// its new SHA-256, so the others pin the new one. Never blocks.
+    fn update_fingerprint(&self, fingerprint: String);
 
     /// Registers this relay and keeps it registered (renewing, and
     /// registering again after the registry lost it) until [`leave`].

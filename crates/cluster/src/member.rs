@@ -134,7 +134,7 @@ async fn follow_members(
 ) {
     let mut members = registry.members();
     let mut shutdown = relay.shutdown_signal();
-    let me = registry.me().id.clone();
+    let me = registry.me().id;
     let mut followed: HashMap<String, (Node, watch::Sender<bool>)> = HashMap::new();
     loop {
         let now: Members = members.borrow_and_update().clone();

@@ -259,6 +259,19 @@ impl Hub {
         let cluster = join_cluster(&config, &relay, addr, &identity)
             .await?
             .map(Arc::new);
+        // A renewed or reloaded certificate is registered again, so the
+        // other relays pin the new one (with a cluster CA nothing is pinned).
+        if let (Some(c), None) = (&cluster, &config.cluster.ca) {
+            let (registry, fp) = (c.registry().clone(), fingerprint.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(FINGERPRINT_CHECK);
+                loop {
+                    tick.tick().await;
+                    let now = fp.read().unwrap_or_else(|e| e.into_inner()).clone();
+                    registry.update_fingerprint(now);
+                }
+            });
+        }
         // MQTT across the cluster: this relay's messages on its cluster
         // track, the other members' into the broker.
         let mqtt_link = match &cluster {
@@ -509,10 +522,13 @@ impl Hub {
     }
 }
 
+/// How often a cluster member checks whether its certificate changed.
+const FINGERPRINT_CHECK: Duration = Duration::from_secs(5);
+
 /// Another live member's URL: the one after this relay in id order
 /// (wrapping), so relays draining together spread their clients.
 fn other_member(registry: &dyn quichub_cluster::Registry) -> Option<String> {
-    let me = registry.me().id.clone();
+    let me = registry.me().id;
     let members = registry.members().borrow().clone();
     members
         .range::<String, _>((std::ops::Bound::Excluded(&me), std::ops::Bound::Unbounded))
@@ -529,10 +545,11 @@ fn link_mqtt(
     bridge: &Arc<Bridge>,
     registry: &Arc<dyn quichub_cluster::Registry>,
 ) -> anyhow::Result<Arc<quichub_gateway::cluster::Link>> {
-    let me = registry.me().id.clone();
+    let me = registry.me().id;
     let mut members = registry.members();
+    let id = me.clone();
     let others = move |m: &quichub_cluster::Members| -> std::collections::BTreeSet<String> {
-        m.keys().filter(|id| **id != me).cloned().collect()
+        m.keys().filter(|k| **k != id).cloned().collect()
     };
     let (tx, rx) = tokio::sync::watch::channel(others(&members.borrow_and_update()));
     let link =

@@ -443,10 +443,10 @@ async fn subscribe_when_known(
 }
 
 /// kill -9 of the relay that holds a publisher: its registration and claim
-/// expire with its lease, the relay following it ends its subscribers'
-/// subscriptions (PUBLISH_DONE, not a hang), the publisher publishes again
-/// at another relay, and subscribers get it there through the same edge.
-/// kill -9 of that edge: it drops out too. Once all are killed, nothing of
+/// expire with its lease; the publisher publishes again at another relay,
+/// and the edge's subscriber, subscribed once, gets it from there after a
+/// gap; when the publisher leaves for good the subscription ends
+/// (PUBLISH_DONE). kill -9 of the edge: it drops out too. Once all are killed, nothing of
 /// theirs stays in etcd after the leases expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_relays_drop_out_and_their_publisher_moves() {
@@ -495,31 +495,44 @@ async fn killed_relays_drop_out_and_their_publisher_moves() {
             .any(|k| k.contains(&a_part) || k.contains("namespaces/"))
     })
     .await;
-    // B stopped following it: the subscription ends rather than hangs.
-    within(15, async {
-        loop {
-            match sub.next().await {
-                None | Some(SubscriptionEvent::Done { .. }) => break,
-                Some(_) => {}
-            }
-        }
-    })
-    .await;
-
-    // The publisher comes back at C; B's subscribers get it from there.
-    let (_p2, track2, _ns2) = publish(&c, &name).await;
-    let mut sub = subscribe_when_known(&viewer, &name).await;
-    until_async(10, || async { track2.is_forwarding() }).await;
+    // The publisher comes back at C (its groups going on from where they
+    // were); B moves the track there, and its subscriber, subscribed
+    // once, sees a gap and the next group.
+    let (p2, track2, ns2) = publish(&c, &name).await;
+    until_async(15, || async { track2.is_forwarding() }).await;
     let mut w = track2
         .open_subgroup(1, 0)
         .await
         .unwrap()
         .expect("forwarding");
     w.write(0, Bytes::from_static(b"after")).await.unwrap();
-    match within(10, sub.next()).await {
-        Some(SubscriptionEvent::Object(o)) => assert_eq!(o.payload, "after"),
-        e => panic!("{e:?}"),
-    }
+    within(10, async {
+        loop {
+            match sub.next().await {
+                Some(SubscriptionEvent::Object(o)) => {
+                    assert_eq!((o.group, &o.payload[..]), (1, &b"after"[..]));
+                    break;
+                }
+                Some(SubscriptionEvent::Done { .. }) | None => panic!("the subscription ended"),
+                Some(_) => {}
+            }
+        }
+    })
+    .await;
+    drop(w);
+
+    // The publisher leaves for good: PUBLISH_DONE reaches the subscriber.
+    p2.close(0, "gone");
+    drop((ns2, track2, p2));
+    within(10, async {
+        loop {
+            match sub.next().await {
+                Some(SubscriptionEvent::Done { .. }) | None => break,
+                Some(_) => {}
+            }
+        }
+    })
+    .await;
 
     // kill -9 of the edge: it drops out as well.
     b.kill();
@@ -646,4 +659,65 @@ async fn mqtt_published_on_one_relay_reaches_subscribers_on_the_others() {
     assert_eq!(la.received.load(Relaxed), 2);
     assert_eq!(lc.received.load(Relaxed), 2);
     assert_eq!(lb.received.load(Relaxed), 0);
+}
+
+/// A relay whose certificate changes (reloaded, or a self-signed one
+/// renewed) registers its new SHA-256: a relay that joins afterwards pins
+/// the new one and follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_certificate_is_registered_and_pinned() {
+    let Some(bin) = etcd_binary() else { return };
+    let etcd = Etcd::start(bin).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    quichub_net::tls::Identity::self_signed(&["localhost"])
+        .unwrap()
+        .write_pem(&cert, &key)
+        .unwrap();
+    let mut c = test_config();
+    c.cluster.registry = etcd.url("t5");
+    c.cluster.lease_ttl_s = 2;
+    c.tls.cert = Some(cert.clone());
+    c.tls.key = Some(key.clone());
+    let a = TestRelay::with_hub_config(c).await;
+    let registered = || async {
+        let mut client = etcd.client().await.unwrap();
+        let r = client
+            .get(
+                "/t5/nodes/",
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+        r.kvs()
+            .iter()
+            .map(|kv| kv.value_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let old = a.hub.fingerprint();
+    until_async(10, || async {
+        registered().await.iter().any(|v| v.contains(&old))
+    })
+    .await;
+    // (Connected before the reload: the test client pins the old hash.)
+    let publisher = a.client("moqt").await;
+
+    quichub_net::tls::Identity::self_signed(&["localhost"])
+        .unwrap()
+        .write_pem(&cert, &key)
+        .unwrap();
+    a.hub.reload().unwrap();
+    let new = a.hub.fingerprint();
+    assert_ne!(old, new);
+    until_async(15, || async {
+        registered().await.iter().any(|v| v.contains(&new))
+    })
+    .await;
+
+    let _ns = publisher
+        .publish_namespace(TrackNamespace::from_path("after/reload"))
+        .await
+        .unwrap();
+    let d = member(&etcd, "t5").await;
+    knows(&d, "after/reload").await;
 }

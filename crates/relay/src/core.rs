@@ -297,10 +297,15 @@ impl Relay {
             for n in &ns {
                 st.namespaces.remove(n);
             }
+            // Tracks fed by our session to another relay are its upstream
+            // tasks' to end or move ([`Relay::reattach`]).
+            let origin =
+                st.sessions.get(&id).is_some_and(|s| s.is_origin()) || st.origins.contains_key(&id);
             let tracks: Vec<_> = st
                 .tracks
                 .values()
                 .filter(|e| e.track.publisher_session() == Some(id))
+                .filter(|e| !(origin && e.origin == Origin::Subscribed))
                 .cloned()
                 .collect();
             for e in &tracks {
@@ -714,6 +719,52 @@ impl Relay {
             }
         });
         Ok(Some(entry))
+    }
+
+    /// `entry`'s upstream session (`old`, ours to another relay) is gone:
+    /// subscribes again on the session that publishes its namespace now,
+    /// waiting for one up to the rendezvous timeout (`max_rendezvous_ms`),
+    /// as long as the track has subscribers. `false`: it ends.
+    pub(crate) async fn reattach(self: &Arc<Self>, entry: &Arc<TrackEntry>, old: u64) -> bool {
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(self.config.max_rendezvous_ms);
+        entry.track.expect_groups_from_largest();
+        loop {
+            let changed = self.changed.notified();
+            if entry.subscribers.load(Relaxed) == 0 || *self.shutdown.borrow() {
+                return false;
+            }
+            let publisher = {
+                let st = self.lock();
+                match st.tracks.get(&entry.track.name) {
+                    Some(e) if Arc::ptr_eq(e, entry) => {}
+                    _ => return false,
+                }
+                st.namespaces
+                    .iter()
+                    .filter(|(n, _)| entry.track.name.namespace.has_prefix(n))
+                    .max_by_key(|(n, _)| n.fields().len())
+                    .map(|(_, s)| s.clone())
+                    .filter(|s| s.id() != old)
+            };
+            if let Some(p) = publisher {
+                let name = entry.track.name.clone();
+                return match p.subscribe_upstream(self.clone(), entry.clone()).await {
+                    Ok(()) => {
+                        self.metrics.upstream_reattached.fetch_add(1, Relaxed);
+                        tracing::info!(track = %name, "upstream moved to another relay; subscribers kept");
+                        true
+                    }
+                    Err(r) => {
+                        tracing::info!(track = %name, "upstream gone, and refused elsewhere: {}", r.reason);
+                        false
+                    }
+                };
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return false;
+            }
+        }
     }
 
     /// A downstream subscriber is done with a track; the last one out of a

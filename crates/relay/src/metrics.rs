@@ -60,6 +60,9 @@ pub struct Metrics {
     pub origin_sessions: AtomicI64,
     /// Times a session to an origin relay ended or could not be opened.
     pub origin_reconnects: AtomicU64,
+    /// Tracks whose upstream relay went away and that went on from another
+    /// relay holding their namespace, their subscribers kept.
+    pub upstream_reattached: AtomicU64,
     /// Datagram objects handed from the publisher's endpoint shard to
     /// another shard's subscribers (one per object and shard).
     pub shard_handoffs: AtomicU64,
@@ -228,6 +231,7 @@ impl Metrics {
         );
         let _ = writeln!(s, "# HELP quichub_origin_sessions Sessions to origin relays up now.\n# TYPE quichub_origin_sessions gauge\nquichub_origin_sessions {}", self.origin_sessions.load(Relaxed));
         let _ = writeln!(s, "# HELP quichub_origin_reconnects_total Times a session to an origin relay ended or could not be opened.\n# TYPE quichub_origin_reconnects_total counter\nquichub_origin_reconnects_total {}", self.origin_reconnects.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_upstream_reattached_total Tracks that lost their upstream relay and went on from another one, subscribers kept.\n# TYPE quichub_upstream_reattached_total counter\nquichub_upstream_reattached_total {}", self.upstream_reattached.load(Relaxed));
         let _ = writeln!(s, "# HELP quichub_shard_handoffs_total Hand-offs to another endpoint shard's subscribers: datagram objects, and wake-ups for new stream events (at most one per object and shard).\n# TYPE quichub_shard_handoffs_total counter");
         let _ = writeln!(
             s,

@@ -183,6 +183,9 @@ pub struct Track {
     inner: Mutex<Inner>,
     ended: watch::Sender<Option<Ended>>,
     publisher: AtomicU64,
+    /// After its upstream moved to another relay: objects of groups below
+    /// this (plus one; 0: none) mean the new publisher numbers groups anew.
+    group_floor: AtomicU64,
     config: Arc<Config>,
     metrics: Arc<Metrics>,
     /// When the track was created: the origin of its rate meter's seconds.
@@ -240,6 +243,7 @@ impl Track {
             inner: Mutex::new(Inner::default()),
             ended,
             publisher: AtomicU64::new(0),
+            group_floor: AtomicU64::new(0),
             config,
             metrics,
             created: Instant::now(),
@@ -309,6 +313,14 @@ impl Track {
         g.info = info;
         if largest > g.largest {
             g.largest = largest;
+        }
+    }
+
+    /// Its upstream moves to another relay: groups below the largest so far
+    /// end the track rather than go out (see [`Track::publish`]).
+    pub(crate) fn expect_groups_from_largest(&self) {
+        if let Some(l) = self.largest() {
+            self.group_floor.store(l.group + 1, Relaxed);
         }
     }
 
@@ -384,6 +396,17 @@ impl Track {
 
     /// Accepts an object from upstream: caches it and fans it out.
     pub fn publish(&self, object: Object) {
+        // Groups from a new upstream that go back below what subscribers
+        // already had would be filtered out downstream: the track ends
+        // (PUBLISH_DONE) and subscribers subscribe again.
+        let floor = self.group_floor.load(Relaxed);
+        if floor != 0 && object.group + 1 < floor {
+            if !self.is_ended() {
+                tracing::info!(track = %self.name, group = object.group, "new upstream numbers groups below the old one's: track ended");
+                self.end(moqt::error::publish_done::TRACK_ENDED);
+            }
+            return;
+        }
         self.metrics.objects_in.fetch_add(1, Relaxed);
         self.metrics
             .bytes_in
@@ -596,6 +619,39 @@ impl Track {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_upstream_numbering_groups_anew_ends_the_track() {
+        let t = Track::new(
+            FullTrackName::new("a", "b"),
+            1,
+            Arc::new(Config::default()),
+            Arc::new(Metrics::default()),
+        );
+        let obj = |group| Object {
+            group,
+            subgroup: Some(0),
+            object_id: 0,
+            priority: 128,
+            properties: Bytes::new(),
+            status: moqt::data::ObjectStatus::Normal,
+            payload: Bytes::from_static(b"x"),
+            end_of_group: false,
+            received: Instant::now(),
+            datagram: Default::default(),
+        };
+        t.publish(obj(7));
+        t.expect_groups_from_largest();
+        // The same group and later ones go on.
+        t.publish(obj(7));
+        t.publish(obj(8));
+        assert!(!t.is_ended());
+        assert_eq!(t.largest().map(|l| l.group), Some(8));
+        // Below: ended, not published.
+        t.publish(obj(0));
+        assert!(t.is_ended());
+        assert_eq!(t.largest().map(|l| l.group), Some(8));
+    }
 
     use bytes::Bytes;
     use moqt::data::{ObjectDatagram, ObjectStatus};

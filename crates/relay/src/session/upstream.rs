@@ -11,7 +11,7 @@ use moqt::session::SessionError;
 use moqt::{Parameters, SessionErrorCode};
 use quichub_net::io::{write_message, MessageReader};
 
-use super::SessionHandle;
+use super::{Role, SessionHandle};
 use crate::core::{Refusal, Relay, TrackEntry};
 use crate::track::{Track, TrackInfo};
 
@@ -110,6 +110,14 @@ impl SessionHandle {
                 settle(&relay, &entry.track, n).await;
             }
             me.aliases.lock().expect("aliases").remove(&ok.track_alias);
+            // Our session to another relay died or was closed (that relay
+            // left the cluster): the track goes on from whichever relay
+            // holds its namespace now, if one does in time; its subscribers
+            // see a gap, not an end.
+            let lost = me.role == Role::Client && me.session.close_reason().is_some();
+            if lost && relay.reattach(&entry, me.id).await {
+                return;
+            }
             relay.drop_entry(&entry);
             entry.track.end(status);
         });
