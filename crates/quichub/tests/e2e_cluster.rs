@@ -363,3 +363,34 @@ async fn a_local_publisher_keeps_its_namespace() {
     knows(&b, "y").await;
     assert_eq!(owner(), before, "the local publisher keeps x");
 }
+
+/// A track pushed at the origin (PUBLISH, no namespace announced) is pushed
+/// on to the follower, whose subscribers get it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_gets_the_tracks_pushed_at_its_origin() {
+    let a = TestRelay::start().await;
+    let b = follower(&a, "").await;
+    until(|| b.relay.metrics.origin_sessions.load(Relaxed) == 1).await;
+    let publisher = a.client("moqt").await;
+    let name = FullTrackName::new("pushed", "t");
+    let track = publisher
+        .create_track(name.clone(), 1, TrackMode::Push)
+        .await
+        .unwrap();
+    until(|| b.relay.find_track(&name).is_some()).await;
+    let s = b.client("https").await;
+    let mut sub = s
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    let mut w = track
+        .open_subgroup(3, 0)
+        .await
+        .unwrap()
+        .expect("forwarding");
+    w.write(0, Bytes::from_static(b"p")).await.unwrap();
+    match within(10, sub.next()).await {
+        Some(SubscriptionEvent::Object(o)) => assert_eq!((o.group, &o.payload[..]), (3, &b"p"[..])),
+        e => panic!("{e:?}"),
+    }
+}

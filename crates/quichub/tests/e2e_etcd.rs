@@ -721,3 +721,65 @@ async fn a_new_certificate_is_registered_and_pinned() {
     let d = member(&etcd, "t5").await;
     knows(&d, "after/reload").await;
 }
+
+/// A track a publisher pushes (PUBLISH, no PUBLISH_NAMESPACE) on A is
+/// pushed on to B and C, which serve it to their subscribers; B does not
+/// push it on to C (C has it from A), and the MQTT gateway's tracks are not
+/// pushed at all (they travel as MQTT messages).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushed_tracks_reach_the_other_relays() {
+    let Some(bin) = etcd_binary() else { return };
+    let etcd = Etcd::start(bin).await;
+    let (a, b, c) = (
+        member(&etcd, "t6").await,
+        member(&etcd, "t6").await,
+        member(&etcd, "t6").await,
+    );
+    until_async(15, || async {
+        [&a, &b, &c]
+            .iter()
+            .all(|r| r.relay.metrics.origin_sessions.load(Relaxed) == 2)
+    })
+    .await;
+    let publisher = a.client("moqt").await;
+    let name = FullTrackName::new("push/cam", "video");
+    let track = publisher
+        .create_track(name.clone(), 1, TrackMode::Push)
+        .await
+        .unwrap();
+    let pushed_to = |r: &TestRelay| {
+        r.relay
+            .snapshot()
+            .tracks
+            .iter()
+            .filter(|t| t.name == name)
+            .count()
+    };
+    until_async(10, || async { pushed_to(&b) == 1 && pushed_to(&c) == 1 }).await;
+    let mut subs = Vec::new();
+    for r in [&b, &c] {
+        let s = r.client("moqt").await;
+        let sub = s
+            .subscribe(name.clone(), SubscribeOptions::default())
+            .await
+            .unwrap();
+        subs.push((s, sub));
+    }
+    let mut w = track
+        .open_subgroup(0, 0)
+        .await
+        .unwrap()
+        .expect("forwarding");
+    w.write(0, Bytes::from_static(b"pushed")).await.unwrap();
+    for (_s, sub) in &mut subs {
+        match within(10, sub.next()).await {
+            Some(SubscriptionEvent::Object(o)) => assert_eq!(o.payload, "pushed"),
+            e => panic!("{e:?}"),
+        }
+    }
+    // A sent it once to each; B and C sent it to their subscriber only,
+    // not to each other.
+    assert_eq!(a.relay.metrics.objects_out.load(Relaxed), 2);
+    assert_eq!(b.relay.metrics.objects_out.load(Relaxed), 1);
+    assert_eq!(c.relay.metrics.objects_out.load(Relaxed), 1);
+}

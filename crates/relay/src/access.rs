@@ -205,15 +205,19 @@ pub trait SessionAccess: Send + Sync {
 }
 
 /// The access of a session the relay opened towards an origin relay: the
-/// origin is a source, so every request it makes here is refused.
+/// origin is a source. It may push tracks (PUBLISH, for the SUBSCRIBE_TRACKS
+/// this relay sent it); every other request it makes is refused.
 pub(crate) struct FromOrigin;
 
 impl SessionAccess for FromOrigin {
-    fn authorize(&self, _op: &Operation<'_>) -> Result<(), Denied> {
-        Err(Denied::Request(Refusal::new(
-            moqt::error::request_error::UNAUTHORIZED,
-            "an origin relay may not make requests of its follower",
-        )))
+    fn authorize(&self, op: &Operation<'_>) -> Result<(), Denied> {
+        match op {
+            Operation::Publish { .. } => Ok(()),
+            _ => Err(Denied::Request(Refusal::new(
+                moqt::error::request_error::UNAUTHORIZED,
+                "an origin relay may not make requests of its follower",
+            ))),
+        }
     }
 }
 

@@ -422,6 +422,16 @@ impl Relay {
         self.lock().namespaces.get(ns).map(|s| s.id())
     }
 
+    /// `e` was pushed (PUBLISH) by a client session of this relay: not by
+    /// our session to another relay, nor made in-process (the MQTT gateway).
+    pub(crate) fn track_is_pushed_here(&self, e: &TrackEntry) -> bool {
+        let Some(id) = e.track.publisher_session() else {
+            return false;
+        };
+        let st = self.lock();
+        !st.origins.contains_key(&id) && st.sessions.contains_key(&id)
+    }
+
     /// `ns` is published here by our session to another relay (learnt, not
     /// held by a publisher of ours).
     pub(crate) fn namespace_is_learnt(&self, ns: &TrackNamespace) -> bool {

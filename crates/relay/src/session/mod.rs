@@ -382,6 +382,7 @@ pub(crate) async fn serve_origin(
             }
             let mut subs = tokio::task::JoinSet::new();
             for p in prefixes {
+                subs.spawn(namespace::follow_origin_tracks(h.clone(), p.clone()));
                 subs.spawn(namespace::follow_origin(relay.clone(), h.clone(), p));
             }
             while let Some(r) = subs.join_next().await {

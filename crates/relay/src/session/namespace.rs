@@ -242,12 +242,19 @@ pub(super) async fn on_subscribe_tracks(
     let id = relay.next_id();
     let (existing, mut rx) = relay.subscribe_tracks(id, m.namespace.clone());
     let _ = write_message(&mut send, &Message::RequestOk(RequestOk::default())).await;
-    for e in existing {
+    // A relay of our cluster is pushed only what a publisher of ours
+    // pushed here: not what we learnt from another relay (it gets that from
+    // there), nor the MQTT gateway's tracks (they reach it as MQTT
+    // messages, `quichub-gateway`'s cluster link).
+    let local_only = h.cluster_peer.load(Relaxed);
+    let wanted = |e: &Arc<crate::core::TrackEntry>| !local_only || relay.track_is_pushed_here(e);
+    for e in existing.into_iter().filter(|e| wanted(e)) {
         spawn_publish_downstream(relay, h, e, forward, tokens.clone());
     }
     let result = loop {
         tokio::select! {
             e = rx.recv() => match e {
+                Some(e) if !wanted(&e) => {}
                 Some(e) => spawn_publish_downstream(relay, h, e, forward, tokens.clone()),
                 None => {
                     // The relay dropped us for falling behind.
@@ -270,6 +277,46 @@ pub(super) async fn on_subscribe_tracks(
         .remove(&m.request_id);
     let _ = send.finish();
     result
+}
+
+/// Client role towards an origin relay: SUBSCRIBE_TRACKS for `prefix`, so
+/// the origin pushes (PUBLISH) the tracks its publishers pushed there; each
+/// is registered here as published by this session ([`super::publish`]).
+/// Returns why it stopped (the stream stays open while the session lasts).
+pub(super) async fn follow_origin_tracks(
+    h: Arc<SessionHandle>,
+    prefix: TrackNamespace,
+) -> Option<String> {
+    let (mut send, recv) = match h.session.open_bi().await {
+        Ok(s) => s,
+        Err(e) => return Some(e.to_string()),
+    };
+    let request = Message::SubscribeTracks(NamespaceRequest {
+        request_id: h.next_request_id(),
+        namespace: prefix.clone(),
+        params: Default::default(),
+    });
+    if let Err(e) = write_message(&mut send, &request).await {
+        return Some(e.to_string());
+    }
+    let mut reader = MessageReader::new(recv, &[]);
+    match reader.next().await {
+        Ok(Message::RequestOk(_)) => {}
+        // An origin that does not push tracks: namespaces still work.
+        Ok(Message::RequestError(e)) => {
+            tracing::info!(session = h.id, %prefix, "origin refused SUBSCRIBE_TRACKS: {}", String::from_utf8_lossy(&e.reason));
+            return None;
+        }
+        Ok(other) => return Some(format!("{} in reply to SUBSCRIBE_TRACKS", other.name())),
+        Err(e) => return Some(format!("{e:?}")),
+    }
+    loop {
+        match reader.next().await {
+            Ok(Message::RequestUpdate(_)) => {}
+            Ok(other) => return Some(format!("{} on a SUBSCRIBE_TRACKS stream", other.name())),
+            Err(_) => return None,
+        }
+    }
 }
 
 /// Client role towards an origin relay: SUBSCRIBE_NAMESPACE for `prefix`,
