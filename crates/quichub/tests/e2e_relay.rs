@@ -694,3 +694,60 @@ async fn a_waiting_subscriber_outlasts_a_namespace_announced_before_its_track() 
         1
     );
 }
+
+/// A publisher that announces a namespace again from a new session (it
+/// reconnected; the old one may be dead but not yet timed out) takes its
+/// tracks over: a subscriber of the old session's track gets PUBLISH_DONE,
+/// and a new subscriber gets the new session's objects, not a track bound
+/// to the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnecting_publisher_takes_its_tracks_over() {
+    let relay = TestRelay::start().await;
+    let name = FullTrackName::new("re/pub", "t");
+    let ns = TrackNamespace::from_path("re/pub");
+    let old = relay.client("moqt").await;
+    let old_track = old
+        .create_track(name.clone(), 1, TrackMode::Announce)
+        .await
+        .unwrap();
+    let _old_ns = old.publish_namespace(ns.clone()).await.unwrap();
+    let viewer = relay.client("moqt").await;
+    let mut first = viewer
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(old_track.subscriptions_served(), 1);
+
+    // The same publisher again, from a new session; the old one stays open.
+    let new = relay.client("moqt").await;
+    let new_track = new
+        .create_track(name.clone(), 1, TrackMode::Announce)
+        .await
+        .unwrap();
+    let _new_ns = new.publish_namespace(ns.clone()).await.unwrap();
+    within(10, async {
+        loop {
+            match first.next().await {
+                Some(SubscriptionEvent::Done { .. }) | None => break,
+                Some(_) => {}
+            }
+        }
+    })
+    .await;
+    let viewer2 = relay.client("moqt").await;
+    let mut second = viewer2
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(new_track.subscriptions_served(), 1);
+    let mut w = new_track
+        .open_subgroup(5, 0)
+        .await
+        .unwrap()
+        .expect("forwarding");
+    w.write(0, Bytes::from_static(b"new")).await.unwrap();
+    match within(10, second.next()).await {
+        Some(SubscriptionEvent::Object(o)) => assert_eq!(o.payload, "new"),
+        e => panic!("{e:?}"),
+    }
+}

@@ -370,15 +370,44 @@ impl Relay {
         ns: TrackNamespace,
         session: Arc<dyn Peer>,
     ) -> Result<(), Refusal> {
-        {
+        let stale = {
             let mut st = self.lock();
+            let mut stale = Vec::new();
             if let Some(existing) = st.namespaces.get(&ns) {
-                if existing.id() != session.id() {
+                let old = existing.id();
+                if old != session.id() {
                     // Latest publisher wins: a reconnecting publisher replaces its stale session.
                     tracing::info!(%ns, "namespace re-published by another session");
+                    // Tracks subscribed at an old publisher's session
+                    // (perhaps a dead one not yet timed out) must not catch
+                    // new subscribers: they end, and new subscriptions go to
+                    // the new one. (Tracks from another relay move by
+                    // themselves when that session ends: `reattach`.)
+                    let from_publisher = !existing.is_origin();
+                    stale = st
+                        .tracks
+                        .values()
+                        .filter(|e| {
+                            from_publisher
+                                && e.origin == Origin::Subscribed
+                                && e.track.publisher_session() == Some(old)
+                                && e.track.name.namespace.has_prefix(&ns)
+                        })
+                        .cloned()
+                        .collect();
+                    for e in &stale {
+                        st.tracks.remove(&e.track.name);
+                    }
                 }
             }
             st.namespaces.insert(ns.clone(), session);
+            stale
+        };
+        for e in stale {
+            e.cancel.notify_one();
+            e.track.end(moqt::error::publish_done::TRACK_ENDED);
+            e.track.clear_cache();
+            self.metrics.tracks.fetch_sub(1, Relaxed);
         }
         self.notify_namespace(NamespaceEvent::Added(ns));
         self.changed.notify_waiters();
