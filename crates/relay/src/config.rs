@@ -46,7 +46,9 @@ pub struct Config {
     /// full send buffer) before that stream is reset and its subscriber skips
     /// ahead, in milliseconds. Keeps a stalled subscriber from pinning state.
     pub write_stall_ms: u64,
-    /// Longest RENDEZVOUS_TIMEOUT honoured, in milliseconds.
+    /// Longest RENDEZVOUS_TIMEOUT honoured, in milliseconds; also how long a
+    /// track whose upstream relay went away waits for its namespace to be
+    /// published again ([`crate::core::Relay`]'s re-attachment).
     pub max_rendezvous_ms: u64,
     /// GOAWAY timeout announced on shutdown, in milliseconds.
     pub goaway_timeout_ms: u64,

@@ -57,7 +57,7 @@ pub struct TrackSnapshot {
     pub ended: bool,
 }
 
-/// A boxed future, for the [`Peer`] and [`crate::cluster::Claims`] methods
+/// A boxed future, for the session and [`crate::cluster::Claims`] methods
 /// called through `dyn`.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -628,9 +628,10 @@ impl Relay {
             .await
     }
 
-    /// [`Relay::acquire_track`] for an in-process consumer (datagram
-    /// objects on `tx`, as [`Track::join_local`]); give it back with
-    /// [`Relay::release_local`].
+    /// Finds or creates a track for an in-process consumer, subscribing
+    /// upstream once per track and waiting up to `rendezvous` for a
+    /// publisher, as for a subscriber's SUBSCRIBE (datagram objects on `tx`,
+    /// as [`Track::join_local`]); give it back with [`Relay::release_local`].
     pub async fn acquire_local(
         self: &Arc<Self>,
         name: &FullTrackName,
