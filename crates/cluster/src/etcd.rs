@@ -15,7 +15,7 @@
 //! was lost meanwhile (etcd was gone longer than the TTL and lost it), the
 //! relay registers again and claims again what its publishers hold.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -93,8 +93,10 @@ pub struct EtcdRegistry {
     client: Client,
     /// The lease this relay's keys hang on (0: none yet).
     lease: Arc<AtomicI64>,
-    /// Namespace keys this relay holds (claimed again on a new lease).
-    claimed: Arc<Mutex<BTreeSet<String>>>,
+    /// Namespace keys this relay holds, with the revision of its last
+    /// write of each (claimed again on a new lease; released only if
+    /// unchanged since, so a release never deletes a newer claim).
+    claimed: Arc<Mutex<BTreeMap<String, i64>>>,
     members: watch::Sender<Members>,
     stop: watch::Sender<bool>,
 }
@@ -140,15 +142,16 @@ impl EtcdRegistry {
         me: &Node,
         me_json: &str,
         lease: i64,
-    ) -> anyhow::Result<Claim> {
+    ) -> anyhow::Result<(Claim, i64)> {
         let put = || TxnOp::put(key, me_json, Some(PutOptions::new().with_lease(lease)));
         let txn = Txn::new()
             .when(vec![Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then(vec![put()])
             .or_else(vec![TxnOp::get(key, None)]);
         let r = client.txn(txn).await.context("etcd claim")?;
+        let revision = |r: &etcd_client::TxnResponse| r.header().map_or(0, |h| h.revision());
         if r.succeeded() {
-            return Ok(Claim::Ours);
+            return Ok((Claim::Ours, revision(&r)));
         }
         let holder = r.op_responses().into_iter().find_map(|op| match op {
             TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
@@ -160,7 +163,7 @@ impl EtcdRegistry {
         };
         let node: Node = serde_json::from_slice(&holder).context("a claim's holder in etcd")?;
         if node.id != me.id {
-            return Ok(Claim::HeldBy(node));
+            return Ok((Claim::HeldBy(node), 0));
         }
         // Ours from an earlier lease: moved onto the current one, unless
         // it changed hands meanwhile.
@@ -169,7 +172,7 @@ impl EtcdRegistry {
             .and_then(vec![put()]);
         let r = client.txn(txn).await.context("etcd claim")?;
         anyhow::ensure!(r.succeeded(), "claim changed hands");
-        Ok(Claim::Ours)
+        Ok((Claim::Ours, revision(&r)))
     }
 }
 
@@ -257,9 +260,10 @@ impl Registry for EtcdRegistry {
             let key = self.namespace_key(ns);
             let mut client = self.client.clone();
             let me = self.me();
-            let claim = Self::claim_key(&mut client, &key, &me, &self.me_json, lease).await?;
+            let (claim, rev) =
+                Self::claim_key(&mut client, &key, &me, &self.me_json, lease).await?;
             if claim == Claim::Ours {
-                self.claimed.lock().expect("claimed").insert(key);
+                self.claimed.lock().expect("claimed").insert(key, rev);
             }
             Ok(claim)
         })
@@ -267,15 +271,19 @@ impl Registry for EtcdRegistry {
 
     fn release(&self, ns: &TrackNamespace) {
         let key = self.namespace_key(ns);
-        if !self.claimed.lock().expect("claimed").remove(&key) {
+        let Some(rev) = self.claimed.lock().expect("claimed").remove(&key) else {
             return;
-        }
-        let (mut client, me) = (self.client.clone(), self.me_json.clone());
+        };
+        let mut client = self.client.clone();
         tokio::spawn(async move {
-            // Only if still ours: it may have expired and been claimed by
-            // another relay since.
+            // Only if unchanged since our write: it may have expired and
+            // been claimed by another relay, or claimed again here.
             let txn = Txn::new()
-                .when(vec![Compare::value(key.as_str(), CompareOp::Equal, me)])
+                .when(vec![Compare::mod_revision(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    rev,
+                )])
                 .and_then(vec![TxnOp::delete(key.as_str(), None)]);
             if let Err(e) = client.txn(txn).await {
                 tracing::warn!(%key, "etcd: releasing a namespace: {e} (it expires with the lease)");
@@ -307,7 +315,7 @@ async fn keep_registered(
     me_json: String,
     ttl: Duration,
     lease: Arc<AtomicI64>,
-    claimed: Arc<Mutex<BTreeSet<String>>>,
+    claimed: Arc<Mutex<BTreeMap<String, i64>>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let renew = ttl / 3;
@@ -345,11 +353,15 @@ async fn keep_registered(
         was_down = false;
         lease.store(id, Relaxed);
         // Claims made on an earlier lease move to this one.
-        let keys: Vec<String> = claimed.lock().expect("claimed").iter().cloned().collect();
+        let keys: Vec<String> = claimed.lock().expect("claimed").keys().cloned().collect();
         for k in keys {
             match EtcdRegistry::claim_key(&mut client, &k, &node, &me_json, id).await {
-                Ok(Claim::Ours) => {}
-                Ok(Claim::HeldBy(n)) => {
+                Ok((Claim::Ours, rev)) => {
+                    if let Some(r) = claimed.lock().expect("claimed").get_mut(&k) {
+                        *r = rev;
+                    }
+                }
+                Ok((Claim::HeldBy(n), _)) => {
                     tracing::warn!(key = %k, holder = %n.id, "etcd: a namespace published here was claimed by another relay while this one was away");
                     claimed.lock().expect("claimed").remove(&k);
                 }

@@ -263,10 +263,14 @@ impl Hub {
         // other relays pin the new one (with a cluster CA nothing is pinned).
         if let (Some(c), None) = (&cluster, &config.cluster.ca) {
             let (registry, fp) = (c.registry().clone(), fingerprint.clone());
+            let mut shutdown = relay.shutdown_signal();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(FINGERPRINT_CHECK);
                 loop {
-                    tick.tick().await;
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = shutdown.wait_for(|s| *s) => return,
+                    }
                     let now = fp.read().unwrap_or_else(|e| e.into_inner()).clone();
                     registry.update_fingerprint(now);
                 }
@@ -555,8 +559,13 @@ fn link_mqtt(
     let link =
         quichub_gateway::cluster::start(relay.clone(), broker, bridge, &registry.me().id, rx)
             .map_err(|r| anyhow::anyhow!("cluster MQTT track: {}", r.reason))?;
+    let mut shutdown = relay.shutdown_signal();
     tokio::spawn(async move {
-        while members.changed().await.is_ok() {
+        loop {
+            tokio::select! {
+                r = members.changed() => if r.is_err() { return },
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
             let now = others(&members.borrow_and_update());
             tx.send_if_modified(|o| {
                 let changed = *o != now;

@@ -30,7 +30,7 @@ async fn until_async<F: std::future::Future<Output = bool>>(
 async fn member(etcd: &Etcd, prefix: &str) -> TestRelay {
     let mut c = test_config();
     c.cluster.registry = etcd.url(prefix);
-    c.cluster.lease_ttl_s = 2;
+    c.cluster.lease_ttl_s = 6;
     TestRelay::with_hub_config(c).await
 }
 
@@ -277,7 +277,7 @@ async fn flows_survive_an_etcd_restart_and_registrations_resume() {
 
     etcd.stop();
     // Past the lease TTL: nothing established depends on etcd.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
     exchange(&mut w, &mut sub, &mut got, 10..20).await;
     let e = publisher
         .publish_namespace(TrackNamespace::from_path("room/2"))
@@ -457,7 +457,7 @@ async fn killed_relays_drop_out_and_their_publisher_moves() {
     std::fs::write(
         &config,
         format!(
-            "[cluster]\nregistry = \"{}\"\nlease_ttl_s = 2\n",
+            "[cluster]\nregistry = \"{}\"\nlease_ttl_s = 3\n",
             etcd.url("t3")
         ),
     )
@@ -564,7 +564,7 @@ async fn mqtt_published_on_one_relay_reaches_subscribers_on_the_others() {
     let mqtt_member = || async {
         let mut c = test_config();
         c.cluster.registry = etcd.url("t4");
-        c.cluster.lease_ttl_s = 2;
+        c.cluster.lease_ttl_s = 6;
         c.mqtt.tcp = "127.0.0.1:0".into();
         TestRelay::with_hub_config(c).await
     };
@@ -676,7 +676,7 @@ async fn a_new_certificate_is_registered_and_pinned() {
         .unwrap();
     let mut c = test_config();
     c.cluster.registry = etcd.url("t5");
-    c.cluster.lease_ttl_s = 2;
+    c.cluster.lease_ttl_s = 6;
     c.tls.cert = Some(cert.clone());
     c.tls.key = Some(key.clone());
     let a = TestRelay::with_hub_config(c).await;

@@ -274,6 +274,13 @@ impl SessionHandle {
             return;
         }
         let floor = self.request_ids.lock().expect("ids").peer_floor();
+        // Another relay of the cluster follows the registry, not us: it is
+        // sent nowhere (a redirect would make it follow a member twice).
+        let uri = if self.cluster_peer.load(Relaxed) {
+            ""
+        } else {
+            uri
+        };
         let msg = Message::GoAway(GoAway {
             new_session_uri: Bytes::copy_from_slice(uri.as_bytes()),
             timeout: timeout_ms,
@@ -393,7 +400,9 @@ pub(crate) async fn serve_origin(
         })
     };
     let result = run(&relay, &handle).await;
+    // Ended before the session's cleanup, so nothing it registers outlives it.
     namespaces.abort();
+    let _ = namespaces.await;
     if let Err(e) = &result {
         handle.fail(&relay, e);
     }
