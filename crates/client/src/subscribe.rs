@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use bytes::{Bytes, BytesMut};
 use moqt::data::{
-    FetchEntry, FetchObject, FetchState, ObjectDatagram, ObjectStatus, SubgroupHeader, SubgroupId,
+    FetchDecoder, FetchObject, ObjectDatagram, ObjectStatus, SubgroupHeader, SubgroupId,
     SubgroupObject,
 };
 use moqt::message::{Fetch, FetchKind, FetchOk, Message, Publish, RequestOk, RequestUpdate};
@@ -336,7 +336,8 @@ impl FetchStream {
     /// object locations.
     pub async fn next(&mut self) -> anyhow::Result<Option<FetchObject>> {
         loop {
-            if let Some(o) = self.decoder.next_object()? {
+            let next = self.decoder.next_object();
+            if let Some(o) = next.map_err(|e| anyhow::anyhow!("fetch stream: {e}"))? {
                 return Ok(Some(o));
             }
             if self.decoder.is_done() {
@@ -345,111 +346,6 @@ impl FetchStream {
             match self.stream.read_chunk(64 * 1024, true).await {
                 Ok(Some(c)) => self.decoder.push(c.bytes),
                 Ok(None) => self.decoder.finish(),
-                Err(e) => bail!("fetch stream: {e}"),
-            }
-        }
-    }
-}
-
-/// The sans-IO part of [`FetchStream`]: bytes in, objects out as soon as
-/// each is whole. At most one object (and one read) is buffered.
-///
-/// Reads are queued, and joined (one copy) once the object's header says
-/// all of it is in; an object that fits one read is not copied at all.
-#[derive(Debug)]
-pub struct FetchDecoder {
-    /// Bytes read and not yet decoded.
-    pending: Bytes,
-    /// Reads not yet joined to `pending` (joined once `want` is reached).
-    reads: Vec<Bytes>,
-    /// Bytes in `reads`.
-    queued: usize,
-    /// After a short read, wait until `pending` holds this many bytes before
-    /// decoding again: the whole object once its header is in, so a large
-    /// object arriving in packet-sized reads is not re-parsed per read.
-    want: usize,
-    state: FetchState,
-    max_object: usize,
-    finished: bool,
-}
-
-impl FetchDecoder {
-    /// A decoder for a response in the given group order, refusing objects
-    /// larger than `max_object`.
-    pub fn new(descending: bool, max_object: usize) -> Self {
-        Self {
-            pending: Bytes::new(),
-            reads: Vec::new(),
-            queued: 0,
-            want: 0,
-            state: FetchState::new(descending),
-            max_object,
-            finished: false,
-        }
-    }
-
-    /// Adds bytes read from the stream.
-    pub fn push(&mut self, bytes: Bytes) {
-        self.queued += bytes.len();
-        self.reads.push(bytes);
-    }
-
-    /// Joins the queued reads to `pending`: one copy (none for a single read
-    /// onto nothing).
-    fn join(&mut self) {
-        if self.reads.is_empty() {
-            return;
-        }
-        if self.pending.is_empty() && self.reads.len() == 1 {
-            self.pending = self.reads.pop().unwrap_or_default();
-        } else {
-            let mut b = BytesMut::with_capacity(self.pending.len() + self.queued);
-            b.extend_from_slice(&self.pending);
-            for r in self.reads.drain(..) {
-                b.extend_from_slice(&r);
-            }
-            self.pending = b.freeze();
-        }
-        self.queued = 0;
-    }
-
-    /// The stream ended.
-    pub fn finish(&mut self) {
-        self.finished = true;
-    }
-
-    /// Whether the stream ended and every object was taken.
-    pub fn is_done(&self) -> bool {
-        self.finished && self.pending.is_empty() && self.queued == 0
-    }
-
-    /// The next whole object, or `None` until more bytes come. An error for
-    /// a malformed response or one that ends inside an object.
-    pub fn next_object(&mut self) -> anyhow::Result<Option<FetchObject>> {
-        loop {
-            let have = self.pending.len() + self.queued;
-            if have == 0 || (have < self.want && !self.finished) {
-                return Ok(None);
-            }
-            self.join();
-            let src = self.pending.clone();
-            let mut s = &src[..];
-            match self.state.decode(&mut s, &src, self.max_object) {
-                Ok(e) => {
-                    self.pending = src.slice(src.len() - s.len()..);
-                    self.want = 0;
-                    if let FetchEntry::Object(o) = e {
-                        return Ok(Some(o));
-                    }
-                }
-                Err(DecodeError::Short) if !self.finished => {
-                    self.want = self
-                        .state
-                        .needed(&src, &src, self.max_object)
-                        .unwrap_or(src.len() + 1);
-                    return Ok(None);
-                }
-                Err(DecodeError::Short) => bail!("fetch stream ended inside an object"),
                 Err(e) => bail!("fetch stream: {e}"),
             }
         }
@@ -628,71 +524,4 @@ pub(crate) fn on_publish(
         let _ = inner2.publishes_tx.send((p.track, sub));
     });
     Ok(())
-}
-
-#[cfg(test)]
-mod fetch_decoder_tests {
-    use super::*;
-
-    fn object(group: u64, id: u64, len: usize) -> FetchObject {
-        FetchObject {
-            group,
-            subgroup: Some(0),
-            object_id: id,
-            priority: 128,
-            properties: Bytes::new(),
-            payload: Bytes::from(vec![id as u8; len]),
-        }
-    }
-
-    fn encoded(objects: &[FetchObject]) -> Bytes {
-        let mut st = FetchState::new(false);
-        let mut b = BytesMut::new();
-        for o in objects {
-            st.encode(&mut b, &FetchEntry::Object(o.clone()));
-        }
-        b.freeze()
-    }
-
-    #[test]
-    fn objects_come_out_as_soon_as_they_are_whole() {
-        let objs = [object(5, 0, 3000), object(5, 1, 100_000), object(5, 2, 10)];
-        let wire = encoded(&objs);
-        let first_len = encoded(&objs[..1]).len();
-        let mut d = FetchDecoder::new(false, 1 << 20);
-        // The first object and a few bytes of the second: the first is out.
-        d.push(wire.slice(..first_len + 5));
-        let o = d
-            .next_object()
-            .unwrap()
-            .expect("first object before the rest");
-        assert_eq!((o.object_id, o.payload.len()), (0, 3000));
-        assert!(d.next_object().unwrap().is_none());
-        // The rest in small reads.
-        let mut got = vec![o];
-        for chunk in wire[first_len + 5..].chunks(1000) {
-            d.push(Bytes::copy_from_slice(chunk));
-            while let Some(o) = d.next_object().unwrap() {
-                got.push(o);
-            }
-        }
-        d.finish();
-        assert!(d.next_object().unwrap().is_none());
-        assert!(d.is_done());
-        assert_eq!(got, objs);
-    }
-
-    #[test]
-    fn a_response_that_ends_inside_an_object_is_an_error() {
-        let wire = encoded(&[object(1, 0, 50)]);
-        let mut d = FetchDecoder::new(false, 1 << 20);
-        d.push(wire.slice(..wire.len() - 1));
-        assert!(d.next_object().unwrap().is_none());
-        d.finish();
-        assert!(d.next_object().is_err());
-        // Oversized objects are refused.
-        let mut d = FetchDecoder::new(false, 10);
-        d.push(wire);
-        assert!(d.next_object().is_err());
-    }
 }

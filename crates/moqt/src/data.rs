@@ -874,5 +874,8 @@ pub fn encode_fetch_header<B: BufMut + ?Sized>(buf: &mut B, request_id: u64) {
     put_vi64(buf, request_id);
 }
 
+mod decoder;
+pub use decoder::FetchDecoder;
+
 #[cfg(test)]
 mod tests;

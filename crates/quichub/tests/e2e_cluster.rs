@@ -394,3 +394,152 @@ async fn a_follower_gets_the_tracks_pushed_at_its_origin() {
         e => panic!("{e:?}"),
     }
 }
+
+/// Collects a FETCH's objects at `relay` as (group, object, payload).
+async fn fetch_all(
+    s: &quichub_client::ClientSession,
+    kind: moqt::message::FetchKind,
+    params: moqt::Parameters,
+) -> Vec<(u64, u64, Bytes)> {
+    let r = within(15, s.fetch(kind, params)).await.unwrap();
+    r.objects
+        .into_iter()
+        .map(|o| (o.group, o.object_id, o.payload))
+        .collect()
+}
+
+/// A FETCH on a follower for objects it does not hold goes to the origin:
+/// whole for a track the follower does not hold, and for the part below its
+/// cache for one it does (the rest from its cache). FILL_TIMEOUT 0 asks for
+/// the cache only, the rest reported as an unknown range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_on_a_follower_gets_from_its_origin_what_it_does_not_hold() {
+    use moqt::message::FetchKind;
+    use moqt::{Location, Parameters};
+    let a = TestRelay::start().await;
+    let b = follower(&a, "vod").await;
+    let publisher = a.client("moqt").await;
+    let name = FullTrackName::new("vod/show", "video");
+    let track = publisher
+        .create_track(name.clone(), 2, TrackMode::Announce)
+        .await
+        .unwrap();
+    let _ns = publisher
+        .publish_namespace(TrackNamespace::from_path("vod/show"))
+        .await
+        .unwrap();
+    knows(&b, "vod/show").await;
+    // A subscriber on the origin keeps the track (and its cache) there.
+    let at_a = a.client("moqt").await;
+    let _keep = at_a
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    until(|| track.is_forwarding()).await;
+    let payload = |g: u64, o: u64| Bytes::from(format!("{g}:{o}"));
+    let publish = |groups: std::ops::Range<u64>| {
+        let track = &track;
+        async move {
+            for g in groups {
+                let mut w = track
+                    .open_subgroup(g, 0)
+                    .await
+                    .unwrap()
+                    .expect("forwarding");
+                for o in 0..10 {
+                    w.write(o, payload(g, o)).await.unwrap();
+                }
+                w.finish();
+            }
+        }
+    };
+    publish(0..4).await;
+    until(|| {
+        a.relay.find_track(&name).and_then(|e| e.track.largest()) == Some(Location::new(3, 9))
+    })
+    .await;
+    let want = |groups: std::ops::Range<u64>| -> Vec<(u64, u64, Bytes)> {
+        groups
+            .flat_map(|g| (0..10).map(move |o| (g, o, payload(g, o))))
+            .collect()
+    };
+
+    // The follower does not hold the track: the FETCH goes to the origin whole.
+    let s = b.client("https").await;
+    assert!(b.relay.find_track(&name).is_none());
+    let standalone = |start: u64, end: u64| FetchKind::Standalone {
+        track: name.clone(),
+        start: Location::new(start, 0),
+        end: Location::new(end, 0),
+    };
+    let got = fetch_all(&s, standalone(1, 2), Parameters::default()).await;
+    assert_eq!(got, want(1..3));
+    assert_eq!(b.relay.metrics.fetch_upstream.load(Relaxed), 1);
+    assert_eq!(
+        a.relay.metrics.fetch_upstream.load(Relaxed),
+        0,
+        "the origin had it all"
+    );
+
+    // Now the follower holds the track from group 4 on.
+    let mut sub = s
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    publish(4..5).await;
+    for _ in 0..10 {
+        within(10, sub.next()).await.expect("object");
+    }
+    let entry = b.relay.find_track(&name).expect("held");
+    assert_eq!(entry.track.complete_from(), 4);
+    // A joining FETCH from group 0: everything before the subscription,
+    // which the follower never had.
+    let got = fetch_all(
+        &s,
+        FetchKind::AbsoluteJoining {
+            joining_request_id: sub.request_id,
+            joining_start: 0,
+        },
+        Parameters::default(),
+    )
+    .await;
+    assert_eq!(got, want(0..4));
+    assert_eq!(b.relay.metrics.fetch_upstream.load(Relaxed), 2);
+    // Groups 1-3 from the origin, group 4 from the cache, in order ...
+    let got = fetch_all(&s, standalone(1, 4), Parameters::default()).await;
+    assert_eq!(got, want(1..5));
+    assert_eq!(b.relay.metrics.fetch_upstream.load(Relaxed), 3);
+    // ... and in descending group order.
+    let got = fetch_all(
+        &s,
+        standalone(2, 4),
+        Parameters {
+            group_order: Some(moqt::GroupOrder::Descending),
+            ..Parameters::default()
+        },
+    )
+    .await;
+    let mut desc = Vec::new();
+    for g in [4, 3, 2] {
+        desc.extend(want(g..g + 1));
+    }
+    assert_eq!(got, desc);
+    // FILL_TIMEOUT 0: the cache only; groups 0-3 are an unknown range.
+    let unknown = b.relay.metrics.fetch_unknown_ranges.load(Relaxed);
+    let got = fetch_all(
+        &s,
+        standalone(0, 4),
+        Parameters {
+            fill_timeout: Some(0),
+            ..Parameters::default()
+        },
+    )
+    .await;
+    assert_eq!(got, want(4..5));
+    assert_eq!(
+        b.relay.metrics.fetch_unknown_ranges.load(Relaxed),
+        unknown + 1
+    );
+    assert_eq!(b.relay.metrics.fetch_upstream.load(Relaxed), 4);
+    assert_eq!(b.relay.metrics.fetch_upstream_failed.load(Relaxed), 0);
+}

@@ -267,6 +267,106 @@ async fn joining_fetch_serves_current_group_from_cache() {
     assert!(e.to_string().contains("0x32"), "{e}");
 }
 
+/// A FETCH reaching below what the relay holds asks the publisher; one that
+/// does not serve FETCH (quichub's client refuses it) leaves the subscriber
+/// what the relay cached, the rest reported as an unknown range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_below_the_cache_gets_the_cache_when_the_publisher_refuses() {
+    let relay = TestRelay::start().await;
+    let publisher = relay.client("moqt").await;
+    let name = FullTrackName::new("e2e", "late");
+    let track = publisher
+        .create_track(name.clone(), 2, TrackMode::Announce)
+        .await
+        .unwrap();
+    let _ns = publisher
+        .publish_namespace(moqt::TrackNamespace::from_path("e2e"))
+        .await
+        .unwrap();
+    let publish = |groups: std::ops::Range<u64>| {
+        let track = &track;
+        async move {
+            for g in groups {
+                let mut w = track
+                    .open_subgroup(g, 0)
+                    .await
+                    .unwrap()
+                    .expect("forwarding");
+                for o in 0..5 {
+                    w.write(o, payload(g, o, 50)).await.unwrap();
+                }
+                w.finish();
+            }
+        }
+    };
+    // Groups 0-2 go out while a first subscriber holds the track ...
+    let first = relay.client("moqt").await;
+    let s1 = first
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    within(5, async {
+        while !track.is_forwarding() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    publish(0..3).await;
+    within(5, async {
+        while relay
+            .relay
+            .find_track(&name)
+            .and_then(|e| e.track.largest())
+            != Some(Location::new(2, 4))
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // ... and the relay forgets them when it leaves.
+    drop(s1);
+    drop(first);
+    within(5, async {
+        while relay.relay.find_track(&name).is_some() || track.is_forwarding() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let sub = relay.client("https").await;
+    let mut s = sub
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    publish(3..4).await;
+    for _ in 0..5 {
+        within(5, s.next()).await.expect("object");
+    }
+    assert_eq!(
+        relay.relay.find_track(&name).unwrap().track.complete_from(),
+        3
+    );
+    let r = within(
+        10,
+        sub.fetch(
+            FetchKind::Standalone {
+                track: name.clone(),
+                start: Location::new(0, 0),
+                end: Location::new(3, 0),
+            },
+            Parameters::default(),
+        ),
+    )
+    .await
+    .unwrap();
+    let got: Vec<(u64, u64)> = r.objects.iter().map(|o| (o.group, o.object_id)).collect();
+    assert_eq!(got, (0..5).map(|o| (3, o)).collect::<Vec<_>>());
+    assert_eq!(r.ok.end_location, Location::new(3, 5));
+    let m = &relay.relay.metrics;
+    assert_eq!(m.fetch_upstream.load(Relaxed), 1);
+    assert_eq!(m.fetch_upstream_failed.load(Relaxed), 1);
+    assert_eq!(m.fetch_unknown_ranges.load(Relaxed), 1);
+}
+
 /// A subscriber that stops reading does not lower the count the others get.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stuck_subscriber_does_not_slow_the_others() {

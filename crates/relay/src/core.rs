@@ -18,6 +18,7 @@ use crate::access::{AllowAll, Authorizer};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::track::{Joined, Track, TrackStats};
+use crate::upstream_fetch::{FetchKey, UpstreamFetch};
 
 /// A read-only picture of the relay at one moment, for dashboards
 /// ([`Relay::snapshot`]).
@@ -80,6 +81,15 @@ pub(crate) trait Peer: Send + Sync {
     /// Sends GOAWAY on the session's control stream (shutdown), with `uri`
     /// as its New Session URI (empty: none).
     fn send_goaway(self: Arc<Self>, timeout_ms: u64, uri: String) -> BoxFuture<()>;
+
+    /// Sends `fetch`'s FETCH upstream on this session and feeds its response
+    /// into it; resolves once the response is over ([`UpstreamFetch::finish`]
+    /// was called).
+    fn fetch_upstream(
+        self: Arc<Self>,
+        relay: Arc<Relay>,
+        fetch: Arc<UpstreamFetch>,
+    ) -> BoxFuture<()>;
 
     /// The session is ours to another relay (what it publishes here was
     /// learnt from there, [`crate::origin`]).
@@ -162,8 +172,11 @@ struct State {
     ns_subs: HashMap<u64, NsSub>,
     track_subs: HashMap<u64, TrackSub>,
     sessions: HashMap<u64, Arc<dyn Peer>>,
-    /// Our sessions to other relays, by session id: the relay's URL.
-    origins: HashMap<u64, Arc<str>>,
+    /// Our sessions to other relays, by session id: the relay's URL, and
+    /// the session (not in `sessions`, which holds clients).
+    origins: HashMap<u64, (Arc<str>, Arc<dyn Peer>)>,
+    /// Upstream FETCHes under way, shared by equal downstream requests.
+    fetches: HashMap<FetchKey, Arc<UpstreamFetch>>,
 }
 
 /// The relay's shared state.
@@ -416,7 +429,7 @@ impl Relay {
 
     /// Names session `id` (ours to another relay) by that relay's URL, for
     /// [`Relay::upstream_by_origin`]; `None` forgets it.
-    pub(crate) fn label_origin(&self, id: u64, url: Option<Arc<str>>) {
+    pub(crate) fn label_origin(&self, id: u64, url: Option<(Arc<str>, Arc<dyn Peer>)>) {
         let mut st = self.lock();
         match url {
             Some(u) => st.origins.insert(id, u),
@@ -430,7 +443,7 @@ impl Relay {
     pub fn upstream_by_origin(&self) -> Vec<(Arc<str>, usize)> {
         let st = self.lock();
         let mut by: std::collections::BTreeMap<Arc<str>, usize> =
-            st.origins.values().map(|u| (u.clone(), 0)).collect();
+            st.origins.values().map(|(u, _)| (u.clone(), 0)).collect();
         for e in st.tracks.values() {
             if e.origin == Origin::Published || e.track.is_ended() {
                 continue;
@@ -439,11 +452,76 @@ impl Relay {
                 .track
                 .publisher_session()
                 .and_then(|id| st.origins.get(&id));
-            if let Some(u) = from {
+            if let Some((u, _)) = from {
                 *by.entry(u.clone()).or_default() += 1;
             }
         }
         by.into_iter().collect()
+    }
+
+    /// The session a FETCH for `name` goes to: the one feeding its track
+    /// here (`entry`), or for a track not held here the publisher of its
+    /// namespace (longest prefix), as for SUBSCRIBE (draft-18 §8.3.2).
+    /// Never `asker` itself.
+    pub(crate) fn fetch_source(
+        &self,
+        name: &FullTrackName,
+        entry: Option<&TrackEntry>,
+        asker: u64,
+    ) -> Option<Arc<dyn Peer>> {
+        let st = self.lock();
+        let peer = match entry {
+            // A track made in-process (the MQTT gateway) has no upstream.
+            Some(e) => {
+                let id = e.track.publisher_session()?;
+                (st.sessions.get(&id).cloned()).or_else(|| st.origins.get(&id).map(|o| o.1.clone()))
+            }
+            None => Self::namespace_publisher(&st, &name.namespace),
+        };
+        peer.filter(|p| p.id() != asker)
+    }
+
+    /// The session publishing the longest prefix of `ns`.
+    fn namespace_publisher(st: &State, ns: &TrackNamespace) -> Option<Arc<dyn Peer>> {
+        st.namespaces
+            .iter()
+            .filter(|(n, _)| ns.has_prefix(n))
+            .max_by_key(|(n, _)| n.fields().len())
+            .map(|(_, s)| s.clone())
+    }
+
+    /// The upstream FETCH for `key` on `source`: the one under way if an
+    /// equal request started it, else a new one.
+    pub(crate) fn fetch_upstream(
+        self: &Arc<Self>,
+        key: FetchKey,
+        source: Arc<dyn Peer>,
+    ) -> Arc<UpstreamFetch> {
+        let fetch = {
+            let mut st = self.lock();
+            if let Some(f) = st.fetches.get(&key) {
+                self.metrics.fetch_upstream_shared.fetch_add(1, Relaxed);
+                return f.clone();
+            }
+            let f = Arc::new(UpstreamFetch::new(
+                key.clone(),
+                self.config.clone(),
+                self.metrics.clone(),
+            ));
+            st.fetches.insert(key, f.clone());
+            f
+        };
+        self.metrics.fetch_upstream.fetch_add(1, Relaxed);
+        let relay = self.clone();
+        let f = fetch.clone();
+        tokio::spawn(async move {
+            source.fetch_upstream(relay.clone(), f.clone()).await;
+            let mut st = relay.lock();
+            if st.fetches.get(&f.key).is_some_and(|g| Arc::ptr_eq(g, &f)) {
+                st.fetches.remove(&f.key);
+            }
+        });
+        fetch
     }
 
     /// The session that publishes exactly `ns`, if any.
@@ -725,13 +803,7 @@ impl Relay {
                     return Ok(Some(e.clone()));
                 }
             }
-            let Some(publisher) = st
-                .namespaces
-                .iter()
-                .filter(|(n, _)| name.namespace.has_prefix(n))
-                .max_by_key(|(n, _)| n.fields().len())
-                .map(|(_, s)| s.clone())
-            else {
+            let Some(publisher) = Self::namespace_publisher(&st, &name.namespace) else {
                 return Ok(None);
             };
             if st.tracks.len() >= self.config.max_tracks {
@@ -780,11 +852,7 @@ impl Relay {
                     Some(e) if Arc::ptr_eq(e, entry) => {}
                     _ => return false,
                 }
-                st.namespaces
-                    .iter()
-                    .filter(|(n, _)| entry.track.name.namespace.has_prefix(n))
-                    .max_by_key(|(n, _)| n.fields().len())
-                    .map(|(_, s)| s.clone())
+                Self::namespace_publisher(&st, &entry.track.name.namespace)
                     .filter(|s| s.id() != old)
             };
             if let Some(p) = publisher {
@@ -903,6 +971,66 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session whose upstream FETCHes stay unanswered until told.
+    struct SlowPeer {
+        answer: tokio::sync::Semaphore,
+    }
+
+    impl Peer for SlowPeer {
+        fn id(&self) -> u64 {
+            77
+        }
+        fn subscribe_upstream(
+            self: Arc<Self>,
+            _: Arc<Relay>,
+            _: Arc<TrackEntry>,
+        ) -> BoxFuture<Result<(), Refusal>> {
+            Box::pin(async { Err(Refusal::new(0, "no")) })
+        }
+        fn send_goaway(self: Arc<Self>, _: u64, _: String) -> BoxFuture<()> {
+            Box::pin(async {})
+        }
+        fn fetch_upstream(
+            self: Arc<Self>,
+            _: Arc<Relay>,
+            fetch: Arc<UpstreamFetch>,
+        ) -> BoxFuture<()> {
+            Box::pin(async move {
+                let _ = self.answer.acquire().await;
+                fetch.finish(crate::upstream_fetch::Outcome::Complete);
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn equal_fetches_share_one_upstream_fetch_while_it_is_under_way() {
+        let relay = Relay::new(Config::default());
+        let peer = Arc::new(SlowPeer {
+            answer: tokio::sync::Semaphore::new(0),
+        });
+        let key = |start| FetchKey {
+            track: FullTrackName::new("a", "b"),
+            start: moqt::Location::new(start, 0),
+            end: moqt::Location::new(9, 0),
+            descending: false,
+        };
+        let first = relay.fetch_upstream(key(0), peer.clone());
+        let second = relay.fetch_upstream(key(0), peer.clone());
+        assert!(Arc::ptr_eq(&first, &second));
+        let other = relay.fetch_upstream(key(1), peer.clone());
+        assert!(!Arc::ptr_eq(&first, &other));
+        assert_eq!(relay.metrics.fetch_upstream.load(Relaxed), 2);
+        assert_eq!(relay.metrics.fetch_upstream_shared.load(Relaxed), 1);
+        // Once over, the next equal request is a FETCH of its own.
+        peer.answer.add_permits(2);
+        while relay.lock().fetches.contains_key(&key(0)) {
+            tokio::task::yield_now().await;
+        }
+        let third = relay.fetch_upstream(key(0), peer.clone());
+        assert!(!Arc::ptr_eq(&first, &third));
+        assert_eq!(relay.metrics.fetch_upstream.load(Relaxed), 3);
+    }
 
     #[tokio::test]
     async fn snapshot_lists_tracks_sorted_with_counters() {

@@ -38,6 +38,7 @@ mod session;
 pub mod sink;
 pub mod tokens;
 pub mod track;
+pub mod upstream_fetch;
 
 pub use crate::config::Config;
 pub use crate::core::Relay;

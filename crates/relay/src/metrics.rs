@@ -63,6 +63,17 @@ pub struct Metrics {
     /// Tracks whose upstream relay went away and that went on from another
     /// relay holding their namespace, their subscribers kept.
     pub upstream_reattached: AtomicU64,
+    /// FETCHes the relay sent upstream for objects it does not hold.
+    pub fetch_upstream: AtomicU64,
+    /// Downstream FETCHes served by an upstream FETCH already under way for
+    /// the same range (no FETCH of their own sent upstream).
+    pub fetch_upstream_shared: AtomicU64,
+    /// Upstream FETCHes refused, timed out, broken off or cut at the
+    /// memory limit.
+    pub fetch_upstream_failed: AtomicU64,
+    /// End of Unknown Range markers sent in FETCH responses (objects the
+    /// relay could not get from upstream in time).
+    pub fetch_unknown_ranges: AtomicU64,
     /// Datagram objects handed from the publisher's endpoint shard to
     /// another shard's subscribers (one per object and shard).
     pub shard_handoffs: AtomicU64,
@@ -232,6 +243,10 @@ impl Metrics {
         let _ = writeln!(s, "# HELP quichub_origin_sessions Sessions to origin relays up now.\n# TYPE quichub_origin_sessions gauge\nquichub_origin_sessions {}", self.origin_sessions.load(Relaxed));
         let _ = writeln!(s, "# HELP quichub_origin_reconnects_total Times a session to an origin relay ended or could not be opened.\n# TYPE quichub_origin_reconnects_total counter\nquichub_origin_reconnects_total {}", self.origin_reconnects.load(Relaxed));
         let _ = writeln!(s, "# HELP quichub_upstream_reattached_total Tracks that lost their upstream relay and went on from another one, subscribers kept.\n# TYPE quichub_upstream_reattached_total counter\nquichub_upstream_reattached_total {}", self.upstream_reattached.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_fetch_upstream_total FETCHes sent upstream for objects the relay does not hold.\n# TYPE quichub_fetch_upstream_total counter\nquichub_fetch_upstream_total {}", self.fetch_upstream.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_fetch_upstream_shared_total Downstream FETCHes served by an upstream FETCH already under way for the same range.\n# TYPE quichub_fetch_upstream_shared_total counter\nquichub_fetch_upstream_shared_total {}", self.fetch_upstream_shared.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_fetch_upstream_failed_total Upstream FETCHes refused, timed out, broken off or cut at the memory limit.\n# TYPE quichub_fetch_upstream_failed_total counter\nquichub_fetch_upstream_failed_total {}", self.fetch_upstream_failed.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_fetch_unknown_ranges_total End of Unknown Range markers sent in FETCH responses.\n# TYPE quichub_fetch_unknown_ranges_total counter\nquichub_fetch_unknown_ranges_total {}", self.fetch_unknown_ranges.load(Relaxed));
         let _ = writeln!(s, "# HELP quichub_shard_handoffs_total Hand-offs to another endpoint shard's subscribers: datagram objects, and wake-ups for new stream events (at most one per object and shard).\n# TYPE quichub_shard_handoffs_total counter");
         let _ = writeln!(
             s,

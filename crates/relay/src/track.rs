@@ -85,6 +85,13 @@ struct Inner {
     cache_bytes: usize,
     info: TrackInfo,
     rate: RateMeter,
+    /// The first group the relay saw whole from its start (`None`: from
+    /// group 0): earlier objects, and groups evicted from the cache, are
+    /// unknown here and a FETCH asks upstream for them
+    /// ([`Track::complete_from`]).
+    complete_from: Option<u64>,
+    /// Whether `complete_from` was set from the upstream's Largest Object.
+    complete_from_set: bool,
 }
 
 /// Counts a track's objects and bytes per whole second, for
@@ -311,6 +318,15 @@ impl Track {
     pub(crate) fn set_info(&self, info: TrackInfo, largest: Option<Location>) {
         let mut g = self.inner.lock().expect("track lock");
         g.info = info;
+        // The first upstream's Largest Object: the objects of its group after
+        // it come here (the group is partial), earlier ones do not. An
+        // upstream that replaces a lost one leaves what fell between them
+        // unknown; that gap is not tracked.
+        if !g.complete_from_set {
+            g.complete_from_set = true;
+            let from = largest.map(|l| l.group + 1);
+            g.complete_from = g.complete_from.max(from);
+        }
         if largest > g.largest {
             g.largest = largest;
         }
@@ -560,11 +576,29 @@ impl Track {
                 break;
             }
             let gone = g.cache.pop_front().expect("len > 1");
+            g.complete_from = g.complete_from.max(Some(gone.id + 1));
             g.cache_bytes -= gone.bytes;
             self.metrics
                 .cache_bytes
                 .fetch_sub(gone.bytes as i64, Relaxed);
         }
+    }
+
+    /// The first group from which the cache holds everything the relay
+    /// received (0 when it holds the whole track): groups below it were
+    /// before the relay subscribed, or left the cache (evicted, or older than
+    /// `cache_max_age_ms`).
+    pub fn complete_from(&self) -> u64 {
+        let g = self.inner.lock().expect("track lock");
+        let now = Instant::now();
+        let max_age = self.config.cache_max_age();
+        let stale = g
+            .cache
+            .iter()
+            .take_while(|c| now.saturating_duration_since(c.first_received) > max_age)
+            .last()
+            .map(|c| c.id + 1);
+        g.complete_from.max(stale).unwrap_or(0)
     }
 
     /// Cached objects with `start <= location <= end`, in FETCH order (groups

@@ -75,15 +75,60 @@ pub(super) async fn on_uni(
             on_subgroup(relay, h, t, stream, rest).await
         }
         StreamType::Fetch => {
-            // The relay issues no upstream FETCH, so no fetch stream is expected.
-            let _ = stream.stop(reset::CANCELLED);
-            Ok(())
+            h.wait_setup().await;
+            on_fetch_stream(relay, h, stream, rest).await
         }
         StreamType::Padding => {
             let _ = stream.stop(reset::CANCELLED);
             Ok(())
         }
     }
+}
+
+/// The response stream of a FETCH the relay sent upstream: handed to the
+/// task waiting for it ([`SessionHandle::open_fetch`]) once its Request ID
+/// is read. A stream no FETCH of ours waits for is stopped.
+async fn on_fetch_stream(
+    relay: &Arc<Relay>,
+    h: &Arc<SessionHandle>,
+    mut stream: RecvStream,
+    rest: Bytes,
+) -> Result<()> {
+    let mut buf = BytesMut::from(&rest[..]);
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(relay.config.stream_header_timeout_ms);
+    let id = loop {
+        let mut s = &buf[..];
+        match get_vi64(&mut s) {
+            Ok(id) => {
+                let used = buf.len() - s.len();
+                let _ = buf.split_to(used);
+                break id;
+            }
+            Err(DecodeError::Short) => {
+                match tokio::time::timeout_at(deadline, stream.read_chunk(64, true)).await {
+                    Ok(Ok(Some(c))) => buf.extend_from_slice(&c.bytes),
+                    Ok(Ok(None)) | Ok(Err(_)) => return Ok(()),
+                    Err(_) => {
+                        relay.metrics.stream_header_timeouts.fetch_add(1, Relaxed);
+                        let _ = stream.stop(reset::CANCELLED);
+                        return Ok(());
+                    }
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let waiter = h.fetch_streams.lock().expect("fetch streams").remove(&id);
+    match waiter {
+        Some(tx) => {
+            let _ = tx.send((stream, buf.freeze()));
+        }
+        None => {
+            let _ = stream.stop(reset::CANCELLED);
+        }
+    }
+    Ok(())
 }
 
 /// Bytes one subgroup object occupies, from its header, without needing its

@@ -7,9 +7,9 @@
 //! expiry, revocation) and the request dispatch with its one authorisation point
 //! ([`authorize`]); each concern has its own part:
 //! - `ingest`: data from publishers (subgroup streams, datagrams, early datagrams);
-//! - `upstream`: SUBSCRIBE sent towards publishers (the [`Peer`] side core calls);
+//! - `upstream`: SUBSCRIBE and FETCH sent towards publishers (the [`Peer`] side core calls);
 //! - `subscribe`: downstream SUBSCRIBE, REQUEST_UPDATE, delivery, TRACK_STATUS;
-//! - `fetch`: FETCH from the cache;
+//! - `fetch`: FETCH, from the cache and from upstream;
 //! - `namespace`: PUBLISH_NAMESPACE, SUBSCRIBE_NAMESPACE, SUBSCRIBE_TRACKS;
 //! - `publish`: PUBLISH from peers, and towards SUBSCRIBE_TRACKS subscribers.
 
@@ -110,6 +110,8 @@ pub(crate) struct SessionHandle {
     /// Server role: another relay of a registry cluster follows us on this
     /// session (its URL's query has `cluster=peer`, [`crate::cluster`]).
     cluster_peer: AtomicBool,
+    /// Our FETCHes to this peer waiting for their data stream, by Request ID.
+    fetch_streams: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<(RecvStream, Bytes)>>>,
 }
 
 /// Holds a track name in [`SessionHandle`]'s subscribed set until dropped.
@@ -193,6 +195,7 @@ impl SessionHandle {
             goaway_received: AtomicBool::new(false),
             goaway_uri: Mutex::new(None),
             cluster_peer: AtomicBool::new(false),
+            fetch_streams: Mutex::default(),
         }
     }
 
@@ -309,6 +312,14 @@ impl Peer for SessionHandle {
         Box::pin(async move { self.goaway(timeout_ms, &uri).await })
     }
 
+    fn fetch_upstream(
+        self: Arc<Self>,
+        relay: Arc<Relay>,
+        fetch: Arc<crate::upstream_fetch::UpstreamFetch>,
+    ) -> BoxFuture<()> {
+        Box::pin(async move { self.open_fetch(&relay, &fetch).await })
+    }
+
     fn is_origin(&self) -> bool {
         self.role == Role::Client
     }
@@ -375,7 +386,7 @@ pub(crate) async fn serve_origin(
     // What the origin may ask of us: nothing (it is a source, not a client).
     let _ = handle.access.set(Arc::new(crate::access::FromOrigin));
     let handle = Arc::new(handle);
-    relay.label_origin(handle.id, Some(label.into()));
+    relay.label_origin(handle.id, Some((label.into(), handle.clone())));
     let started = tokio::time::Instant::now();
     let namespaces = {
         let (relay, h) = (relay.clone(), handle.clone());

@@ -1,19 +1,23 @@
-//! SUBSCRIBE sent towards publishers: the relay's one upstream subscription
-//! per track, on behalf of all its downstream subscribers.
+//! SUBSCRIBE and FETCH sent towards publishers: the relay's one upstream
+//! subscription per track, on behalf of all its downstream subscribers, and
+//! its upstream FETCHes for objects it does not hold.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
+use moqt::data::FetchDecoder;
 use moqt::error::{publish_done, request_error, reset};
-use moqt::message::{Message, Subscribe};
+use moqt::message::{Fetch, FetchKind, Message, Subscribe};
 use moqt::session::SessionError;
-use moqt::{Parameters, SessionErrorCode};
+use moqt::{GroupOrder, Parameters, SessionErrorCode};
 use quichub_net::io::{write_message, MessageReader};
+use tokio::sync::oneshot;
 
 use super::{Role, SessionHandle};
 use crate::core::{Refusal, Relay, TrackEntry};
 use crate::track::{Track, TrackInfo};
+use crate::upstream_fetch::{Outcome, UpstreamFetch};
 
 impl SessionHandle {
     /// Subscribes upstream to `entry`'s track on this (publisher's) session.
@@ -122,6 +126,142 @@ impl SessionHandle {
             entry.track.end(status);
         });
         Ok(())
+    }
+}
+
+/// Takes a FETCH's Request ID out of the session's waiting list when the
+/// FETCH is over, whether or not its stream came.
+struct AwaitingStream<'a> {
+    h: &'a SessionHandle,
+    request_id: u64,
+}
+
+impl Drop for AwaitingStream<'_> {
+    fn drop(&mut self) {
+        self.h
+            .fetch_streams
+            .lock()
+            .expect("fetch streams")
+            .remove(&self.request_id);
+    }
+}
+
+impl SessionHandle {
+    /// Sends `fetch`'s FETCH on this session and feeds the response into it
+    /// until the response ends; then [`UpstreamFetch::finish`]es it.
+    pub(super) async fn open_fetch(self: &Arc<Self>, relay: &Arc<Relay>, fetch: &UpstreamFetch) {
+        let outcome = self.run_fetch(relay, fetch).await;
+        fetch.finish(outcome);
+    }
+
+    async fn run_fetch(self: &Arc<Self>, relay: &Arc<Relay>, fetch: &UpstreamFetch) -> Outcome {
+        let refused = |code, e: String| Outcome::Refused(Refusal::new(code, e));
+        let (mut send, recv) = match self.session.open_bi().await {
+            Ok(s) => s,
+            Err(e) => return refused(request_error::INTERNAL_ERROR, e.to_string()),
+        };
+        let request_id = self.next_request_id();
+        let (tx, rx) = oneshot::channel();
+        self.fetch_streams
+            .lock()
+            .expect("fetch streams")
+            .insert(request_id, tx);
+        let _awaiting = AwaitingStream {
+            h: self,
+            request_id,
+        };
+        let key = &fetch.key;
+        let msg = Message::Fetch(Fetch {
+            request_id,
+            kind: FetchKind::Standalone {
+                track: key.track.clone(),
+                start: key.start,
+                end: key.end,
+            },
+            params: Parameters {
+                group_order: key.descending.then_some(GroupOrder::Descending),
+                ..Parameters::default()
+            },
+        });
+        if let Err(e) = write_message(&mut send, &msg).await {
+            return refused(request_error::INTERNAL_ERROR, e.to_string());
+        }
+        let mut reader = MessageReader::new(recv, &[]);
+        let timeout = Duration::from_millis(relay.config.upstream_timeout_ms);
+        let cancel = |send: &mut web_transport_quinn::SendStream, reader: &mut MessageReader| {
+            let _ = send.reset(reset::CANCELLED);
+            reader.stop(reset::CANCELLED);
+        };
+        match tokio::time::timeout(timeout, reader.next()).await {
+            Err(_) => {
+                cancel(&mut send, &mut reader);
+                return refused(request_error::TIMEOUT, "upstream did not answer".into());
+            }
+            Ok(Ok(Message::FetchOk(ok))) if !crate::track::properties_fit(&ok.properties) => {
+                cancel(&mut send, &mut reader);
+                return refused(
+                    request_error::NOT_SUPPORTED,
+                    "track properties too large".into(),
+                );
+            }
+            Ok(Ok(Message::FetchOk(ok))) => fetch.accept(ok),
+            Ok(Ok(Message::RequestError(e))) => {
+                return refused(e.code, String::from_utf8_lossy(&e.reason).into_owned());
+            }
+            Ok(Ok(other)) => {
+                self.fail(
+                    relay,
+                    &SessionError::protocol(format!("{} in reply to FETCH", other.name())),
+                );
+                return refused(
+                    request_error::INTERNAL_ERROR,
+                    "upstream protocol violation".into(),
+                );
+            }
+            Ok(Err(e)) => return refused(request_error::INTERNAL_ERROR, format!("upstream: {e}")),
+        }
+        let (mut stream, first) = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(s)) => s,
+            _ => {
+                cancel(&mut send, &mut reader);
+                return Outcome::Broken("upstream opened no FETCH stream".into());
+            }
+        };
+        let mut decoder = FetchDecoder::new(key.descending, relay.config.max_object_size);
+        decoder.push(first);
+        loop {
+            loop {
+                match decoder.next_entry() {
+                    Ok(Some(e)) => {
+                        if !fetch.push(e) {
+                            let _ = stream.stop(reset::EXCESSIVE_LOAD);
+                            cancel(&mut send, &mut reader);
+                            return Outcome::Broken("response passes the cache limits".into());
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let reason = format!("upstream FETCH stream: {e}");
+                        self.fail(relay, &SessionError::from(e));
+                        return Outcome::Broken(reason);
+                    }
+                }
+            }
+            if decoder.is_done() {
+                let _ = send.finish();
+                return Outcome::Complete;
+            }
+            match tokio::time::timeout(timeout, stream.read_chunk(64 * 1024, true)).await {
+                Ok(Ok(Some(c))) => decoder.push(c.bytes),
+                Ok(Ok(None)) => decoder.finish(),
+                Ok(Err(e)) => return Outcome::Broken(format!("upstream FETCH stream: {e}")),
+                Err(_) => {
+                    let _ = stream.stop(reset::CANCELLED);
+                    cancel(&mut send, &mut reader);
+                    return Outcome::Broken("upstream FETCH stream stalled".into());
+                }
+            }
+        }
     }
 }
 
