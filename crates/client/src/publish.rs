@@ -45,6 +45,8 @@ pub struct LocalTrack {
     pub(crate) done: tokio::sync::watch::Sender<Option<u64>>,
     /// Shapes the subgroup streams opened from now on ([`Self::set_shaper`]).
     shaper: Mutex<Option<Arc<Shaper>>>,
+    /// NEW_GROUP_REQUESTs received ([`Self::new_group_requests`]).
+    new_groups: tokio::sync::watch::Sender<u64>,
 }
 
 impl LocalTrack {
@@ -57,6 +59,22 @@ impl LocalTrack {
 
     fn shaper(&self) -> Option<Arc<Shaper>> {
         self.shaper.lock().expect("shaper").clone()
+    }
+
+    /// How many NEW_GROUP_REQUESTs subscribers sent (in SUBSCRIBE,
+    /// REQUEST_UPDATE or PUBLISH_OK), changing with each. A publisher that
+    /// declares the DYNAMIC_GROUPS Track Property (0x30 = 1, with
+    /// [`ClientSession::create_track_with`]) starts a new group when it
+    /// changes; quichub's relays pass the requests on only for such tracks.
+    ///
+    /// [`ClientSession::create_track_with`]: crate::ClientSession::create_track_with
+    pub fn new_group_requests(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.new_groups.subscribe()
+    }
+
+    /// Counts a NEW_GROUP_REQUEST.
+    pub(crate) fn note_new_group_request(&self) {
+        self.new_groups.send_modify(|n| *n += 1);
     }
 
     /// Whether objects are currently being forwarded to a subscriber.
@@ -452,6 +470,7 @@ impl ClientSession {
             publish_stream: tokio::sync::Mutex::new(None),
             done: tokio::sync::watch::channel(None).0,
             shaper: Mutex::new(None),
+            new_groups: tokio::sync::watch::channel(0).0,
         });
         inner
             .tracks
@@ -472,6 +491,9 @@ impl ClientSession {
             match reader.next().await? {
                 Message::PublishOk(ok) | Message::RequestOk(ok) => {
                     track.set_forward(ok.params.forward.unwrap_or(true));
+                    if ok.params.new_group_request.is_some() {
+                        track.note_new_group_request();
+                    }
                 }
                 Message::RequestError(e) => {
                     bail!(

@@ -491,6 +491,9 @@ async fn serve_subscribe(
     });
     write_message(&mut send, &ok).await?;
     track.set_forward(m.params.forward.unwrap_or(true));
+    if m.params.new_group_request.is_some() {
+        track.note_new_group_request();
+    }
     let mut done = track.done.subscribe();
     // Until the subscriber cancels or the track ends: apply updates.
     loop {
@@ -515,6 +518,9 @@ async fn serve_subscribe(
             Ok(Message::RequestUpdate(u)) => {
                 if let Some(f) = u.params.forward {
                     track.set_forward(f);
+                }
+                if u.params.new_group_request.is_some() {
+                    track.note_new_group_request();
                 }
                 let ok = Message::RequestOk(RequestOk {
                     params: Parameters {

@@ -79,6 +79,9 @@ pub struct SubscribeOptions {
     pub group_order: Option<GroupOrder>,
     /// OBJECT_DELIVERY_TIMEOUT in ms.
     pub object_timeout_ms: Option<u64>,
+    /// NEW_GROUP_REQUEST: the largest group known plus one (0: none), to
+    /// ask the publisher to start a new group (tracks with DYNAMIC_GROUPS).
+    pub new_group_request: Option<u64>,
 }
 
 /// An established subscription.
@@ -219,6 +222,7 @@ impl ClientSession {
             rendezvous_timeout: opts.rendezvous_ms,
             group_order: opts.group_order,
             object_delivery_timeout: opts.object_timeout_ms,
+            new_group_request: opts.new_group_request,
             ..Default::default()
         };
         // Register the channel before the reply so no early object is lost: the

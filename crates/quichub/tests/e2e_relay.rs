@@ -751,3 +751,121 @@ async fn a_reconnecting_publisher_takes_its_tracks_over() {
         e => panic!("{e:?}"),
     }
 }
+
+/// NEW_GROUP_REQUEST (draft-18): carried by the relay's upstream SUBSCRIBE
+/// when a subscriber creates the track; for an established track passed on
+/// by REQUEST_UPDATE only when the track has DYNAMIC_GROUPS, asks for a
+/// group after the largest, and no request as large is outstanding (until
+/// the largest group grows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_group_requests_reach_the_publisher_once_per_group() {
+    let relay = TestRelay::start().await;
+    let publisher = relay.client("moqt").await;
+    let dynamic = FullTrackName::new("ngr", "dynamic");
+    let fixed = FullTrackName::new("ngr", "fixed");
+    let track = publisher
+        .create_track_with(
+            dynamic.clone(),
+            1,
+            TrackMode::Announce,
+            vec![moqt::KeyValue::int(0x30, 1)],
+        )
+        .await
+        .unwrap();
+    let plain = publisher
+        .create_track(fixed.clone(), 1, TrackMode::Announce)
+        .await
+        .unwrap();
+    let _ns = publisher
+        .publish_namespace(TrackNamespace::from_path("ngr"))
+        .await
+        .unwrap();
+    let requests = track.new_group_requests();
+    let until_count = |rx: &tokio::sync::watch::Receiver<u64>, n: u64| {
+        let mut rx = rx.clone();
+        async move {
+            within(10, rx.wait_for(|c| *c >= n)).await.unwrap();
+        }
+    };
+    let subscribe = |name: FullTrackName, ngr: u64| {
+        let relay = &relay;
+        async move {
+            let s = relay.client("moqt").await;
+            let sub = s
+                .subscribe(
+                    name,
+                    SubscribeOptions {
+                        rendezvous_ms: Some(2000),
+                        new_group_request: Some(ngr),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            (s, sub)
+        }
+    };
+    let publish_group = |g: u64| {
+        let track = &track;
+        async move {
+            let mut w = track
+                .open_subgroup(g, 0)
+                .await
+                .unwrap()
+                .expect("forwarding");
+            w.write(0, Bytes::from_static(b"k")).await.unwrap();
+            w.finish();
+        }
+    };
+    let largest_group = |g: u64| {
+        let relay = &relay;
+        let dynamic = &dynamic;
+        async move {
+            within(10, async {
+                while relay
+                    .relay
+                    .find_track(dynamic)
+                    .and_then(|e| e.track.largest())
+                    .map(|l| l.group)
+                    != Some(g)
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+        }
+    };
+
+    // The first subscriber's request rides on the relay's SUBSCRIBE.
+    let (_s1, _sub1) = subscribe(dynamic.clone(), 0).await;
+    until_count(&requests, 1).await;
+    publish_group(0).await;
+    largest_group(0).await;
+    // A request for group 1 goes on by REQUEST_UPDATE ...
+    let (_s2, _sub2) = subscribe(dynamic.clone(), 1).await;
+    until_count(&requests, 2).await;
+    // ... once: another for group 1 (or one naming no group) while it is
+    // outstanding, or one for a group already there, stays at the relay.
+    let (_s3, mut sub3) = subscribe(dynamic.clone(), 1).await;
+    let (_s4, _sub4) = subscribe(dynamic.clone(), 0).await;
+    publish_group(1).await;
+    largest_group(1).await;
+    let ngr = |v: u64| Parameters {
+        new_group_request: Some(v),
+        ..Parameters::default()
+    };
+    sub3.update(ngr(1)).await.unwrap();
+    // Group 1 came: a request for group 2 goes on.
+    sub3.update(ngr(2)).await.unwrap();
+    until_count(&requests, 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(*requests.borrow(), 3, "exactly one request per new group");
+
+    // A track without DYNAMIC_GROUPS: only the SUBSCRIBE carries it.
+    let plain_requests = plain.new_group_requests();
+    let (_p1, _psub1) = subscribe(fixed.clone(), 0).await;
+    until_count(&plain_requests, 1).await;
+    let (_p2, _psub2) = subscribe(fixed.clone(), 0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(*plain_requests.borrow(), 1);
+}

@@ -696,14 +696,24 @@ impl Relay {
     ///
     /// The subscriber joins the track's fan-out before the upstream answers, so
     /// the first objects after SUBSCRIBE_OK cannot slip past it.
+    ///
+    /// `new_group`: the subscriber's NEW_GROUP_REQUEST, carried by the
+    /// upstream SUBSCRIBE when this one creates the track, else passed on
+    /// by REQUEST_UPDATE ([`Track::request_new_group`]).
     pub(crate) async fn acquire_track(
         self: &Arc<Self>,
         name: &FullTrackName,
         rendezvous: Duration,
         session: &Session,
+        new_group: Option<u64>,
     ) -> Result<(Arc<TrackEntry>, Joined), Refusal> {
-        self.acquire_with(name, rendezvous, |t| t.join(session))
-            .await
+        let (entry, joined) = self
+            .acquire_with(name, rendezvous, new_group, |t| t.join(session))
+            .await?;
+        if let Some(v) = new_group {
+            entry.track.request_new_group(v, true);
+        }
+        Ok((entry, joined))
     }
 
     /// Finds or creates a track for an in-process consumer, subscribing
@@ -716,7 +726,7 @@ impl Relay {
         rendezvous: Duration,
         tx: mpsc::Sender<Arc<crate::object::Object>>,
     ) -> Result<(Arc<TrackEntry>, Joined), Refusal> {
-        self.acquire_with(name, rendezvous, |t| t.join_local(tx.clone()))
+        self.acquire_with(name, rendezvous, None, |t| t.join_local(tx.clone()))
             .await
     }
 
@@ -729,13 +739,14 @@ impl Relay {
         self: &Arc<Self>,
         name: &FullTrackName,
         rendezvous: Duration,
+        new_group: Option<u64>,
         join: impl Fn(&Arc<Track>) -> Joined,
     ) -> Result<(Arc<TrackEntry>, Joined), Refusal> {
         let deadline = tokio::time::Instant::now() + rendezvous;
         loop {
             // Register for wake-ups before looking, so a publish in between is not missed.
             let changed = self.changed.notified();
-            match self.try_acquire(name) {
+            match self.try_acquire(name, new_group) {
                 Ok(Some(entry)) => {
                     let joined = join(&entry.track);
                     let mut ready = entry.ready.subscribe();
@@ -795,6 +806,7 @@ impl Relay {
     fn try_acquire(
         self: &Arc<Self>,
         name: &FullTrackName,
+        new_group: Option<u64>,
     ) -> Result<Option<Arc<TrackEntry>>, Refusal> {
         let (entry, publisher) = {
             let mut st = self.lock();
@@ -810,6 +822,10 @@ impl Relay {
                 return Err(Refusal::new(request_error::EXCESSIVE_LOAD, "track limit"));
             }
             let track = Arc::new(self.new_track(name.clone()));
+            if let Some(v) = new_group {
+                // Before the upstream SUBSCRIBE is sent, which carries it.
+                track.request_new_group(v, false);
+            }
             let entry = Arc::new(TrackEntry {
                 track,
                 origin: Origin::Subscribed,

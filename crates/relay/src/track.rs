@@ -38,6 +38,10 @@ pub(crate) fn properties_fit(properties: &[KeyValue]) -> bool {
     moqt::coding::kvps_len(properties) <= MAX_TRACK_PROPERTIES
 }
 
+/// The DYNAMIC_GROUPS Track Property: 1 when the publisher starts a new
+/// group on NEW_GROUP_REQUEST.
+pub const DYNAMIC_GROUPS: u64 = 0x30;
+
 /// Publisher-side facts about a track.
 #[derive(Debug, Clone)]
 pub struct TrackInfo {
@@ -92,6 +96,11 @@ struct Inner {
     complete_from: Option<u64>,
     /// Whether `complete_from` was set from the upstream's Largest Object.
     complete_from_set: bool,
+    /// The last NEW_GROUP_REQUEST sent upstream and the largest group when
+    /// it was: outstanding until the largest group grows past that.
+    new_group_sent: Option<(u64, Option<u64>)>,
+    /// A NEW_GROUP_REQUEST for the upstream SUBSCRIBE not sent yet.
+    new_group_pending: Option<u64>,
 }
 
 /// Counts a track's objects and bytes per whole second, for
@@ -190,6 +199,9 @@ pub struct Track {
     inner: Mutex<Inner>,
     ended: watch::Sender<Option<Ended>>,
     publisher: AtomicU64,
+    /// NEW_GROUP_REQUEST values for the upstream subscription to send
+    /// ([`Track::request_new_group`]).
+    new_group: watch::Sender<Option<u64>>,
     /// After its upstream moved to another relay: objects of groups below
     /// this (plus one; 0: none) mean the new publisher numbers groups anew.
     group_floor: AtomicU64,
@@ -250,6 +262,7 @@ impl Track {
             inner: Mutex::new(Inner::default()),
             ended,
             publisher: AtomicU64::new(0),
+            new_group: watch::channel(None).0,
             group_floor: AtomicU64::new(0),
             config,
             metrics,
@@ -338,6 +351,64 @@ impl Track {
         if let Some(l) = self.largest() {
             self.group_floor.store(l.group + 1, Relaxed);
         }
+    }
+
+    /// A subscriber sent NEW_GROUP_REQUEST `value` (the largest group it
+    /// knows plus one; 0: none). Passes it upstream (draft-18, "NEW GROUP REQUEST Parameter") when
+    /// it asks for a group after the largest, the track supports dynamic
+    /// groups (`established`: known from its properties; before the
+    /// upstream answered, the SUBSCRIBE carries it regardless), and no
+    /// request with a value as large is outstanding. `true`: passed.
+    pub(crate) fn request_new_group(&self, value: u64, established: bool) -> bool {
+        let mut g = self.inner.lock().expect("track lock");
+        let largest = g.largest.map(|l| l.group);
+        if value != 0 && largest.is_some_and(|l| value <= l) {
+            return false;
+        }
+        let dynamic = g
+            .info
+            .properties
+            .iter()
+            .any(|kv| kv.kind == DYNAMIC_GROUPS && kv.value == moqt::KvValue::Int(1));
+        if established && !dynamic {
+            return false;
+        }
+        if let Some((sent, at)) = g.new_group_sent {
+            let outstanding = largest <= at;
+            if outstanding && sent >= value {
+                return false;
+            }
+        }
+        g.new_group_sent = Some((value, largest));
+        if established {
+            self.new_group.send_replace(Some(value));
+        } else {
+            g.new_group_pending = Some(value);
+        }
+        true
+    }
+
+    /// The NEW_GROUP_REQUEST the upstream SUBSCRIBE is to carry, if any.
+    pub(crate) fn take_new_group_for_subscribe(&self) -> Option<u64> {
+        self.inner
+            .lock()
+            .expect("track lock")
+            .new_group_pending
+            .take()
+    }
+
+    /// The upstream answered the SUBSCRIBE that carried NEW_GROUP_REQUEST
+    /// `value`: it is outstanding until the group grows past the largest
+    /// the answer gave.
+    pub(crate) fn new_group_sent_upstream(&self, value: u64) {
+        let mut g = self.inner.lock().expect("track lock");
+        g.new_group_sent = Some((value, g.largest.map(|l| l.group)));
+    }
+
+    /// The NEW_GROUP_REQUEST values to send upstream by REQUEST_UPDATE, as
+    /// they come.
+    pub(crate) fn new_group_requests(&self) -> watch::Receiver<Option<u64>> {
+        self.new_group.subscribe()
     }
 
     /// Records which session feeds the track.

@@ -113,7 +113,7 @@ pub(super) async fn on_subscribe(
             .min(relay.config.max_rendezvous_ms),
     );
     let entry = tokio::select! {
-        r = relay.acquire_track(&m.track, rendezvous, &h.session) => r,
+        r = relay.acquire_track(&m.track, rendezvous, &h.session, m.params.new_group_request) => r,
         // The subscriber gave up (stream reset) while we waited.
         _ = reader.next() => return Ok(()),
     };
@@ -232,6 +232,9 @@ pub(super) async fn serve_subscription(
                         return Err(e);
                     }
                     let largest = track.largest();
+                    if let Some(v) = u.params.new_group_request {
+                        track.request_new_group(v, true);
+                    }
                     settings_tx.send_modify(|s| apply_update(s, &u.params, largest));
                     if let Some(info) = h.subscriptions.lock().expect("subs").get_mut(&request_id) {
                         if let Some(f) = u.params.forward {
@@ -310,7 +313,7 @@ pub(super) async fn on_track_status(
     let (entry, acquired) = match relay.find_track(&m.track) {
         Some(e) => (e, false),
         None => match relay
-            .acquire_track(&m.track, Duration::ZERO, &h.session)
+            .acquire_track(&m.track, Duration::ZERO, &h.session, None)
             .await
         {
             Ok((e, _)) => (e, true),

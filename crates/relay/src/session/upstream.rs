@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use moqt::data::FetchDecoder;
 use moqt::error::{publish_done, request_error, reset};
-use moqt::message::{Fetch, FetchKind, Message, Subscribe};
+use moqt::message::{Fetch, FetchKind, Message, RequestUpdate, Subscribe};
 use moqt::session::SessionError;
 use moqt::{GroupOrder, Parameters, SessionErrorCode};
 use quichub_net::io::{write_message, MessageReader};
@@ -35,10 +35,14 @@ impl SessionHandle {
             .await
             .map_err(|e| internal(e.to_string()))?;
         let request_id = self.next_request_id();
+        let new_group = entry.track.take_new_group_for_subscribe();
         let msg = Message::Subscribe(Subscribe {
             request_id,
             track: entry.track.name.clone(),
-            params: Parameters::default(),
+            params: Parameters {
+                new_group_request: new_group,
+                ..Parameters::default()
+            },
         });
         write_message(&mut send, &msg)
             .await
@@ -93,22 +97,44 @@ impl SessionHandle {
             TrackInfo::from_properties(ok.properties),
             ok.params.largest_object,
         );
+        if let Some(v) = new_group {
+            track.new_group_sent_upstream(v);
+        }
+        // Subscribed before the track is ready, so no request is missed.
+        let mut new_groups = track.new_group_requests();
         entry.ready.send_replace(Some(Ok(())));
         let me = self.clone();
         let relay = relay.clone();
         tokio::spawn(async move {
-            let (status, streams) = tokio::select! {
-                m = reader.next() => match m {
-                    Ok(Message::PublishDone(d)) => (d.status, Some(d.stream_count)),
-                    Ok(Message::GoAway(_)) => (publish_done::GOING_AWAY, None),
-                    _ => (publish_done::TRACK_ENDED, None),
-                },
-                _ = entry.cancel.notified() => {
-                    let _ = send.reset(reset::CANCELLED);
-                    reader.stop(reset::CANCELLED);
-                    (publish_done::TRACK_ENDED, None)
+            let (status, streams) = loop {
+                tokio::select! {
+                    m = reader.next() => match m {
+                        Ok(Message::PublishDone(d)) => break (d.status, Some(d.stream_count)),
+                        Ok(Message::GoAway(_)) => break (publish_done::GOING_AWAY, None),
+                        // The answers to our REQUEST_UPDATEs (NEW_GROUP_REQUEST).
+                        Ok(Message::RequestOk(_)) | Ok(Message::RequestError(_)) => {}
+                        _ => break (publish_done::TRACK_ENDED, None),
+                    },
+                    _ = entry.cancel.notified() => {
+                        let _ = send.reset(reset::CANCELLED);
+                        reader.stop(reset::CANCELLED);
+                        break (publish_done::TRACK_ENDED, None);
+                    }
+                    _ = me.session.closed() => break (publish_done::TRACK_ENDED, None),
+                    Ok(()) = new_groups.changed() => {
+                        let value = *new_groups.borrow_and_update();
+                        let update = Message::RequestUpdate(RequestUpdate {
+                            request_id: me.next_request_id(),
+                            params: Parameters {
+                                new_group_request: value,
+                                ..Parameters::default()
+                            },
+                        });
+                        if write_message(&mut send, &update).await.is_err() {
+                            break (publish_done::TRACK_ENDED, None);
+                        }
+                    }
                 }
-                _ = me.session.closed() => (publish_done::TRACK_ENDED, None),
             };
             if let Some(n) = streams {
                 settle(&relay, &entry.track, n).await;
