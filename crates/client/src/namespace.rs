@@ -1,7 +1,7 @@
 //! SUBSCRIBE_NAMESPACE, SUBSCRIBE_TRACKS and TRACK_STATUS from the client side.
 
 use anyhow::bail;
-use moqt::message::{Message, NamespaceRequest, RequestOk, Subscribe};
+use moqt::message::{Message, NamespaceRequest, RequestOk, RequestUpdate, Subscribe};
 use moqt::{FullTrackName, Parameters, TrackNamespace};
 use quichub_net::io::{write_message, MessageReader};
 use web_transport_quinn::SendStream;
@@ -13,6 +13,7 @@ use crate::subscribe::Subscription;
 pub struct NamespaceSubscription {
     send: SendStream,
     reader: MessageReader,
+    session: ClientSession,
 }
 
 impl NamespaceSubscription {
@@ -20,6 +21,21 @@ impl NamespaceSubscription {
     /// the stream ends.
     pub async fn next(&mut self) -> Option<Message> {
         self.reader.next().await.ok()
+    }
+
+    /// Moves the request to another prefix (REQUEST_UPDATE with
+    /// TRACK_NAMESPACE_PREFIX, wider or narrower). The answer (REQUEST_OK,
+    /// or REQUEST_ERROR, which ends the request) comes through
+    /// [`Self::next`], before the announcements relative to the new prefix.
+    pub async fn update_prefix(&mut self, prefix: TrackNamespace) -> anyhow::Result<()> {
+        let m = Message::RequestUpdate(RequestUpdate {
+            request_id: self.session.next_request_id(),
+            params: Parameters {
+                track_namespace_prefix: Some(prefix),
+                ..Parameters::default()
+            },
+        });
+        write_message(&mut self.send, &m).await
     }
 
     /// Cancels the subscription.
@@ -50,7 +66,11 @@ impl ClientSession {
         write_message(&mut send, &msg).await?;
         let mut reader = MessageReader::new(recv, &[]);
         match reader.next().await? {
-            Message::RequestOk(_) => Ok(NamespaceSubscription { send, reader }),
+            Message::RequestOk(_) => Ok(NamespaceSubscription {
+                send,
+                reader,
+                session: self.clone(),
+            }),
             Message::RequestError(e) => bail!(
                 "{} refused: {} {}",
                 msg.name(),

@@ -869,3 +869,71 @@ async fn new_group_requests_reach_the_publisher_once_per_group() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(*plain_requests.borrow(), 1);
 }
+
+/// The next message on a namespace request's stream.
+async fn next(req: &mut quichub_client::NamespaceSubscription) -> Message {
+    within(5, req.next()).await.expect("message")
+}
+
+/// REQUEST_UPDATE with TRACK_NAMESPACE_PREFIX moves a SUBSCRIBE_NAMESPACE
+/// wider or narrower: announcements follow the new prefix (suffixes
+/// relative to it, nothing announced twice), and a prefix overlapping the
+/// session's other request is refused. A SUBSCRIBE_TRACKS moved wider
+/// pushes what the new prefix adds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_requests_move_to_a_wider_or_narrower_prefix() {
+    let relay = TestRelay::start().await;
+    let publisher = relay.client("moqt").await;
+    let ns = TrackNamespace::from_path;
+    let publish = |path: &'static str| {
+        let publisher = &publisher;
+        async move { publisher.publish_namespace(ns(path)).await.unwrap() }
+    };
+    let a_x = publish("w/a/x").await;
+    let b_y = publish("w/b/y").await;
+    let _other = publish("other/z").await;
+    let sub = relay.client("moqt").await;
+    let mut req = sub.subscribe_namespace(ns("w/a")).await.unwrap();
+    assert_eq!(next(&mut req).await, Message::Namespace(ns("x")));
+    // Wider: only what was not announced yet, relative to the new prefix.
+    req.update_prefix(ns("w")).await.unwrap();
+    assert!(matches!(next(&mut req).await, Message::RequestOk(_)));
+    assert_eq!(next(&mut req).await, Message::Namespace(ns("b/y")));
+    let _c = publish("w/c").await;
+    assert_eq!(next(&mut req).await, Message::Namespace(ns("c")));
+    // Narrower: what is outside is no longer this request's.
+    req.update_prefix(ns("w/b")).await.unwrap();
+    assert!(matches!(next(&mut req).await, Message::RequestOk(_)));
+    a_x.withdraw();
+    b_y.withdraw();
+    assert_eq!(next(&mut req).await, Message::NamespaceDone(ns("y")));
+    let _q = publish("w/b/q").await;
+    assert_eq!(next(&mut req).await, Message::Namespace(ns("q")));
+    // Onto a prefix overlapping the session's other request: refused, ended.
+    let _second = sub.subscribe_namespace(ns("other")).await.unwrap();
+    req.update_prefix(ns("")).await.unwrap();
+    match next(&mut req).await {
+        Message::RequestError(e) => {
+            assert_eq!(e.code, moqt::error::request_error::PREFIX_OVERLAP)
+        }
+        m => panic!("{m:?}"),
+    }
+
+    // SUBSCRIBE_TRACKS moved wider pushes the tracks it adds.
+    let _t1 = publisher
+        .create_track(FullTrackName::new("t/a", "1"), 1, TrackMode::Push)
+        .await
+        .unwrap();
+    let _t2 = publisher
+        .create_track(FullTrackName::new("t/b", "2"), 1, TrackMode::Push)
+        .await
+        .unwrap();
+    let pushed = relay.client("moqt").await;
+    let mut tracks = pushed.subscribe_tracks(ns("t/a"), true).await.unwrap();
+    let (name, _s1) = within(5, pushed.next_publish()).await.unwrap();
+    assert_eq!(name, FullTrackName::new("t/a", "1"));
+    tracks.update_prefix(ns("t")).await.unwrap();
+    assert!(matches!(next(&mut tracks).await, Message::RequestOk(_)));
+    let (name, _s2) = within(5, pushed.next_publish()).await.unwrap();
+    assert_eq!(name, FullTrackName::new("t/b", "2"));
+}

@@ -109,6 +109,84 @@ fn overlap_check(
     true
 }
 
+/// Moves request `id`'s prefix to `prefix` unless it would overlap another
+/// request's of the same type in the session (draft-18, "Updating Namespace Subscriptions").
+fn overlap_update(
+    map: &Mutex<HashMap<u64, TrackNamespace>>,
+    id: u64,
+    prefix: &TrackNamespace,
+) -> bool {
+    let mut m = map.lock().expect("prefixes");
+    if m.iter().any(|(k, p)| *k != id && p.overlaps(prefix)) {
+        return false;
+    }
+    m.insert(id, prefix.clone());
+    true
+}
+
+/// What a REQUEST_UPDATE's new TRACK_NAMESPACE_PREFIX leads to.
+enum PrefixUpdate {
+    /// None asked for; the update was acknowledged.
+    Same,
+    /// Acknowledged: follow this prefix from now on.
+    Moved(TrackNamespace),
+    /// Refused with REQUEST_ERROR, which ends the request.
+    Refused,
+}
+
+/// Checks and acknowledges a REQUEST_UPDATE on a SUBSCRIBE_NAMESPACE or
+/// SUBSCRIBE_TRACKS (`tracks`): a new prefix is a new request for what it
+/// names, so it is authorised like one and must not overlap the session's other
+/// requests of the type (`prefixes`); a refusal ends the request (it
+/// announced the old prefix only).
+async fn update_prefix(
+    h: &SessionHandle,
+    send: &mut SendStream,
+    u: moqt::message::RequestUpdate,
+    prefixes: &Mutex<HashMap<u64, TrackNamespace>>,
+    request_id: u64,
+    tracks: bool,
+) -> Result<PrefixUpdate> {
+    let Some(p) = u.params.track_namespace_prefix.clone() else {
+        ack_update(h, send, &u).await?;
+        return Ok(PrefixUpdate::Same);
+    };
+    let tokens = &u.params.authorization_tokens;
+    let op = if tracks {
+        Operation::SubscribeTracks { prefix: &p, tokens }
+    } else {
+        Operation::SubscribeNamespace { prefix: &p, tokens }
+    };
+    match h.access().authorize(&op) {
+        Ok(()) => {}
+        Err(Denied::Request(r)) => {
+            h.request_ids
+                .lock()
+                .expect("ids")
+                .accept_peer(u.request_id)?;
+            reply_error(send, None, r.code, &r.reason).await;
+            return Ok(PrefixUpdate::Refused);
+        }
+        Err(Denied::Session(e)) => return Err(e),
+    }
+    if !overlap_update(prefixes, request_id, &p) {
+        h.request_ids
+            .lock()
+            .expect("ids")
+            .accept_peer(u.request_id)?;
+        reply_error(
+            send,
+            None,
+            request_error::PREFIX_OVERLAP,
+            "prefix overlaps another request of the session",
+        )
+        .await;
+        return Ok(PrefixUpdate::Refused);
+    }
+    ack_update(h, send, &u).await?;
+    Ok(PrefixUpdate::Moved(p))
+}
+
 pub(super) async fn on_subscribe_namespace(
     relay: &Arc<Relay>,
     slot: &RequestSlot<'_>,
@@ -139,7 +217,7 @@ pub(super) async fn on_subscribe_namespace(
         let local_only = h.cluster_peer.load(Relaxed);
         // The relays' own namespaces (`.quichub/...`) are not announced to
         // a subscriber of ordinary ones.
-        let hide_reserved = !reserved_namespace(&prefix);
+        let mut hide_reserved = !reserved_namespace(&prefix);
         for ns in existing {
             if (local_only && relay.namespace_is_learnt(&ns))
                 || (hide_reserved && reserved_namespace(&ns))
@@ -179,27 +257,45 @@ pub(super) async fn on_subscribe_namespace(
                 }
                 msg = reader.next() => match msg {
                     Ok(Message::RequestUpdate(u)) => {
-                        // A new prefix is a new request for what it names:
-                        // authorised like SUBSCRIBE_NAMESPACE; a refusal ends
-                        // the request (it announced the old prefix only).
-                        if let Some(p) = &u.params.track_namespace_prefix {
-                            let op = Operation::SubscribeNamespace {
-                                prefix: p,
-                                tokens: &u.params.authorization_tokens,
-                            };
-                            match h.access().authorize(&op) {
-                                Ok(()) => {}
-                                Err(Denied::Request(r)) => {
-                                    h.request_ids.lock().expect("ids").accept_peer(u.request_id)?;
-                                    reply_error(&mut send, None, r.code, &r.reason).await;
-                                    return Ok(());
+                        match update_prefix(h, &mut send, u, &h.ns_prefixes, m.request_id, false).await? {
+                            PrefixUpdate::Same => {}
+                            PrefixUpdate::Refused => return Ok(()),
+                            PrefixUpdate::Moved(p) => {
+                                // Follow the new prefix: what it holds that was not
+                                // announced is, what left it meanwhile is done, and
+                                // what is outside it is no longer this request's
+                                // (it cannot be named relative to the new prefix).
+                                prefix = p;
+                                hide_reserved = !reserved_namespace(&prefix);
+                                let (now, events) = relay.subscribe_namespace(id, prefix.clone());
+                                rx = events;
+                                let now: std::collections::HashSet<TrackNamespace> = now
+                                    .into_iter()
+                                    .filter(|ns| {
+                                        let learnt = local_only && relay.namespace_is_learnt(ns);
+                                        !(learnt || hide_reserved && reserved_namespace(ns))
+                                    })
+                                    .collect();
+                                let mut msgs = Vec::new();
+                                active.retain(|ns| {
+                                    let keep = now.contains(ns);
+                                    if !keep && ns.has_prefix(&prefix) {
+                                        msgs.push(Message::NamespaceDone(ns.suffix_after(&prefix)));
+                                    }
+                                    keep
+                                });
+                                let mut added: Vec<_> = now.into_iter().filter(|ns| !active.contains(ns)).collect();
+                                added.sort();
+                                for ns in added {
+                                    msgs.push(Message::Namespace(ns.suffix_after(&prefix)));
+                                    active.insert(ns);
                                 }
-                                Err(Denied::Session(e)) => return Err(e),
+                                for msg in msgs {
+                                    if write_message(&mut send, &msg).await.is_err() {
+                                        return Ok(());
+                                    }
+                                }
                             }
-                        }
-                        ack_update(h, &mut send, &u).await?;
-                        if let Some(p) = u.params.track_namespace_prefix {
-                            prefix = p;
                         }
                     }
                     Ok(other) => return Err(SessionError::protocol(format!("{} on SUBSCRIBE_NAMESPACE stream", other.name()))),
@@ -248,14 +344,21 @@ pub(super) async fn on_subscribe_tracks(
     // messages, `quichub-gateway`'s cluster link).
     let local_only = h.cluster_peer.load(Relaxed);
     let wanted = |e: &Arc<crate::core::TrackEntry>| !local_only || relay.track_is_pushed_here(e);
-    for e in existing.into_iter().filter(|e| wanted(e)) {
-        spawn_publish_downstream(relay, h, e, forward, tokens.clone());
+    // Tracks pushed for this request: a new prefix pushes what it adds, and
+    // leaves these as they are (draft-18, "Updating Namespace Subscriptions").
+    let mut pushed: std::collections::HashSet<moqt::FullTrackName> = Default::default();
+    let mut push = |e: Arc<crate::core::TrackEntry>| {
+        if wanted(&e) && pushed.insert(e.track.name.clone()) {
+            spawn_publish_downstream(relay, h, e, forward, tokens.clone());
+        }
+    };
+    for e in existing {
+        push(e);
     }
     let result = loop {
         tokio::select! {
             e = rx.recv() => match e {
-                Some(e) if !wanted(&e) => {}
-                Some(e) => spawn_publish_downstream(relay, h, e, forward, tokens.clone()),
+                Some(e) => push(e),
                 None => {
                     // The relay dropped us for falling behind.
                     let _ = send.reset(reset::EXCESSIVE_LOAD);
@@ -263,7 +366,19 @@ pub(super) async fn on_subscribe_tracks(
                 }
             },
             msg = reader.next() => match msg {
-                Ok(Message::RequestUpdate(u)) => ack_update(h, &mut send, &u).await?,
+                Ok(Message::RequestUpdate(u)) => {
+                    match update_prefix(h, &mut send, u, &h.track_prefixes, m.request_id, true).await? {
+                        PrefixUpdate::Same => {}
+                        PrefixUpdate::Refused => break Ok(()),
+                        PrefixUpdate::Moved(p) => {
+                            let (now, events) = relay.subscribe_tracks(id, p);
+                            rx = events;
+                            for e in now {
+                                push(e);
+                            }
+                        }
+                    }
+                }
                 Ok(other) => break Err(SessionError::protocol(format!("{} on SUBSCRIBE_TRACKS stream", other.name()))),
                 Err(ReadError::Decode(e)) => break Err(e.into()),
                 Err(_) => break Ok(()),
