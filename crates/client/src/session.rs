@@ -59,9 +59,7 @@ pub(crate) struct Inner {
     pub(crate) peer_setup: watch::Sender<Option<Setup>>,
     pub(crate) goaway: watch::Sender<Option<GoAway>>,
     /// Subscriptions by the Track Alias the publisher gave us.
-    pub(crate) aliases: Mutex<HashMap<u64, mpsc::UnboundedSender<SubscriptionEvent>>>,
-    pub(crate) alias_added: tokio::sync::Notify,
-    pub(crate) early_datagrams: Mutex<quichub_net::io::EarlyDatagrams>,
+    pub(crate) aliases: quichub_net::alias::AliasTable<mpsc::UnboundedSender<SubscriptionEvent>>,
     /// Pending FETCHes by Request ID, waiting for their data stream.
     pub(crate) fetches: Mutex<HashMap<u64, oneshot::Sender<(RecvStream, Bytes)>>>,
     /// Tracks we publish, by name.
@@ -125,9 +123,7 @@ impl ClientSession {
             control: tokio::sync::Mutex::new(control),
             peer_setup: watch::channel(None).0,
             goaway: watch::channel(None).0,
-            aliases: Mutex::default(),
-            alias_added: tokio::sync::Notify::new(),
-            early_datagrams: Mutex::default(),
+            aliases: Default::default(),
             fetches: Mutex::default(),
             tracks: Mutex::default(),
             next_alias: AtomicU64::new(1),

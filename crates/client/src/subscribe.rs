@@ -5,13 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use moqt::data::{
-    FetchDecoder, FetchObject, ObjectDatagram, ObjectStatus, SubgroupHeader, SubgroupId,
-    SubgroupObject,
+    FetchDecoder, FetchObject, ObjectDatagram, ObjectStatus, SubgroupRead, SubgroupReader,
 };
 use moqt::message::{Fetch, FetchKind, FetchOk, Message, Publish, RequestOk, RequestUpdate};
-use moqt::{DecodeError, FullTrackName, GroupOrder, Location, Parameters, SubscriptionFilter};
+use moqt::{FullTrackName, GroupOrder, Location, Parameters, SubscriptionFilter};
 use quichub_net::io::{write_message, MessageReader};
 use tokio::sync::{mpsc, oneshot};
 use web_transport_quinn::{RecvStream, SendStream};
@@ -190,12 +189,7 @@ impl Subscription {
         if let Some(r) = self.reader.as_mut() {
             r.stop(moqt::error::reset::CANCELLED);
         }
-        self.session
-            .inner
-            .aliases
-            .lock()
-            .expect("aliases")
-            .remove(&self.alias);
+        self.session.inner.aliases.remove(self.alias);
     }
 }
 
@@ -363,9 +357,11 @@ pub(crate) fn register_alias(
     alias: u64,
     tx: mpsc::UnboundedSender<SubscriptionEvent>,
 ) {
-    inner.aliases.lock().expect("aliases").insert(alias, tx);
-    inner.alias_added.notify_waiters();
-    let held = inner.early_datagrams.lock().expect("early").take(alias);
+    // A new subscription may reuse the alias of one that ended.
+    let held = inner
+        .aliases
+        .insert(alias, tx, |_| false)
+        .unwrap_or_default();
     for d in held {
         on_datagram(inner, d);
     }
@@ -375,18 +371,8 @@ pub(crate) fn on_datagram(inner: &Arc<Inner>, d: Bytes) {
     let Ok(dg) = ObjectDatagram::decode(&d) else {
         return;
     };
-    let tx = inner
-        .aliases
-        .lock()
-        .expect("aliases")
-        .get(&dg.track_alias)
-        .cloned();
-    let Some(tx) = tx else {
-        inner
-            .early_datagrams
-            .lock()
-            .expect("early")
-            .push(dg.track_alias, d);
+    // Held until its alias is known, if the message naming it is behind.
+    let Some(tx) = inner.aliases.route_datagram(dg.track_alias, d) else {
         return;
     };
     let _ = tx.send(SubscriptionEvent::Object(ReceivedObject {
@@ -407,87 +393,52 @@ pub(crate) async fn on_subgroup(
     mut stream: RecvStream,
     first: Bytes,
 ) -> anyhow::Result<()> {
-    let mut buf = BytesMut::from(&first[..]);
+    let mut reader = SubgroupReader::new(t, inner.max_object);
+    reader.push(first);
     let header = loop {
-        let mut s = &buf[..];
-        match SubgroupHeader::decode_after_type(t, &mut s) {
-            Ok(h) => {
-                let used = buf.len() - s.len();
-                let _ = buf.split_to(used);
-                break h;
-            }
-            Err(DecodeError::Short) => match stream.read_chunk(4096, true).await {
-                Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
-                _ => return Ok(()),
-            },
-            Err(e) => bail!("{e}"),
+        if let Some(h) = reader.read_header()? {
+            break h.clone();
+        }
+        match stream.read_chunk(4096, true).await {
+            Ok(Some(c)) => reader.push(c.bytes),
+            Ok(None) => reader.finish(),
+            Err(_) => return Ok(()),
         }
     };
     // The SUBSCRIBE_OK carrying this alias may still be in flight.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    let tx = loop {
-        let wait = inner.alias_added.notified();
-        if let Some(tx) = inner
-            .aliases
-            .lock()
-            .expect("aliases")
-            .get(&header.track_alias)
-            .cloned()
-        {
-            break tx;
-        }
-        if tokio::time::timeout_at(deadline, wait).await.is_err() {
-            let _ = stream.stop(moqt::error::reset::CANCELLED);
-            return Ok(());
-        }
-    };
-    let mut prev = None;
-    let mut sg = match header.subgroup {
-        SubgroupId::Zero => Some(0),
-        SubgroupId::Explicit(v) => Some(v),
-        SubgroupId::FirstObject => None,
+    let Some(tx) = inner.aliases.wait(header.track_alias, deadline).await else {
+        let _ = stream.stop(moqt::error::reset::CANCELLED);
+        return Ok(());
     };
     loop {
-        let src = buf.clone().freeze();
-        let mut s = &src[..];
-        match SubgroupObject::decode(&mut s, &src, prev, header.has_properties, inner.max_object) {
-            Ok(o) => {
-                let used = src.len() - s.len();
-                let _ = buf.split_to(used);
-                prev = Some(o.object_id);
-                let sgid = *sg.get_or_insert(o.object_id);
-                let _ = tx.send(SubscriptionEvent::Object(ReceivedObject {
-                    group: header.group,
-                    subgroup: Some(sgid),
-                    object_id: o.object_id,
-                    priority: header.priority,
-                    status: o.status,
-                    payload: o.payload,
-                    properties: o.properties,
-                    arrived: Instant::now(),
-                }));
-                continue;
-            }
-            Err(DecodeError::Short) => {}
-            Err(e) => bail!("{e}"),
+        while let Some(SubgroupRead { subgroup, object }) = reader.next_object()? {
+            let _ = tx.send(SubscriptionEvent::Object(ReceivedObject {
+                group: header.group,
+                subgroup: Some(subgroup),
+                object_id: object.object_id,
+                priority: header.priority,
+                status: object.status,
+                payload: object.payload,
+                properties: object.properties,
+                arrived: Instant::now(),
+            }));
         }
-        match stream.read_chunk(64 * 1024, true).await {
-            Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
-            Ok(None) => {
-                if !buf.is_empty() {
-                    bail!("subgroup stream ended mid-object");
-                }
-                let _ = tx.send(SubscriptionEvent::SubgroupEnd {
-                    group: header.group,
-                    subgroup: sg.unwrap_or(0),
-                    fin: true,
-                });
-                return Ok(());
-            }
+        if reader.is_done() {
+            let _ = tx.send(SubscriptionEvent::SubgroupEnd {
+                group: header.group,
+                subgroup: reader.subgroup().unwrap_or(0),
+                fin: true,
+            });
+            return Ok(());
+        }
+        match stream.read_chunk(reader.read_hint(), true).await {
+            Ok(Some(c)) => reader.push(c.bytes),
+            Ok(None) => reader.finish(),
             Err(_) => {
                 let _ = tx.send(SubscriptionEvent::SubgroupEnd {
                     group: header.group,
-                    subgroup: sg.unwrap_or(0),
+                    subgroup: reader.subgroup().unwrap_or(0),
                     fin: false,
                 });
                 return Ok(());

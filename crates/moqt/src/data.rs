@@ -875,7 +875,9 @@ pub fn encode_fetch_header<B: BufMut + ?Sized>(buf: &mut B, request_id: u64) {
 }
 
 mod decoder;
+mod subgroup_reader;
 pub use decoder::FetchDecoder;
+pub use subgroup_reader::{SubgroupRead, SubgroupReader, MAX_SUBGROUP_HEADER};
 
 #[cfg(test)]
 mod tests;

@@ -14,6 +14,7 @@
 //! crate cares which one a peer used.
 #![warn(missing_docs)]
 
+pub mod alias;
 pub mod client;
 pub mod flood;
 pub mod h3;

@@ -24,7 +24,8 @@ use moqt::error::request_error;
 use moqt::message::{setup_option, FetchKind, GoAway, Message, RequestError, Setup};
 use moqt::session::{check_client_setup, make_setup, ControlState, RequestIds, Role, SessionError};
 use moqt::{Location, SessionErrorCode, TrackNamespace};
-use quichub_net::io::{write_message, EarlyDatagrams, MessageReader, ReadError};
+use quichub_net::alias::AliasTable;
+use quichub_net::io::{write_message, MessageReader, ReadError};
 use quichub_net::server::Accepted;
 use quichub_net::Transport;
 use tokio::sync::{watch, Notify};
@@ -79,10 +80,9 @@ pub(crate) struct SessionHandle {
     /// What the session may do, set at SETUP by the relay's authorizer.
     access: OnceLock<Arc<dyn SessionAccess>>,
     request_ids: Mutex<RequestIds>,
-    /// Track Aliases the peer chose for tracks it publishes to us.
-    aliases: Mutex<HashMap<u64, Arc<Track>>>,
-    alias_added: Notify,
-    early_datagrams: Mutex<EarlyDatagrams>,
+    /// Track Aliases the peer chose for tracks it publishes to us, with
+    /// the datagrams that came before their alias.
+    aliases: AliasTable<Arc<Track>>,
     control: tokio::sync::Mutex<Option<SendStream>>,
     setup: watch::Sender<bool>,
     control_seen: AtomicBool,
@@ -176,9 +176,7 @@ impl SessionHandle {
             path,
             access: OnceLock::new(),
             request_ids: Mutex::new(RequestIds::new(role)),
-            aliases: Mutex::default(),
-            alias_added: Notify::new(),
-            early_datagrams: Mutex::default(),
+            aliases: AliasTable::default(),
             control: tokio::sync::Mutex::new(None),
             setup: watch::channel(false).0,
             control_seen: AtomicBool::new(false),

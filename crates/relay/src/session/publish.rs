@@ -116,22 +116,20 @@ pub(super) async fn on_publish(
         TrackInfo::from_properties(m.properties.clone()),
         m.params.largest_object,
     );
-    {
-        let mut aliases = h.aliases.lock().expect("aliases");
-        if aliases.get(&m.track_alias).is_some_and(|t| !t.is_ended()) {
-            return Err(SessionError {
-                code: SessionErrorCode::DuplicateTrackAlias,
-                reason: "track alias in use".into(),
-            });
-        }
-        aliases.insert(m.track_alias, track.clone());
-    }
-    h.alias_added.notify_waiters();
-    h.replay_early(relay, m.track_alias);
+    let Ok(early) = h
+        .aliases
+        .insert(m.track_alias, track.clone(), |t| !t.is_ended())
+    else {
+        return Err(SessionError {
+            code: SessionErrorCode::DuplicateTrackAlias,
+            reason: "track alias in use".into(),
+        });
+    };
+    h.deliver_early(relay, early);
     let entry = match relay.publish_track(track) {
         Ok(e) => e,
         Err(r) => {
-            h.aliases.lock().expect("aliases").remove(&m.track_alias);
+            h.aliases.remove(m.track_alias);
             reply_error(&mut send, Some(slot), r.code, &r.reason).await;
             return Ok(());
         }
@@ -159,7 +157,7 @@ pub(super) async fn on_publish(
         }
     };
     relay.unpublish_track(&entry, status);
-    h.aliases.lock().expect("aliases").remove(&m.track_alias);
+    h.aliases.remove(m.track_alias);
     let _ = send.finish();
     result
 }

@@ -75,10 +75,11 @@ impl SessionHandle {
             Err(e) => return Err(internal(format!("upstream: {e}"))),
         };
         let track = entry.track.clone();
-        {
-            let mut aliases = self.aliases.lock().expect("aliases");
-            if aliases.get(&ok.track_alias).is_some_and(|t| !t.is_ended()) {
-                drop(aliases);
+        let Ok(early) = self
+            .aliases
+            .insert(ok.track_alias, track.clone(), |t| !t.is_ended())
+        else {
+            {
                 self.fail(
                     relay,
                     &SessionError {
@@ -88,10 +89,8 @@ impl SessionHandle {
                 );
                 return Err(internal("duplicate track alias upstream".into()));
             }
-            aliases.insert(ok.track_alias, track.clone());
-        }
-        self.alias_added.notify_waiters();
-        self.replay_early(relay, ok.track_alias);
+        };
+        self.deliver_early(relay, early);
         track.set_publisher_session(self.id);
         track.set_info(
             TrackInfo::from_properties(ok.properties),
@@ -139,7 +138,7 @@ impl SessionHandle {
             if let Some(n) = streams {
                 settle(&relay, &entry.track, n).await;
             }
-            me.aliases.lock().expect("aliases").remove(&ok.track_alias);
+            me.aliases.remove(ok.track_alias);
             // Our session to another relay died or was closed (that relay
             // left the cluster): the track goes on from whichever relay
             // holds its namespace now, if one does in time; its subscribers
