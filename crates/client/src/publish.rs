@@ -39,7 +39,9 @@ pub struct LocalTrack {
     subscriptions: AtomicU64,
     largest: Mutex<Option<Location>>,
     properties: Vec<KeyValue>,
-    publish_stream: tokio::sync::Mutex<Option<(SendStream, MessageReader)>>,
+    /// A pushed track's PUBLISH stream (its updates are read by a task of
+    /// their own, [`read_publish_updates`]).
+    publish_stream: Arc<tokio::sync::Mutex<Option<SendStream>>>,
     /// Set by [`LocalTrack::finish`] to its Stream Count: the relay's
     /// SUBSCRIBEs (announce mode) are then answered with PUBLISH_DONE.
     pub(crate) done: tokio::sync::watch::Sender<Option<u64>>,
@@ -225,7 +227,7 @@ impl LocalTrack {
     /// served (announce mode).
     pub async fn finish(&self, stream_count: u64) -> anyhow::Result<()> {
         self.done.send_replace(Some(stream_count));
-        if let Some((send, _)) = self.publish_stream.lock().await.as_mut() {
+        if let Some(send) = self.publish_stream.lock().await.as_mut() {
             let m = Message::PublishDone(PublishDone {
                 status: moqt::error::publish_done::TRACK_ENDED,
                 stream_count,
@@ -467,7 +469,7 @@ impl ClientSession {
             subscriptions: AtomicU64::new(0),
             largest: Mutex::new(None),
             properties,
-            publish_stream: tokio::sync::Mutex::new(None),
+            publish_stream: Arc::default(),
             done: tokio::sync::watch::channel(None).0,
             shaper: Mutex::new(None),
             new_groups: tokio::sync::watch::channel(0).0,
@@ -504,9 +506,39 @@ impl ClientSession {
                 }
                 other => bail!("unexpected {} in reply to PUBLISH", other.name()),
             }
-            *track.publish_stream.lock().await = Some((send, reader));
+            *track.publish_stream.lock().await = Some(send);
+            tokio::spawn(read_publish_updates(Arc::downgrade(&track), reader));
         }
         Ok(track)
+    }
+}
+
+/// Applies the REQUEST_UPDATEs a relay sends on a pushed track's PUBLISH
+/// stream (FORWARD, NEW_GROUP_REQUEST) and answers each with REQUEST_OK,
+/// until the stream or the track ends.
+async fn read_publish_updates(track: std::sync::Weak<LocalTrack>, mut reader: MessageReader) {
+    while let Ok(m) = reader.next().await {
+        let Message::RequestUpdate(u) = m else {
+            continue;
+        };
+        let Some(track) = track.upgrade() else {
+            return;
+        };
+        if let Some(f) = u.params.forward {
+            track.set_forward(f);
+        }
+        if u.params.new_group_request.is_some() {
+            track.note_new_group_request();
+        }
+        let stream = track.publish_stream.clone();
+        drop(track);
+        let mut guard = stream.lock().await;
+        if let Some(send) = guard.as_mut() {
+            let ok = Message::RequestOk(moqt::message::RequestOk::default());
+            if write_message(send, &ok).await.is_err() {
+                return;
+            }
+        }
     }
 }
 

@@ -937,3 +937,64 @@ async fn namespace_requests_move_to_a_wider_or_narrower_prefix() {
     let (name, _s2) = within(5, pushed.next_publish()).await.unwrap();
     assert_eq!(name, FullTrackName::new("t/b", "2"));
 }
+
+/// A pushed track (PUBLISH) gets its subscribers' NEW_GROUP_REQUESTs by
+/// REQUEST_UPDATE on the PUBLISH stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_group_requests_reach_a_pushed_tracks_publisher() {
+    let relay = TestRelay::start().await;
+    let publisher = relay.client("moqt").await;
+    let name = FullTrackName::new("ngr", "pushed");
+    let track = publisher
+        .create_track_with(
+            name.clone(),
+            1,
+            TrackMode::Push,
+            vec![moqt::KeyValue::int(0x30, 1)],
+        )
+        .await
+        .unwrap();
+    let mut requests = track.new_group_requests();
+    let s = relay.client("moqt").await;
+    let _sub = s
+        .subscribe(
+            name.clone(),
+            SubscribeOptions {
+                new_group_request: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    within(10, requests.wait_for(|n| *n == 1)).await.unwrap();
+}
+
+/// A SUBSCRIBE_TRACKS subscriber is pushed a track again when its
+/// publisher comes back and pushes it anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_track_pushed_again_reaches_subscribe_tracks_again() {
+    let relay = TestRelay::start().await;
+    let name = FullTrackName::new("again", "t");
+    let sub = relay.client("moqt").await;
+    let _tracks = sub
+        .subscribe_tracks(TrackNamespace::from_path("again"), true)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let publisher = relay.client("moqt").await;
+        let _t = publisher
+            .create_track(name.clone(), 1, TrackMode::Push)
+            .await
+            .unwrap();
+        let (got, _s) = within(5, sub.next_publish()).await.unwrap();
+        assert_eq!(got, name);
+        drop(_t);
+        publisher.session().close(0u32, b"bye");
+        within(5, async {
+            while relay.relay.find_track(&name).is_some() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
+}

@@ -175,8 +175,9 @@ struct State {
     /// Our sessions to other relays, by session id: the relay's URL, and
     /// the session (not in `sessions`, which holds clients).
     origins: HashMap<u64, (Arc<str>, Arc<dyn Peer>)>,
-    /// Upstream FETCHes under way, shared by equal downstream requests.
-    fetches: HashMap<FetchKey, Arc<UpstreamFetch>>,
+    /// Upstream FETCHes under way, shared by equal downstream requests
+    /// (weak: one nobody reads any more stops, [`UpstreamFetch::unread`]).
+    fetches: HashMap<FetchKey, std::sync::Weak<UpstreamFetch>>,
 }
 
 /// The relay's shared state.
@@ -499,16 +500,16 @@ impl Relay {
     ) -> Arc<UpstreamFetch> {
         let fetch = {
             let mut st = self.lock();
-            if let Some(f) = st.fetches.get(&key) {
+            if let Some(f) = st.fetches.get(&key).and_then(|f| f.upgrade()) {
                 self.metrics.fetch_upstream_shared.fetch_add(1, Relaxed);
-                return f.clone();
+                return f;
             }
             let f = Arc::new(UpstreamFetch::new(
                 key.clone(),
                 self.config.clone(),
                 self.metrics.clone(),
             ));
-            st.fetches.insert(key, f.clone());
+            st.fetches.insert(key, Arc::downgrade(&f));
             f
         };
         self.metrics.fetch_upstream.fetch_add(1, Relaxed);
@@ -517,7 +518,11 @@ impl Relay {
         tokio::spawn(async move {
             source.fetch_upstream(relay.clone(), f.clone()).await;
             let mut st = relay.lock();
-            if st.fetches.get(&f.key).is_some_and(|g| Arc::ptr_eq(g, &f)) {
+            if st
+                .fetches
+                .get(&f.key)
+                .is_some_and(|g| std::ptr::eq(g.as_ptr(), Arc::as_ptr(&f)))
+            {
                 st.fetches.remove(&f.key);
             }
         });

@@ -71,6 +71,9 @@ pub struct Metrics {
     /// Upstream FETCHes refused, timed out, broken off or cut at the
     /// memory limit.
     pub fetch_upstream_failed: AtomicU64,
+    /// Bytes held by upstream FETCH responses being relayed (bounded by
+    /// `cache_bytes_total`, apart from the track caches).
+    pub fetch_upstream_bytes: AtomicI64,
     /// End of Unknown Range markers sent in FETCH responses (objects the
     /// relay could not get from upstream in time).
     pub fetch_unknown_ranges: AtomicU64,
@@ -245,7 +248,8 @@ impl Metrics {
         let _ = writeln!(s, "# HELP quichub_upstream_reattached_total Tracks that lost their upstream relay and went on from another one, subscribers kept.\n# TYPE quichub_upstream_reattached_total counter\nquichub_upstream_reattached_total {}", self.upstream_reattached.load(Relaxed));
         let _ = writeln!(s, "# HELP quichub_fetch_upstream_total FETCHes sent upstream for objects the relay does not hold.\n# TYPE quichub_fetch_upstream_total counter\nquichub_fetch_upstream_total {}", self.fetch_upstream.load(Relaxed));
         let _ = writeln!(s, "# HELP quichub_fetch_upstream_shared_total Downstream FETCHes served by an upstream FETCH already under way for the same range.\n# TYPE quichub_fetch_upstream_shared_total counter\nquichub_fetch_upstream_shared_total {}", self.fetch_upstream_shared.load(Relaxed));
-        let _ = writeln!(s, "# HELP quichub_fetch_upstream_failed_total Upstream FETCHes refused, timed out, broken off or cut at the memory limit.\n# TYPE quichub_fetch_upstream_failed_total counter\nquichub_fetch_upstream_failed_total {}", self.fetch_upstream_failed.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_fetch_upstream_failed_total Upstream FETCHes refused, timed out, broken off, cut at the memory limit or left unread.\n# TYPE quichub_fetch_upstream_failed_total counter\nquichub_fetch_upstream_failed_total {}", self.fetch_upstream_failed.load(Relaxed));
+        let _ = writeln!(s, "# HELP quichub_fetch_upstream_bytes Bytes held by upstream FETCH responses being relayed.\n# TYPE quichub_fetch_upstream_bytes gauge\nquichub_fetch_upstream_bytes {}", self.fetch_upstream_bytes.load(Relaxed));
         let _ = writeln!(s, "# HELP quichub_fetch_unknown_ranges_total End of Unknown Range markers sent in FETCH responses.\n# TYPE quichub_fetch_unknown_ranges_total counter\nquichub_fetch_unknown_ranges_total {}", self.fetch_unknown_ranges.load(Relaxed));
         let _ = writeln!(s, "# HELP quichub_shard_handoffs_total Hand-offs to another endpoint shard's subscribers: datagram objects, and wake-ups for new stream events (at most one per object and shard).\n# TYPE quichub_shard_handoffs_total counter");
         let _ = writeln!(

@@ -38,6 +38,10 @@ pub(crate) fn properties_fit(properties: &[KeyValue]) -> bool {
     moqt::coding::kvps_len(properties) <= MAX_TRACK_PROPERTIES
 }
 
+/// How long a track's FETCHes stop asking an upstream that refused one (or
+/// did not answer in time): they get the cache at once meanwhile.
+pub const FETCH_REFUSAL_MEMORY: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The DYNAMIC_GROUPS Track Property: 1 when the publisher starts a new
 /// group on NEW_GROUP_REQUEST.
 pub const DYNAMIC_GROUPS: u64 = 0x30;
@@ -199,6 +203,9 @@ pub struct Track {
     inner: Mutex<Inner>,
     ended: watch::Sender<Option<Ended>>,
     publisher: AtomicU64,
+    /// Until when a FETCH does not ask this track's upstream (it refused
+    /// or did not answer lately).
+    fetch_refused_until: Mutex<Option<Instant>>,
     /// NEW_GROUP_REQUEST values for the upstream subscription to send
     /// ([`Track::request_new_group`]).
     new_group: watch::Sender<Option<u64>>,
@@ -263,6 +270,7 @@ impl Track {
             ended,
             publisher: AtomicU64::new(0),
             new_group: watch::channel(None).0,
+            fetch_refused_until: Mutex::new(None),
             group_floor: AtomicU64::new(0),
             config,
             metrics,
@@ -337,7 +345,7 @@ impl Track {
         // unknown; that gap is not tracked.
         if !g.complete_from_set {
             g.complete_from_set = true;
-            let from = largest.map(|l| l.group + 1);
+            let from = largest.map(|l| l.group.saturating_add(1));
             g.complete_from = g.complete_from.max(from);
         }
         if largest > g.largest {
@@ -386,6 +394,20 @@ impl Track {
             g.new_group_pending = Some(value);
         }
         true
+    }
+
+    /// The upstream refused a FETCH, or did not answer it in time.
+    pub(crate) fn note_fetch_refused(&self) {
+        *self.fetch_refused_until.lock().expect("refused") =
+            Some(Instant::now() + FETCH_REFUSAL_MEMORY);
+    }
+
+    /// Whether the upstream refused a FETCH lately ([`FETCH_REFUSAL_MEMORY`]).
+    pub(crate) fn fetch_refused_lately(&self) -> bool {
+        self.fetch_refused_until
+            .lock()
+            .expect("refused")
+            .is_some_and(|t| Instant::now() < t)
     }
 
     /// The NEW_GROUP_REQUEST the upstream SUBSCRIBE is to carry, if any.
@@ -647,7 +669,7 @@ impl Track {
                 break;
             }
             let gone = g.cache.pop_front().expect("len > 1");
-            g.complete_from = g.complete_from.max(Some(gone.id + 1));
+            g.complete_from = g.complete_from.max(Some(gone.id.saturating_add(1)));
             g.cache_bytes -= gone.bytes;
             self.metrics
                 .cache_bytes
@@ -668,7 +690,7 @@ impl Track {
             .iter()
             .take_while(|c| now.saturating_duration_since(c.first_received) > max_age)
             .last()
-            .map(|c| c.id + 1);
+            .map(|c| c.id.saturating_add(1));
         g.complete_from.max(stale).unwrap_or(0)
     }
 

@@ -4,9 +4,12 @@
 //! is under way.
 //!
 //! The response is kept as it arrives, so a downstream FETCH that joins late
-//! replays it from its first entry. What it keeps counts in the relay's cache
-//! bytes and is bounded by the cache limits: a response that would pass them
-//! is cut there and reported as failed. This module is the shared state only;
+//! replays it from its first entry. What it keeps is bounded per response by
+//! `cache_bytes_per_track` and for all of them by `cache_bytes_total` (a
+//! budget of its own, apart from the track caches, so neither evicts the
+//! other): a response that would pass them is cut there and reported as
+//! failed. It ends as soon as no downstream FETCH reads it any more
+//! ([`UpstreamFetch::unread`]). This module is the shared state only;
 //! sending the FETCH and reading its stream is the session's
 //! ([`crate::core::Peer::fetch_upstream`]).
 
@@ -115,7 +118,7 @@ impl UpstreamFetch {
         };
         let mut fits = false;
         self.change(|st| {
-            let total = self.metrics.cache_bytes.load(Relaxed).max(0) as usize;
+            let total = self.metrics.fetch_upstream_bytes.load(Relaxed).max(0) as usize;
             if st.bytes + size > self.config.cache_bytes_per_track
                 || total + size > self.config.cache_bytes_total
             {
@@ -126,7 +129,9 @@ impl UpstreamFetch {
                 return;
             }
             st.bytes += size;
-            self.metrics.cache_bytes.fetch_add(size as i64, Relaxed);
+            self.metrics
+                .fetch_upstream_bytes
+                .fetch_add(size as i64, Relaxed);
             st.entries.push(entry);
             fits = true;
         });
@@ -146,6 +151,12 @@ impl UpstreamFetch {
             }
             st.outcome = Some(outcome);
         });
+    }
+
+    /// Nobody but the task feeding it holds it: every downstream FETCH
+    /// that wanted it is over, so the upstream FETCH can stop.
+    pub fn unread(self: &Arc<Self>) -> bool {
+        Arc::strong_count(self) == 1
     }
 
     /// How it ended, once it has.
@@ -205,7 +216,9 @@ impl UpstreamFetch {
 impl Drop for UpstreamFetch {
     fn drop(&mut self) {
         let bytes = self.state.lock().map(|s| s.bytes).unwrap_or(0);
-        self.metrics.cache_bytes.fetch_sub(bytes as i64, Relaxed);
+        self.metrics
+            .fetch_upstream_bytes
+            .fetch_sub(bytes as i64, Relaxed);
     }
 }
 
@@ -276,7 +289,7 @@ mod tests {
         f.accept(ok());
         assert!(f.push(object(0, 10)));
         assert!(f.push(object(1, 10)));
-        assert!(metrics.cache_bytes.load(Relaxed) > 20);
+        assert!(metrics.fetch_upstream_bytes.load(Relaxed) > 20);
         let waiting = f.next(2);
         let (next, ()) = tokio::join!(waiting, async {
             tokio::task::yield_now().await;
@@ -291,7 +304,7 @@ mod tests {
         }
         assert_eq!(f.next(3).await, Next::End(Outcome::Complete));
         drop(f);
-        assert_eq!(metrics.cache_bytes.load(Relaxed), 0);
+        assert_eq!(metrics.fetch_upstream_bytes.load(Relaxed), 0);
     }
 
     #[tokio::test]
@@ -321,6 +334,16 @@ mod tests {
         assert!(matches!(f.next(1).await, Next::End(Outcome::Broken(_))));
         f.finish(Outcome::Complete);
         assert!(matches!(f.outcome(), Some(Outcome::Broken(_))));
+    }
+
+    #[test]
+    fn a_fetch_only_its_feeder_holds_is_unread() {
+        let (f, _) = fetch(Config::default());
+        let f = Arc::new(f);
+        let reader = f.clone();
+        assert!(!f.unread());
+        drop(reader);
+        assert!(f.unread());
     }
 
     #[test]

@@ -37,9 +37,9 @@ use crate::core::{Relay, TrackEntry};
 use crate::object::Object;
 use crate::upstream_fetch::{last_of, wire_end, FetchKey, Next, Outcome, UpstreamFetch};
 
-/// The largest Object ID an End of Range can name (vi64's limit): "up to the
-/// end of the group".
-const LAST_OBJECT: u64 = (1 << 62) - 1;
+/// The Object ID an End of Range names for "up to the end of the group"
+/// (the largest a vi64 holds; [`wire_end`] turns it into "whole group").
+const LAST_OBJECT: u64 = u64::MAX;
 
 /// The location just before `l`, if any.
 fn before(l: Location) -> Option<Location> {
@@ -153,8 +153,16 @@ pub(super) async fn on_fetch(
     } else {
         None
     };
+    // The cached part is taken now, before any wait for upstream, so what
+    // leaves the cache meanwhile is still served.
+    let high_start = start.max(split);
+    let high = if end >= high_start {
+        entry.track.cached_range(high_start, end, descending)
+    } else {
+        Vec::new()
+    };
     let upstream = match low_last {
-        Some(last) if !budget.is_zero() => {
+        Some(last) if !budget.is_zero() && !entry.track.fetch_refused_lately() => {
             upstream_part(relay, h, &entry, start, last, descending, deadline).await
         }
         _ => None,
@@ -170,12 +178,6 @@ pub(super) async fn on_fetch(
     }
     let Some(mut out) = Response::open(relay, h, m.request_id, descending).await else {
         return Ok(());
-    };
-    let high_start = start.max(split);
-    let high = if end >= high_start {
-        entry.track.cached_range(high_start, end, descending)
-    } else {
-        Vec::new()
     };
     let low = Low {
         entry: &entry,
@@ -225,7 +227,12 @@ async fn upstream_part(
     let fetch = relay.fetch_upstream(key, source);
     match tokio::time::timeout_at(deadline, fetch.ok()).await {
         Ok(Ok(_)) => Some(fetch),
-        _ => None,
+        // A publisher that does not serve FETCH, or not in time: the next
+        // FETCHes of the track do not wait for it again for a while.
+        _ => {
+            entry.track.note_fetch_refused();
+            None
+        }
     }
 }
 
@@ -369,15 +376,10 @@ impl Response {
             return Ok(());
         };
         // The header goes first; the payload follows as its own shared chunk.
-        self.data
-            .write_chunk(self.buf.split().freeze())
-            .await
-            .map_err(|_| Gone)?;
+        let header = self.buf.split().freeze();
+        self.write(header).await?;
         if !o.payload.is_empty() {
-            self.data
-                .write_chunk(o.payload.clone())
-                .await
-                .map_err(|_| Gone)?;
+            self.write(o.payload.clone()).await?;
         }
         self.relay.metrics.objects_out.fetch_add(1, Relaxed);
         self.relay
@@ -402,6 +404,20 @@ impl Response {
                 let cached = p.entry.track.cached_range(p.start, last, p.descending);
                 self.cached_with_gaps(&cached, p.start, last, p.descending)
                     .await
+            }
+        }
+    }
+
+    /// Writes a chunk; a subscriber that does not read for `write_stall_ms`
+    /// loses the FETCH (it would otherwise pin what the response holds).
+    async fn write(&mut self, chunk: bytes::Bytes) -> std::result::Result<(), Gone> {
+        let stall = Duration::from_millis(self.relay.config.write_stall_ms);
+        match tokio::time::timeout(stall, self.data.write_chunk(chunk)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(Gone),
+            Err(_) => {
+                self.reset(reset::TOO_FAR_BEHIND);
+                Err(Gone)
             }
         }
     }

@@ -344,14 +344,14 @@ pub(super) async fn on_subscribe_tracks(
     // messages, `quichub-gateway`'s cluster link).
     let local_only = h.cluster_peer.load(Relaxed);
     let wanted = |e: &Arc<crate::core::TrackEntry>| !local_only || relay.track_is_pushed_here(e);
-    // Tracks pushed for this request: a new prefix pushes what it adds, and
-    // leaves these as they are (draft-18, "Updating Namespace Subscriptions").
-    let mut pushed: std::collections::HashSet<moqt::FullTrackName> = Default::default();
-    let mut push = |e: Arc<crate::core::TrackEntry>| {
-        if wanted(&e) && pushed.insert(e.track.name.clone()) {
+    let push = |e: Arc<crate::core::TrackEntry>| {
+        if wanted(&e) {
             spawn_publish_downstream(relay, h, e, forward, tokens.clone());
         }
     };
+    // A new prefix pushes what it adds and leaves what was pushed as it is
+    // (draft-18, "Updating Namespace Subscriptions").
+    let mut prefix = m.namespace.clone();
     for e in existing {
         push(e);
     }
@@ -371,11 +371,12 @@ pub(super) async fn on_subscribe_tracks(
                         PrefixUpdate::Same => {}
                         PrefixUpdate::Refused => break Ok(()),
                         PrefixUpdate::Moved(p) => {
-                            let (now, events) = relay.subscribe_tracks(id, p);
+                            let (now, events) = relay.subscribe_tracks(id, p.clone());
                             rx = events;
-                            for e in now {
+                            for e in now.into_iter().filter(|e| !e.track.name.namespace.has_prefix(&prefix)) {
                                 push(e);
                             }
+                            prefix = p;
                         }
                     }
                 }

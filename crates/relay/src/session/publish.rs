@@ -134,15 +134,33 @@ pub(super) async fn on_publish(
             return Ok(());
         }
     };
+    // NEW_GROUP_REQUESTs of this track's subscribers go to its publisher by
+    // REQUEST_UPDATE on this stream ([`Track::request_new_group`]).
+    let mut new_groups = entry.track.new_group_requests();
     let ok = Message::PublishOk(RequestOk::default());
     let _ = write_message(&mut send, &ok).await;
     let (status, result) = loop {
-        match reader.next().await {
+        let next = tokio::select! {
+            m = reader.next() => m,
+            Ok(()) = new_groups.changed() => {
+                let update = Message::RequestUpdate(moqt::message::RequestUpdate {
+                    request_id: h.next_request_id(),
+                    params: Parameters {
+                        new_group_request: *new_groups.borrow_and_update(),
+                        ..Default::default()
+                    },
+                });
+                let _ = write_message(&mut send, &update).await;
+                continue;
+            }
+        };
+        match next {
             Ok(Message::PublishDone(d)) => {
                 settle(relay, &entry.track, d.stream_count).await;
                 break (d.status, Ok(()));
             }
-            Ok(Message::RequestOk(_)) => continue,
+            // Answers to PUBLISH_OK's and our REQUEST_UPDATEs' parameters.
+            Ok(Message::RequestOk(_)) | Ok(Message::RequestError(_)) => continue,
             Ok(other) => {
                 break (
                     publish_done::INTERNAL_ERROR,

@@ -174,16 +174,27 @@ impl Drop for AwaitingStream<'_> {
 impl SessionHandle {
     /// Sends `fetch`'s FETCH on this session and feeds the response into it
     /// until the response ends; then [`UpstreamFetch::finish`]es it.
-    pub(super) async fn open_fetch(self: &Arc<Self>, relay: &Arc<Relay>, fetch: &UpstreamFetch) {
+    pub(super) async fn open_fetch(
+        self: &Arc<Self>,
+        relay: &Arc<Relay>,
+        fetch: &Arc<UpstreamFetch>,
+    ) {
         let outcome = self.run_fetch(relay, fetch).await;
         fetch.finish(outcome);
     }
 
-    async fn run_fetch(self: &Arc<Self>, relay: &Arc<Relay>, fetch: &UpstreamFetch) -> Outcome {
+    async fn run_fetch(
+        self: &Arc<Self>,
+        relay: &Arc<Relay>,
+        fetch: &Arc<UpstreamFetch>,
+    ) -> Outcome {
         let refused = |code, e: String| Outcome::Refused(Refusal::new(code, e));
-        let (mut send, recv) = match self.session.open_bi().await {
-            Ok(s) => s,
-            Err(e) => return refused(request_error::INTERNAL_ERROR, e.to_string()),
+        let timeout = Duration::from_millis(relay.config.upstream_timeout_ms);
+        // A peer that grants no stream does not hold the FETCH forever.
+        let (mut send, recv) = match tokio::time::timeout(timeout, self.session.open_bi()).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return refused(request_error::INTERNAL_ERROR, e.to_string()),
+            Err(_) => return refused(request_error::TIMEOUT, "no stream for the FETCH".into()),
         };
         let request_id = self.next_request_id();
         let (tx, rx) = oneshot::channel();
@@ -205,14 +216,19 @@ impl SessionHandle {
             },
             params: Parameters {
                 group_order: key.descending.then_some(GroupOrder::Descending),
+                // An upstream relay that must fetch further answers within
+                // half our wait, with what it could not get marked unknown,
+                // rather than after it.
+                fill_timeout: Some(relay.config.upstream_timeout_ms / 2),
                 ..Parameters::default()
             },
         });
-        if let Err(e) = write_message(&mut send, &msg).await {
-            return refused(request_error::INTERNAL_ERROR, e.to_string());
+        match tokio::time::timeout(timeout, write_message(&mut send, &msg)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return refused(request_error::INTERNAL_ERROR, e.to_string()),
+            Err(_) => return refused(request_error::TIMEOUT, "FETCH not sent".into()),
         }
         let mut reader = MessageReader::new(recv, &[]);
-        let timeout = Duration::from_millis(relay.config.upstream_timeout_ms);
         let cancel = |send: &mut web_transport_quinn::SendStream, reader: &mut MessageReader| {
             let _ = send.reset(reset::CANCELLED);
             reader.stop(reset::CANCELLED);
@@ -275,6 +291,12 @@ impl SessionHandle {
             if decoder.is_done() {
                 let _ = send.finish();
                 return Outcome::Complete;
+            }
+            if fetch.unread() {
+                // Every downstream FETCH that wanted it is over.
+                let _ = stream.stop(reset::CANCELLED);
+                cancel(&mut send, &mut reader);
+                return Outcome::Broken("no FETCH reads it any more".into());
             }
             match tokio::time::timeout(timeout, stream.read_chunk(64 * 1024, true)).await {
                 Ok(Ok(Some(c))) => decoder.push(c.bytes),
