@@ -78,10 +78,10 @@ fn interop_client_passes_every_case_over_quic_and_webtransport() {
         let (ok, tap) = interop(&url);
         assert!(ok, "interop-client failed over {scheme}:\n{tap}");
         assert!(tap.starts_with("TAP version 14"), "{tap}");
-        assert!(tap.contains("1..6"), "{tap}");
+        assert!(tap.contains("1..15"), "{tap}");
         assert_eq!(
             tap.lines().filter(|l| l.starts_with("ok ")).count(),
-            6,
+            15,
             "{tap}"
         );
         assert!(!tap.contains("not ok"), "{tap}");
@@ -95,7 +95,7 @@ fn interop_client_lists_and_rejects_unknown_tests() {
         .output()
         .unwrap();
     let list = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(list.lines().count(), 6);
+    assert_eq!(list.lines().count(), 15);
     assert!(list.contains("subscribe-before-announce"));
     let out = Command::new(BIN)
         .args([
