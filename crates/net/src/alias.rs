@@ -85,6 +85,17 @@ impl<T: Clone> AliasTable<T> {
         self.lock().map.remove(&alias)
     }
 
+    /// Forgets `alias` if it still names what `mine` recognises (not a
+    /// track registered under it since).
+    pub fn remove_if(&self, alias: u64, mine: impl FnOnce(&T) -> bool) -> Option<T> {
+        let mut g = self.lock();
+        if g.map.get(&alias).is_some_and(mine) {
+            g.map.remove(&alias)
+        } else {
+            None
+        }
+    }
+
     /// Where a datagram for `alias` goes; `None`: its alias is not known
     /// yet and the datagram is held until it is (or it ages out).
     pub fn route_datagram(&self, alias: u64, datagram: Bytes) -> Option<T> {

@@ -143,7 +143,9 @@ pub async fn run(a: InteropArgs) -> anyhow::Result<u8> {
         let limit = match *name {
             "announce-subscribe" => Duration::from_secs(3),
             "subscribe-before-announce" => Duration::from_millis(3500),
-            _ => Duration::from_secs(2),
+            n if TESTS[..6].contains(&n) => Duration::from_secs(2),
+            // quichub's own cases: several sessions and waits of their own.
+            _ => Duration::from_secs(10),
         };
         // Connection setup is not part of the per-test budgets above.
         let outcome = tokio::time::timeout(limit + Duration::from_secs(3), run_one(&ctx, name))
@@ -170,6 +172,8 @@ pub async fn run(a: InteropArgs) -> anyhow::Result<u8> {
             }
         }
     }
+    // Let the last CONNECTION_CLOSEs leave before the process exits.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     Ok(if failed == 0 { 0 } else { 1 })
 }
 
@@ -391,11 +395,28 @@ async fn data_case(ctx: &Ctx, name: &str) -> anyhow::Result<String> {
                     .track
                     .send_datagram(g, 0, bytes::Bytes::from(format!("{g}:0")));
                 anyhow::ensure!(sent, "datagram not sent");
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            let mut got = objects(&mut sub, 5).await?;
-            got.sort();
-            anyhow::ensure!(got == expected(0..5, 1), "datagrams differ: {got:?}");
-            Ok("5 datagram objects".into())
+            // Datagrams may be lost, even on loopback under load: most must
+            // arrive, and each whole.
+            let mut got = objects(&mut sub, 3).await?;
+            while let Ok(Some(ev)) =
+                tokio::time::timeout(Duration::from_millis(300), sub.next()).await
+            {
+                if let quichub_client::SubscriptionEvent::Object(o) = ev {
+                    got.push((
+                        o.group,
+                        o.object_id,
+                        String::from_utf8_lossy(&o.payload).into_owned(),
+                    ));
+                }
+            }
+            let all = expected(0..5, 1);
+            anyhow::ensure!(
+                got.iter().all(|o| all.contains(o)),
+                "datagrams differ: {got:?}"
+            );
+            Ok(format!("{} of 5 datagram objects", got.len()))
         }
         "object-properties" => {
             let src = Source::start(ctx, &track).await?;
@@ -437,8 +458,9 @@ async fn data_case(ctx: &Ctx, name: &str) -> anyhow::Result<String> {
                     },
                 )
                 .await?;
-            // The relay subscribes upstream with FORWARD 0, or forwards none.
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            // A relay may subscribe upstream at once (and not forward to
+            // us) or only at FORWARD 1: objects are sent if it asks.
+            let _ = tokio::time::timeout(Duration::from_secs(1), src.forwarding()).await;
             if src.track.is_forwarding() {
                 src.send(0..1, 3).await?;
             }
@@ -469,6 +491,7 @@ async fn data_case(ctx: &Ctx, name: &str) -> anyhow::Result<String> {
             src.send(0..3, 4).await?;
             objects(&mut sub, 12).await?;
             let late = ctx.connect().await?;
+            let mut _joined = None;
             let (kind, want) = if name == "fetch-standalone" {
                 let kind = FetchKind::Standalone {
                     track: track.clone(),
@@ -490,7 +513,7 @@ async fn data_case(ctx: &Ctx, name: &str) -> anyhow::Result<String> {
                     joining_request_id: joined.request_id,
                     joining_start: 0,
                 };
-                std::mem::forget(joined);
+                _joined = Some(joined);
                 (kind, expected(0..3, 4))
             };
             let r = late.fetch(kind, Parameters::default()).await?;

@@ -936,6 +936,18 @@ async fn namespace_requests_move_to_a_wider_or_narrower_prefix() {
     assert!(matches!(next(&mut tracks).await, Message::RequestOk(_)));
     let (name, _s2) = within(5, pushed.next_publish()).await.unwrap();
     assert_eq!(name, FullTrackName::new("t/b", "2"));
+    // Narrower and wider again: nothing is pushed twice (a second PUBLISH
+    // of a track would give it a second alias).
+    tracks.update_prefix(ns("t/a")).await.unwrap();
+    assert!(matches!(next(&mut tracks).await, Message::RequestOk(_)));
+    tracks.update_prefix(ns("t")).await.unwrap();
+    assert!(matches!(next(&mut tracks).await, Message::RequestOk(_)));
+    let again = tokio::time::timeout(Duration::from_millis(300), pushed.next_publish()).await;
+    assert!(
+        again.is_err(),
+        "pushed again: {:?}",
+        again.map(|p| p.map(|p| p.0))
+    );
 }
 
 /// A pushed track (PUBLISH) gets its subscribers' NEW_GROUP_REQUESTs by

@@ -514,16 +514,15 @@ impl Relay {
         };
         self.metrics.fetch_upstream.fetch_add(1, Relaxed);
         let relay = self.clone();
+        // The task keeps one strong reference only (the one it feeds), so
+        // the fetch is unread once every downstream FETCH dropped theirs.
+        let (key, mine) = (fetch.key.clone(), Arc::downgrade(&fetch));
         let f = fetch.clone();
         tokio::spawn(async move {
-            source.fetch_upstream(relay.clone(), f.clone()).await;
+            source.fetch_upstream(relay.clone(), f).await;
             let mut st = relay.lock();
-            if st
-                .fetches
-                .get(&f.key)
-                .is_some_and(|g| std::ptr::eq(g.as_ptr(), Arc::as_ptr(&f)))
-            {
-                st.fetches.remove(&f.key);
+            if st.fetches.get(&key).is_some_and(|g| g.ptr_eq(&mine)) {
+                st.fetches.remove(&key);
             }
         });
         fetch

@@ -41,6 +41,8 @@ pub struct SubgroupReader {
     /// Decode again once `pending` + `queued` reach this (the whole object
     /// once its header is in).
     want: usize,
+    /// `want` is the whole object (its length is known), not a guess.
+    want_exact: bool,
     max_object: usize,
     finished: bool,
 }
@@ -58,6 +60,7 @@ impl SubgroupReader {
             reads: Vec::new(),
             queued: 0,
             want: 0,
+            want_exact: false,
             max_object,
             finished: false,
         }
@@ -82,10 +85,11 @@ impl SubgroupReader {
     }
 
     /// The most bytes worth reading next: the rest of the object being
-    /// gathered, else a large read.
+    /// gathered once its length is known, else a large read (an object
+    /// header cut by a read boundary is not read byte by byte).
     pub fn read_hint(&self) -> usize {
         let have = self.pending.len() + self.queued;
-        if self.want > have {
+        if self.want_exact && self.want > have {
             self.want - have
         } else {
             64 * 1024
@@ -167,10 +171,12 @@ impl SubgroupReader {
             Ok(n) if self.pending.len() >= n => n,
             Ok(n) if !self.finished => {
                 self.want = n;
+                self.want_exact = true;
                 return Ok(None);
             }
             Err(DecodeError::Short) if !self.finished => {
                 self.want = self.pending.len() + 1;
+                self.want_exact = false;
                 return Ok(None);
             }
             Ok(_) | Err(DecodeError::Short) => {
@@ -182,6 +188,7 @@ impl SubgroupReader {
         };
         let frame = self.pending.split_to(n);
         self.want = 0;
+        self.want_exact = false;
         let mut s = &frame[..];
         let object = SubgroupObject::decode(&mut s, &frame, self.prev, props, self.max_object)?;
         self.prev = Some(object.object_id);
@@ -303,6 +310,16 @@ mod tests {
         assert!(r.next_object().unwrap().is_none());
         // The object's header is in: the reader knows how much is left.
         assert_eq!(r.read_hint(), rest.len() - 100);
+        // Cut inside an object's header, it asks for a large read, not one
+        // byte at a time.
+        let props = header(SubgroupId::Zero, true);
+        let mut big = object(0, 10);
+        big.properties = Bytes::from(vec![0u8; 2]);
+        let (ty2, rest2) = wire(&props, &[big]);
+        let mut r2 = SubgroupReader::new(ty2, 1 << 20);
+        r2.push(rest2.slice(..1));
+        assert!(r2.next_object().unwrap().is_none());
+        assert_eq!(r2.read_hint(), 64 * 1024);
         r.push(rest.slice(100..));
         assert_eq!(
             r.next_object().unwrap().unwrap().object.payload.len(),

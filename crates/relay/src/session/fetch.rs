@@ -227,12 +227,15 @@ async fn upstream_part(
     let fetch = relay.fetch_upstream(key, source);
     match tokio::time::timeout_at(deadline, fetch.ok()).await {
         Ok(Ok(_)) => Some(fetch),
-        // A publisher that does not serve FETCH, or not in time: the next
-        // FETCHes of the track do not wait for it again for a while.
-        _ => {
+        // A publisher that does not serve FETCH, or did not answer within
+        // the relay's own upstream timeout: the next FETCHes of the track do
+        // not wait for it again for a while. (This FETCH's own deadline
+        // passing says nothing about the upstream.)
+        Ok(Err(_)) => {
             entry.track.note_fetch_refused();
             None
         }
+        Err(_) => None,
     }
 }
 

@@ -344,14 +344,23 @@ pub(super) async fn on_subscribe_tracks(
     // messages, `quichub-gateway`'s cluster link).
     let local_only = h.cluster_peer.load(Relaxed);
     let wanted = |e: &Arc<crate::core::TrackEntry>| !local_only || relay.track_is_pushed_here(e);
-    let push = |e: Arc<crate::core::TrackEntry>| {
-        if wanted(&e) {
-            spawn_publish_downstream(relay, h, e, forward, tokens.clone());
+    // The track entries pushed for this request, so a prefix moved back
+    // and forth pushes none twice (a track published again is a new entry,
+    // and is pushed). Weak: an ended entry is not kept, and its address is
+    // not reused while it is listed.
+    let mut pushed: Vec<std::sync::Weak<crate::core::TrackEntry>> = Vec::new();
+    let mut push = |e: Arc<crate::core::TrackEntry>| {
+        if !wanted(&e)
+            || pushed
+                .iter()
+                .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&e)))
+        {
+            return;
         }
+        pushed.retain(|w| w.strong_count() > 0);
+        pushed.push(Arc::downgrade(&e));
+        spawn_publish_downstream(relay, h, e, forward, tokens.clone());
     };
-    // A new prefix pushes what it adds and leaves what was pushed as it is
-    // (draft-18, "Updating Namespace Subscriptions").
-    let mut prefix = m.namespace.clone();
     for e in existing {
         push(e);
     }
@@ -371,12 +380,17 @@ pub(super) async fn on_subscribe_tracks(
                         PrefixUpdate::Same => {}
                         PrefixUpdate::Refused => break Ok(()),
                         PrefixUpdate::Moved(p) => {
-                            let (now, events) = relay.subscribe_tracks(id, p.clone());
-                            rx = events;
-                            for e in now.into_iter().filter(|e| !e.track.name.namespace.has_prefix(&prefix)) {
+                            // What came under the old prefix before the move
+                            // is still pushed; then what the new one adds
+                            // (draft-18, "Updating Namespace Subscriptions").
+                            while let Ok(e) = rx.try_recv() {
                                 push(e);
                             }
-                            prefix = p;
+                            let (now, events) = relay.subscribe_tracks(id, p);
+                            rx = events;
+                            for e in now {
+                                push(e);
+                            }
                         }
                     }
                 }

@@ -126,10 +126,12 @@ pub(super) async fn on_publish(
         });
     };
     h.deliver_early(relay, early);
+    let mine = track.clone();
+    let forget = move |t: &Arc<crate::track::Track>| Arc::ptr_eq(t, &mine);
     let entry = match relay.publish_track(track) {
         Ok(e) => e,
         Err(r) => {
-            h.aliases.remove(m.track_alias);
+            h.aliases.remove_if(m.track_alias, forget);
             reply_error(&mut send, Some(slot), r.code, &r.reason).await;
             return Ok(());
         }
@@ -175,7 +177,7 @@ pub(super) async fn on_publish(
         }
     };
     relay.unpublish_track(&entry, status);
-    h.aliases.remove(m.track_alias);
+    h.aliases.remove_if(m.track_alias, forget);
     let _ = send.finish();
     result
 }

@@ -138,7 +138,8 @@ impl SessionHandle {
             if let Some(n) = streams {
                 settle(&relay, &entry.track, n).await;
             }
-            me.aliases.remove(ok.track_alias);
+            me.aliases
+                .remove_if(ok.track_alias, |t| Arc::ptr_eq(t, &entry.track));
             // Our session to another relay died or was closed (that relay
             // left the cluster): the track goes on from whichever relay
             // holds its namespace now, if one does in time; its subscribers
