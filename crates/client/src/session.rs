@@ -14,7 +14,7 @@ use moqt::message::{GoAway, Message, NamespaceRequest, RequestOk, Setup, Subscri
 use moqt::session::{make_setup, ControlState, RequestIds, Role};
 use moqt::{DecodeError, FullTrackName, Parameters, TrackNamespace};
 use quichub_net::client::Client;
-use quichub_net::io::{read_prefix, write_message, MessageReader, ReadError};
+use quichub_net::io::{read_prefix, read_prefix_after, write_message, MessageReader, ReadError};
 use quichub_net::tls::Verify;
 use quichub_net::Transport;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -359,23 +359,11 @@ async fn on_uni(inner: &Arc<Inner>, mut stream: RecvStream) -> anyhow::Result<()
         }
         StreamType::Subgroup(t) => subscribe::on_subgroup(inner, t, stream, rest).await,
         StreamType::Fetch => {
-            let mut buf = BytesMut::from(&rest[..]);
-            let id = loop {
-                let mut s = &buf[..];
-                match get_vi64(&mut s) {
-                    Ok(id) => {
-                        let used = buf.len() - s.len();
-                        let _ = buf.split_to(used);
-                        break id;
-                    }
-                    Err(DecodeError::Short) => match stream.read_chunk(64, true).await {
-                        Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
-                        _ => return Ok(()),
-                    },
-                    Err(e) => bail!("{e}"),
-                }
+            let (id, rest) = match read_prefix_after(&mut stream, &rest, 16, get_vi64).await {
+                Ok(v) => v,
+                Err(ReadError::Decode(e)) => bail!("{e}"),
+                Err(_) => return Ok(()),
             };
-            let rest = buf.freeze();
             let waiter = inner.fetches.lock().expect("fetches").remove(&id);
             match waiter {
                 Some(tx) => {

@@ -875,6 +875,7 @@ pub fn encode_fetch_header<B: BufMut + ?Sized>(buf: &mut B, request_id: u64) {
 }
 
 mod decoder;
+mod read_queue;
 mod subgroup_reader;
 pub use decoder::FetchDecoder;
 pub use subgroup_reader::{SubgroupRead, SubgroupReader, MAX_SUBGROUP_HEADER};

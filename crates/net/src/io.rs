@@ -76,9 +76,20 @@ pub async fn write_message(stream: &mut SendStream, m: &Message) -> anyhow::Resu
 pub async fn read_prefix<T>(
     stream: &mut RecvStream,
     max: usize,
+    parse: impl FnMut(&mut &[u8]) -> Result<T, DecodeError>,
+) -> Result<(T, Bytes), ReadError> {
+    read_prefix_after(stream, &[], max, parse).await
+}
+
+/// Like [`read_prefix`], with `already` read from the stream before (what
+/// followed its stream type, say).
+pub async fn read_prefix_after<T>(
+    stream: &mut RecvStream,
+    already: &[u8],
+    max: usize,
     mut parse: impl FnMut(&mut &[u8]) -> Result<T, DecodeError>,
 ) -> Result<(T, Bytes), ReadError> {
-    let mut buf = BytesMut::new();
+    let mut buf = BytesMut::from(already);
     loop {
         if !buf.is_empty() {
             let mut s = &buf[..];

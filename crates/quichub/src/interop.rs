@@ -345,17 +345,20 @@ async fn objects(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     while got.len() < n {
         match tokio::time::timeout_at(deadline, sub.next()).await {
-            Ok(Some(quichub_client::SubscriptionEvent::Object(o))) => got.push((
-                o.group,
-                o.object_id,
-                String::from_utf8_lossy(&o.payload).into_owned(),
-            )),
+            Ok(Some(quichub_client::SubscriptionEvent::Object(o))) => {
+                got.push(seen(o.group, o.object_id, &o.payload))
+            }
             Ok(Some(_)) => {}
             Ok(None) => anyhow::bail!("subscription ended after {} objects", got.len()),
             Err(_) => anyhow::bail!("{} of {n} objects arrived", got.len()),
         }
     }
     Ok(got)
+}
+
+/// An object as the cases compare it: (group, object, payload as text).
+fn seen(group: u64, object: u64, payload: &[u8]) -> (u64, u64, String) {
+    (group, object, String::from_utf8_lossy(payload).into_owned())
 }
 
 fn expected(groups: std::ops::Range<u64>, per: u64) -> Vec<(u64, u64, String)> {
@@ -404,11 +407,7 @@ async fn data_case(ctx: &Ctx, name: &str) -> anyhow::Result<String> {
                 tokio::time::timeout(Duration::from_millis(300), sub.next()).await
             {
                 if let quichub_client::SubscriptionEvent::Object(o) = ev {
-                    got.push((
-                        o.group,
-                        o.object_id,
-                        String::from_utf8_lossy(&o.payload).into_owned(),
-                    ));
+                    got.push(seen(o.group, o.object_id, &o.payload));
                 }
             }
             let all = expected(0..5, 1);
@@ -520,13 +519,7 @@ async fn data_case(ctx: &Ctx, name: &str) -> anyhow::Result<String> {
             let got: Vec<_> = r
                 .objects
                 .iter()
-                .map(|o| {
-                    (
-                        o.group,
-                        o.object_id,
-                        String::from_utf8_lossy(&o.payload).into_owned(),
-                    )
-                })
+                .map(|o| seen(o.group, o.object_id, &o.payload))
                 .collect();
             anyhow::ensure!(got == want, "fetched {got:?}");
             Ok(format!("{} objects fetched, in order", got.len()))

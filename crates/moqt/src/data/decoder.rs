@@ -1,8 +1,9 @@
 //! Reading a fetch stream as it arrives (sans-IO): the client's FETCH
 //! responses and the relay's upstream FETCHes share it.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
+use super::read_queue::ReadQueue;
 use super::{FetchEntry, FetchObject, FetchState};
 use crate::DecodeError;
 
@@ -13,12 +14,8 @@ use crate::DecodeError;
 /// all of it is in; an object that fits one read is not copied at all.
 #[derive(Debug)]
 pub struct FetchDecoder {
-    /// Bytes read and not yet decoded.
-    pending: Bytes,
-    /// Reads not yet joined to `pending` (joined once `want` is reached).
-    reads: Vec<Bytes>,
-    /// Bytes in `reads`.
-    queued: usize,
+    /// Bytes read and not yet decoded (joined once `want` is reached).
+    buf: ReadQueue,
     /// After a short read, wait until `pending` holds this many bytes before
     /// decoding again: the whole object once its header is in, so a large
     /// object arriving in packet-sized reads is not re-parsed per read.
@@ -33,9 +30,7 @@ impl FetchDecoder {
     /// larger than `max_object`.
     pub fn new(descending: bool, max_object: usize) -> Self {
         Self {
-            pending: Bytes::new(),
-            reads: Vec::new(),
-            queued: 0,
+            buf: ReadQueue::default(),
             want: 0,
             state: FetchState::new(descending),
             max_object,
@@ -45,27 +40,7 @@ impl FetchDecoder {
 
     /// Adds bytes read from the stream.
     pub fn push(&mut self, bytes: Bytes) {
-        self.queued += bytes.len();
-        self.reads.push(bytes);
-    }
-
-    /// Joins the queued reads to `pending`: one copy (none for a single read
-    /// onto nothing).
-    fn join(&mut self) {
-        if self.reads.is_empty() {
-            return;
-        }
-        if self.pending.is_empty() && self.reads.len() == 1 {
-            self.pending = self.reads.pop().unwrap_or_default();
-        } else {
-            let mut b = BytesMut::with_capacity(self.pending.len() + self.queued);
-            b.extend_from_slice(&self.pending);
-            for r in self.reads.drain(..) {
-                b.extend_from_slice(&r);
-            }
-            self.pending = b.freeze();
-        }
-        self.queued = 0;
+        self.buf.push(bytes);
     }
 
     /// The stream ended.
@@ -75,23 +50,23 @@ impl FetchDecoder {
 
     /// Whether the stream ended and every object was taken.
     pub fn is_done(&self) -> bool {
-        self.finished && self.pending.is_empty() && self.queued == 0
+        self.finished && self.buf.len() == 0
     }
 
     /// The next whole entry (object or end-of-range marker), or `None`
     /// until more bytes come. An error for a malformed response or one that
     /// ends inside an entry.
     pub fn next_entry(&mut self) -> Result<Option<FetchEntry>, DecodeError> {
-        let have = self.pending.len() + self.queued;
+        let have = self.buf.len();
         if have == 0 || (have < self.want && !self.finished) {
             return Ok(None);
         }
-        self.join();
-        let src = self.pending.clone();
+        self.buf.join();
+        let src = self.buf.pending.clone();
         let mut s = &src[..];
         match self.state.decode(&mut s, &src, self.max_object) {
             Ok(e) => {
-                self.pending = src.slice(src.len() - s.len()..);
+                self.buf.pending = src.slice(src.len() - s.len()..);
                 self.want = 0;
                 Ok(Some(e))
             }
@@ -124,6 +99,7 @@ impl FetchDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
 
     fn object(group: u64, id: u64, len: usize) -> FetchObject {
         FetchObject {

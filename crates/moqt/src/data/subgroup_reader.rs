@@ -7,8 +7,9 @@
 //! all of it is in; an object that fits one read is not copied at all, and
 //! a large one arriving in packet-sized reads is not re-parsed per read.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
+use super::read_queue::ReadQueue;
 use super::{SubgroupHeader, SubgroupId, SubgroupObject, MAX_PROPERTIES};
 use crate::coding::{get_len, get_lp_bytes, get_vi64};
 use crate::DecodeError;
@@ -33,12 +34,8 @@ pub struct SubgroupReader {
     subgroup: Option<u64>,
     prev: Option<u64>,
     /// Bytes read and not yet decoded.
-    pending: Bytes,
-    /// Reads not yet joined to `pending`.
-    reads: Vec<Bytes>,
-    /// Bytes in `reads`.
-    queued: usize,
-    /// Decode again once `pending` + `queued` reach this (the whole object
+    buf: ReadQueue,
+    /// Decode again once `buf` holds this (the whole object
     /// once its header is in).
     want: usize,
     /// `want` is the whole object (its length is known), not a guess.
@@ -56,9 +53,7 @@ impl SubgroupReader {
             header: None,
             subgroup: None,
             prev: None,
-            pending: Bytes::new(),
-            reads: Vec::new(),
-            queued: 0,
+            buf: ReadQueue::default(),
             want: 0,
             want_exact: false,
             max_object,
@@ -68,10 +63,7 @@ impl SubgroupReader {
 
     /// Adds bytes read from the stream.
     pub fn push(&mut self, bytes: Bytes) {
-        if !bytes.is_empty() {
-            self.queued += bytes.len();
-            self.reads.push(bytes);
-        }
+        self.buf.push(bytes);
     }
 
     /// The stream ended with a FIN.
@@ -81,14 +73,14 @@ impl SubgroupReader {
 
     /// Whether the stream ended and every object was taken.
     pub fn is_done(&self) -> bool {
-        self.finished && self.pending.is_empty() && self.queued == 0
+        self.finished && self.buf.len() == 0
     }
 
     /// The most bytes worth reading next: the rest of the object being
     /// gathered once its length is known, else a large read (an object
     /// header cut by a read boundary is not read byte by byte).
     pub fn read_hint(&self) -> usize {
-        let have = self.pending.len() + self.queued;
+        let have = self.buf.len();
         if self.want_exact && self.want > have {
             self.want - have
         } else {
@@ -107,34 +99,17 @@ impl SubgroupReader {
         self.subgroup
     }
 
-    fn join(&mut self) {
-        if self.reads.is_empty() {
-            return;
-        }
-        if self.pending.is_empty() && self.reads.len() == 1 {
-            self.pending = self.reads.pop().unwrap_or_default();
-        } else {
-            let mut b = BytesMut::with_capacity(self.pending.len() + self.queued);
-            b.extend_from_slice(&self.pending);
-            for r in self.reads.drain(..) {
-                b.extend_from_slice(&r);
-            }
-            self.pending = b.freeze();
-        }
-        self.queued = 0;
-    }
-
     /// Decodes the SUBGROUP_HEADER once enough bytes are in; `Ok(None)`
     /// until then. An error for a malformed or overlong header, or a stream
     /// that ends inside it.
     pub fn read_header(&mut self) -> Result<Option<&SubgroupHeader>, DecodeError> {
         if self.header.is_none() {
-            self.join();
-            let mut s = &self.pending[..];
+            self.buf.join();
+            let mut s = &self.buf.pending[..];
             match SubgroupHeader::decode_after_type(self.ty, &mut s) {
                 Ok(h) => {
-                    let used = self.pending.len() - s.len();
-                    self.pending = self.pending.slice(used..);
+                    let used = self.buf.pending.len() - s.len();
+                    self.buf.pending = self.buf.pending.slice(used..);
                     self.subgroup = match h.subgroup {
                         SubgroupId::Zero => Some(0),
                         SubgroupId::Explicit(v) => Some(v),
@@ -142,7 +117,7 @@ impl SubgroupReader {
                     };
                     self.header = Some(h);
                 }
-                Err(DecodeError::Short) if self.pending.len() > MAX_SUBGROUP_HEADER => {
+                Err(DecodeError::Short) if self.buf.pending.len() > MAX_SUBGROUP_HEADER => {
                     return Err(DecodeError::TooLong)
                 }
                 Err(DecodeError::Short) if self.finished => {
@@ -162,20 +137,20 @@ impl SubgroupReader {
         let Some(props) = self.read_header()?.map(|h| h.has_properties) else {
             return Ok(None);
         };
-        let have = self.pending.len() + self.queued;
+        let have = self.buf.len();
         if have == 0 || (have < self.want && !self.finished) {
             return Ok(None);
         }
-        self.join();
-        let n = match object_len(&self.pending, props, self.max_object) {
-            Ok(n) if self.pending.len() >= n => n,
+        self.buf.join();
+        let n = match object_len(&self.buf.pending, props, self.max_object) {
+            Ok(n) if self.buf.pending.len() >= n => n,
             Ok(n) if !self.finished => {
                 self.want = n;
                 self.want_exact = true;
                 return Ok(None);
             }
             Err(DecodeError::Short) if !self.finished => {
-                self.want = self.pending.len() + 1;
+                self.want = self.buf.pending.len() + 1;
                 self.want_exact = false;
                 return Ok(None);
             }
@@ -186,7 +161,7 @@ impl SubgroupReader {
             }
             Err(e) => return Err(e),
         };
-        let frame = self.pending.split_to(n);
+        let frame = self.buf.pending.split_to(n);
         self.want = 0;
         self.want_exact = false;
         let mut s = &frame[..];
@@ -216,6 +191,7 @@ fn object_len(buf: &[u8], props: bool, max: usize) -> Result<usize, DecodeError>
 mod tests {
     use super::*;
     use crate::data::ObjectStatus;
+    use bytes::BytesMut;
 
     fn header(subgroup: SubgroupId, props: bool) -> SubgroupHeader {
         SubgroupHeader {

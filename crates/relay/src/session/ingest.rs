@@ -12,7 +12,7 @@ use moqt::data::{ObjectDatagram, ObjectStatus, StreamType, SubgroupRead, Subgrou
 use moqt::error::reset;
 use moqt::session::SessionError;
 use moqt::DecodeError;
-use quichub_net::io::{read_prefix, MessageReader, ReadError};
+use quichub_net::io::{read_prefix, read_prefix_after, MessageReader, ReadError};
 use web_transport_quinn::RecvStream;
 
 use super::{on_control, read_err, Result, SessionHandle};
@@ -98,35 +98,22 @@ async fn on_fetch_stream(
     mut stream: RecvStream,
     rest: Bytes,
 ) -> Result<()> {
-    let mut buf = BytesMut::from(&rest[..]);
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(relay.config.stream_header_timeout_ms);
-    let id = loop {
-        let mut s = &buf[..];
-        match get_vi64(&mut s) {
-            Ok(id) => {
-                let used = buf.len() - s.len();
-                let _ = buf.split_to(used);
-                break id;
-            }
-            Err(DecodeError::Short) => {
-                match tokio::time::timeout_at(deadline, stream.read_chunk(64, true)).await {
-                    Ok(Ok(Some(c))) => buf.extend_from_slice(&c.bytes),
-                    Ok(Ok(None)) | Ok(Err(_)) => return Ok(()),
-                    Err(_) => {
-                        relay.metrics.stream_header_timeouts.fetch_add(1, Relaxed);
-                        let _ = stream.stop(reset::CANCELLED);
-                        return Ok(());
-                    }
-                }
-            }
-            Err(e) => return Err(e.into()),
+    let timeout = Duration::from_millis(relay.config.stream_header_timeout_ms);
+    let read = read_prefix_after(&mut stream, &rest, 16, get_vi64);
+    let (id, rest) = match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(ReadError::Decode(e))) => return Err(e.into()),
+        Ok(Err(_)) => return Ok(()),
+        Err(_) => {
+            relay.metrics.stream_header_timeouts.fetch_add(1, Relaxed);
+            let _ = stream.stop(reset::CANCELLED);
+            return Ok(());
         }
     };
     let waiter = h.fetch_streams.lock().expect("fetch streams").remove(&id);
     match waiter {
         Some(tx) => {
-            let _ = tx.send((stream, buf.freeze()));
+            let _ = tx.send((stream, rest));
         }
         None => {
             let _ = stream.stop(reset::CANCELLED);
