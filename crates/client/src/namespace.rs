@@ -4,7 +4,7 @@ use anyhow::bail;
 use moqt::message::{Message, NamespaceRequest, RequestOk, RequestUpdate, Subscribe};
 use moqt::{FullTrackName, Parameters, TrackNamespace};
 use quichub_net::io::{write_message, MessageReader};
-use web_transport_quinn::SendStream;
+use quichub_net::SendStream;
 
 use crate::session::ClientSession;
 use crate::subscribe::Subscription;

@@ -9,7 +9,7 @@ use moqt::data::{ObjectDatagram, ObjectStatus, SubgroupHeader, SubgroupId, Subgr
 use moqt::message::{Message, Publish, PublishDone};
 use moqt::{FullTrackName, KeyValue, Location, Parameters};
 use quichub_net::io::{write_message, MessageReader};
-use web_transport_quinn::{SendStream, Session};
+use quichub_net::{SendStream, Session};
 
 use crate::session::{ClientSession, Inner};
 use crate::shape::{ShapedStream, Shaper};

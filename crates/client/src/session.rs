@@ -17,9 +17,9 @@ use quichub_net::client::Client;
 use quichub_net::io::{read_prefix, read_prefix_after, write_message, MessageReader, ReadError};
 use quichub_net::tls::Verify;
 use quichub_net::Transport;
+use quichub_net::{RecvStream, SendStream, Session};
 use tokio::sync::{mpsc, oneshot, watch};
 use url::Url;
-use web_transport_quinn::{RecvStream, SendStream, Session};
 
 use crate::publish::LocalTrack;
 use crate::subscribe::{self, SubscriptionEvent};
@@ -241,7 +241,7 @@ impl ClientSession {
     }
 
     /// Resolves when the session is closed, with the reason.
-    pub async fn closed(&self) -> web_transport_quinn::SessionError {
+    pub async fn closed(&self) -> quichub_net::mux::Error {
         self.inner.session.closed().await
     }
 
@@ -256,18 +256,8 @@ impl ClientSession {
 
 /// The MoQT session error code of a close by the peer, and a description
 /// with the code's name and the peer's reason.
-fn describe_close(e: &web_transport_quinn::SessionError) -> Option<(u32, String)> {
-    use web_transport_quinn::{quinn::ConnectionError, SessionError, WebTransportError};
-    let (code, reason) = match e {
-        SessionError::WebTransportError(WebTransportError::Closed(code, reason)) => {
-            (*code, reason.clone())
-        }
-        SessionError::ConnectionError(ConnectionError::ApplicationClosed(c)) => (
-            u32::try_from(c.error_code.into_inner()).ok()?,
-            String::from_utf8_lossy(&c.reason).into_owned(),
-        ),
-        _ => return None,
-    };
+fn describe_close(e: &quichub_net::mux::Error) -> Option<(u32, String)> {
+    let (code, reason) = e.application_close()?;
     let name = moqt::SessionErrorCode::from_code(code).map_or("code", |c| c.name());
     Some((code, format!("{name} ({code:#x}): {reason}")))
 }

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use web_transport_quinn::{SendStream, Session};
+use quichub_net::{SendStream, Session};
 
 /// What to shape.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -176,7 +176,9 @@ const IP_UDP_HEADERS: u64 = 28;
 /// Bytes the connection has put on the wire: UDP payloads and their IP and
 /// UDP headers.
 fn wire_bytes(session: &Session) -> u64 {
-    let u = web_transport_quinn::quinn::Connection::stats(session).udp_tx;
+    // The shaper paces QUIC only (a WebSocket session has no UDP to count).
+    let Some(q) = session.quic() else { return 0 };
+    let u = web_transport_quinn::quinn::Connection::stats(q).udp_tx;
     u.bytes + IP_UDP_HEADERS * u.datagrams
 }
 

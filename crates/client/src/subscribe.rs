@@ -12,8 +12,8 @@ use moqt::data::{
 use moqt::message::{Fetch, FetchKind, FetchOk, Message, Publish, RequestOk, RequestUpdate};
 use moqt::{FullTrackName, GroupOrder, Location, Parameters, SubscriptionFilter};
 use quichub_net::io::{write_message, MessageReader};
+use quichub_net::{RecvStream, SendStream};
 use tokio::sync::{mpsc, oneshot};
-use web_transport_quinn::{RecvStream, SendStream};
 
 use crate::session::{ClientSession, Inner};
 
@@ -341,8 +341,8 @@ impl FetchStream {
             if self.decoder.is_done() {
                 return Ok(None);
             }
-            match self.stream.read_chunk(64 * 1024, true).await {
-                Ok(Some(c)) => self.decoder.push(c.bytes),
+            match self.stream.read_chunk(64 * 1024).await {
+                Ok(Some(c)) => self.decoder.push(c),
                 Ok(None) => self.decoder.finish(),
                 Err(e) => bail!("fetch stream: {e}"),
             }
@@ -399,8 +399,8 @@ pub(crate) async fn on_subgroup(
         if let Some(h) = reader.read_header()? {
             break h.clone();
         }
-        match stream.read_chunk(4096, true).await {
-            Ok(Some(c)) => reader.push(c.bytes),
+        match stream.read_chunk(4096).await {
+            Ok(Some(c)) => reader.push(c),
             Ok(None) => reader.finish(),
             Err(_) => return Ok(()),
         }
@@ -432,8 +432,8 @@ pub(crate) async fn on_subgroup(
             });
             return Ok(());
         }
-        match stream.read_chunk(reader.read_hint(), true).await {
-            Ok(Some(c)) => reader.push(c.bytes),
+        match stream.read_chunk(reader.read_hint()).await {
+            Ok(Some(c)) => reader.push(c),
             Ok(None) => reader.finish(),
             Err(_) => {
                 let _ = tx.send(SubscriptionEvent::SubgroupEnd {

@@ -325,6 +325,10 @@ pub struct HttpSection {
     /// Longest wait for the broker's durable store before a `POST` of a
     /// persisted message answers, milliseconds.
     pub durable_timeout_ms: u64,
+    /// MoQT over WebSocket (QMux, subprotocol `qmux-01.moqt-18`) on this
+    /// port: an upgrade on any path is a relay session, for browsers
+    /// without WebTransport and networks that block UDP.
+    pub websocket: bool,
 }
 
 impl Default for HttpSection {
@@ -338,6 +342,7 @@ impl Default for HttpSection {
             queue: 0,
             keepalive_ms: 0,
             durable_timeout_ms: 0,
+            websocket: true,
         };
         s.set_api_config(&quichub_gateway::http::ApiConfig::default());
         s

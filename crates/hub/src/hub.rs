@@ -148,6 +148,12 @@ impl Hub {
             addr.port(),
             fingerprint.clone(),
         ));
+        if config.http.websocket {
+            api.serve_websocket(quichub_gateway::http::websocket::WebSocketMoqt::new(
+                relay.clone(),
+                &config.quic.limits,
+            ));
+        }
         let b = broker.clone();
         tokio::spawn(async move {
             let mut t = tokio::time::interval(BROKER_TICK);

@@ -806,10 +806,13 @@ async fn run_batch(
             r.overruns = st.overruns;
             r.shaper_max_wait_ms = st.max_wait_us as f64 / 1000.0;
         }
-        let q = web_transport_quinn::quinn::Connection::stats(l.publisher.session());
-        r.quic_lost_packets = q.path.lost_packets;
-        r.quic_congestion_events = q.path.congestion_events;
-        r.quic_cwnd = q.path.cwnd;
+        // The lab dials QUIC (moqt://), never a WebSocket.
+        if let Some(quic) = l.publisher.session().quic() {
+            let q = web_transport_quinn::quinn::Connection::stats(quic);
+            r.quic_lost_packets = q.path.lost_packets;
+            r.quic_congestion_events = q.path.congestion_events;
+            r.quic_cwnd = q.path.cwnd;
+        }
         l.publisher.close(0, "done");
         l.subscriber.close(0, "done");
         out.push(r);

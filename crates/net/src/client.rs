@@ -1,13 +1,14 @@
 //! Client connections by URL: `moqt://host:port/path` for raw QUIC,
-//! `https://host:port/path` for WebTransport.
+//! `https://host:port/path` for WebTransport, `ws://` and `wss://` for MoQT
+//! over a WebSocket ([`crate::websocket`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::mux::Session;
 use anyhow::Context;
 use url::Url;
 use web_transport_quinn::proto::ConnectRequest;
-use web_transport_quinn::Session;
 
 use crate::tls::{provider, Verifier, Verify};
 use crate::Transport;
@@ -22,6 +23,8 @@ pub struct Connected {
     pub authority: String,
     /// The URL's path and query (for the PATH setup option on raw QUIC).
     pub path: String,
+    /// The server's address.
+    pub remote: SocketAddr,
 }
 
 /// A client endpoint that can open many connections (one UDP socket).
@@ -185,10 +188,10 @@ impl Client {
         Ok(config)
     }
 
-    /// Connects to a `moqt://` or `https://` URL.
+    /// Connects to a `moqt://`, `https://`, `ws://` or `wss://` URL.
     pub async fn connect(&self, url: &Url) -> anyhow::Result<Connected> {
         let host = url.host_str().context("URL has no host")?.to_string();
-        let port = url.port().unwrap_or(443);
+        let port = url.port_or_known_default().unwrap_or(443);
         let to = |remote: SocketAddr| match url.port() {
             Some(_) => format!("QUIC connect to {remote} ({url})"),
             None => format!(
@@ -228,10 +231,11 @@ impl Client {
                     .await
                     .with_context(|| to(remote))?;
                 Ok(Connected {
-                    session: Session::raw(conn),
+                    session: web_transport_quinn::Session::raw(conn).into(),
                     transport: Transport::Quic,
                     authority,
                     path,
+                    remote,
                 })
             }
             "https" => {
@@ -241,17 +245,37 @@ impl Client {
                     .await
                     .with_context(|| to(remote))?;
                 let request = ConnectRequest::new(url.clone()).with_protocol(moqt::ALPN);
-                let session = Session::connect(conn, request)
+                let session = web_transport_quinn::Session::connect(conn, request)
                     .await
                     .context("WebTransport CONNECT")?;
                 Ok(Connected {
-                    session,
+                    session: session.into(),
                     transport: Transport::WebTransport,
                     authority,
                     path,
+                    remote,
                 })
             }
-            other => anyhow::bail!("unsupported URL scheme {other:?} (use moqt:// or https://)"),
+            "ws" | "wss" => {
+                let tls = match url.scheme() {
+                    "wss" => Some(crate::client::tcp_client_config(
+                        self.verify.clone(),
+                        &[b"http/1.1"],
+                    )?),
+                    _ => None,
+                };
+                let session = crate::websocket::connect(url, remote, &server_name, tls).await?;
+                Ok(Connected {
+                    session,
+                    transport: Transport::WebSocket,
+                    authority,
+                    path,
+                    remote,
+                })
+            }
+            other => anyhow::bail!(
+                "unsupported URL scheme {other:?} (use moqt://, https://, ws:// or wss://)"
+            ),
         }
     }
 

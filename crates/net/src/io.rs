@@ -1,9 +1,9 @@
 //! Framed control messages over QUIC streams, and reading stream prefixes.
 
+use crate::mux::{RecvStream, SendStream};
 use bytes::{Bytes, BytesMut};
 use moqt::session::FrameReader;
 use moqt::{DecodeError, Message};
-use web_transport_quinn::{RecvStream, SendStream};
 
 /// Why reading a message from a stream stopped.
 #[derive(Debug, thiserror::Error)]
@@ -42,8 +42,8 @@ impl MessageReader {
             if let Some(m) = self.frames.next()? {
                 return Ok(m);
             }
-            match self.stream.read_chunk(64 * 1024, true).await {
-                Ok(Some(c)) => self.frames.push(&c.bytes),
+            match self.stream.read_chunk(64 * 1024).await {
+                Ok(Some(c)) => self.frames.push(&c),
                 Ok(None) if self.frames.pending() == 0 => return Err(ReadError::Finished),
                 Ok(None) => return Err(ReadError::Truncated),
                 Err(e) => return Err(ReadError::Stream(e.to_string())),
@@ -106,8 +106,8 @@ pub async fn read_prefix_after<T>(
         if buf.len() > max {
             return Err(DecodeError::TooLong.into());
         }
-        match stream.read_chunk(max, true).await {
-            Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
+        match stream.read_chunk(max).await {
+            Ok(Some(c)) => buf.extend_from_slice(&c),
             Ok(None) if buf.is_empty() => return Err(ReadError::Finished),
             Ok(None) => return Err(ReadError::Truncated),
             Err(e) => return Err(ReadError::Stream(e.to_string())),

@@ -20,14 +20,16 @@ pub mod flood;
 pub mod h3;
 pub mod io;
 pub mod metrics_http;
+pub mod mux;
 pub mod quic_config;
 pub mod server;
 pub mod shard;
 pub mod tcp_limits;
 pub mod tls;
+pub mod websocket;
 
+pub use mux::{RecvStream, SendStream, Session};
 pub use quic_config::QuicConfig;
-pub use web_transport_quinn::{RecvStream, SendStream, Session};
 
 /// How a session reached us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +38,8 @@ pub enum Transport {
     Quic,
     /// WebTransport over HTTP/3.
     WebTransport,
+    /// QMux over a WebSocket (`ws://`, `wss://`).
+    WebSocket,
 }
 
 /// How often a server asks its peers to acknowledge, through the QUIC ACK

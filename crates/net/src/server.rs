@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::mux::Session;
 use anyhow::Context;
 use web_transport_quinn::proto::ConnectResponse;
-use web_transport_quinn::Session;
 
 use crate::quic_config::{Admission, QuicConfig};
 use crate::tls::{provider, ClientCertConfig, Identity};
@@ -584,7 +584,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
     drop(slot);
     if alpn == moqt::ALPN.as_bytes() {
         return Ok(Established::Moqt(Box::new(Accepted {
-            session: Session::raw(conn),
+            session: web_transport_quinn::Session::raw(conn).into(),
             transport: Transport::Quic,
             path: None,
             remote,
@@ -669,7 +669,7 @@ async fn h3_established(
     // Plain HTTP/3 requests on this connection reach `http`.
     session.forward_other_bi(forward);
     Ok(Established::Moqt(Box::new(Accepted {
-        session,
+        session: session.into(),
         transport: Transport::WebTransport,
         path: Some(path),
         remote,

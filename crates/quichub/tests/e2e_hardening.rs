@@ -120,7 +120,10 @@ async fn streams_before_setup_are_bounded_by_the_connection_window() {
         });
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let sent = std::ops::Deref::deref(&s).stats().udp_tx.bytes;
+    let sent = std::ops::Deref::deref(s.quic().unwrap())
+        .stats()
+        .udp_tx
+        .bytes;
     assert!(
         sent < WINDOW + (128 << 10),
         "the client got {sent} bytes onto the wire; the window is {WINDOW}"
@@ -280,7 +283,7 @@ async fn stalled_stream_headers_are_stopped() {
     // A subgroup stream type and only the Track Alias of its header.
     let mut half_header = s.open_uni().await.unwrap();
     half_header.write_all(&[0x10, 7]).await.unwrap();
-    for stream in [&half_type, &half_header] {
+    for stream in [&mut half_type, &mut half_header] {
         let code = within(5, stream.stopped()).await.unwrap();
         assert_eq!(code, Some(moqt::error::reset::CANCELLED));
     }

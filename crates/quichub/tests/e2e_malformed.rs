@@ -71,7 +71,7 @@ async fn still_flowing(count: &AtomicU64) {
 /// with PROTOCOL_VIOLATION.
 async fn expect_violation<F, Fut>(relay: &TestRelay, bad: F)
 where
-    F: FnOnce(web_transport_quinn::Session, web_transport_quinn::SendStream) -> Fut,
+    F: FnOnce(quichub_net::Session, quichub_net::SendStream) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
     let s = relay.raw("moqt").await;

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use moqt::error::request_error;
 use moqt::{FullTrackName, TrackNamespace};
+use quichub_net::Session;
 use tokio::sync::{mpsc, watch, Notify};
-use web_transport_quinn::Session;
 
 use crate::access::{AllowAll, Authorizer};
 use crate::config::Config;
@@ -371,6 +371,11 @@ impl Relay {
     /// Signals shutdown to every session task.
     pub fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
+    }
+
+    /// Whether shutdown began (no new sessions are welcome).
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
     }
 
     /// A receiver that flips to `true` on shutdown.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quichub_net::h3::HttpConnection;
-use quichub_net::server::{establish_any, Acceptor, Established, Server};
+use quichub_net::server::{establish_any, Accepted, Acceptor, Established, Server};
 use web_transport_quinn::quinn;
 
 use crate::core::Relay;
@@ -102,10 +102,11 @@ async fn serve_shard(
         tokio::spawn(async move {
             match establish_any(incoming).await {
                 Ok(Established::Moqt(mut accepted)) => {
-                    let (remote, quic) = (accepted.remote, (*accepted.session).clone());
+                    let (remote, quic) = (accepted.remote, accepted.session.clone());
                     let alpn = match accepted.transport {
                         quichub_net::Transport::Quic => moqt::ALPN,
                         quichub_net::Transport::WebTransport => "h3 (WebTransport)",
+                        quichub_net::Transport::WebSocket => "WebSocket",
                     };
                     log_accepted(remote, alpn);
                     // Plain HTTP/3 requests beside a WebTransport session.
@@ -150,6 +151,39 @@ async fn serve_shard(
             }
         });
     }
+}
+
+/// Serves a MoQT session that reached the relay over a WebSocket (QMux
+/// framing, [`quichub_net::websocket`]; the HTTP port did the upgrade),
+/// until it closes. `path` is the request's path and query, as a
+/// WebTransport CONNECT's.
+pub async fn serve_websocket(
+    relay: Arc<Relay>,
+    session: quichub_net::Session,
+    path: String,
+    remote: SocketAddr,
+) {
+    log_accepted(remote, "WebSocket");
+    relay
+        .metrics
+        .websocket_sessions
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let s = session.clone();
+    session::serve(
+        relay,
+        Accepted {
+            session,
+            transport: quichub_net::Transport::WebSocket,
+            path: Some(path),
+            remote,
+            http: None,
+        },
+    )
+    .await;
+    let reason = s.close_reason().map(|e| e.to_string());
+    // Ends the QMux session and its TCP connection, whatever ended the MoQT one.
+    s.close(0, b"");
+    log_closed(remote, "WebSocket", reason);
 }
 
 /// Logs a connection the endpoint accepted (info): peer and ALPN.

@@ -12,8 +12,8 @@ use bytes::BytesMut;
 use moqt::data::{ObjectStatus, SubgroupHeader, SubgroupId, SubgroupObject};
 use moqt::error::{publish_done, reset};
 use moqt::{GroupOrder, Location};
+use quichub_net::{SendStream, Session};
 use tokio::sync::{broadcast, watch, Notify};
-use web_transport_quinn::{SendStream, Session};
 
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -270,7 +270,7 @@ impl Forwarder {
             }
         }
         if !self.streams.contains_key(&key) {
-            let Ok(stream) = self.session.open_uni().await else {
+            let Ok(mut stream) = self.session.open_uni().await else {
                 return false;
             };
             let _ = stream.set_priority(stream_priority(

@@ -32,6 +32,11 @@ pub struct Metrics {
     pub sessions_refused_half_open: AtomicU64,
     /// Sessions refused at SETUP because `max_sessions` were open.
     pub sessions_refused_full: AtomicU64,
+    /// MoQT sessions that came over a WebSocket (QMux) upgrade.
+    pub websocket_sessions: AtomicU64,
+    /// WebSocket upgrades refused (not a valid handshake, no MoQT
+    /// subprotocol offered, relay shutting down).
+    pub websocket_refused: AtomicU64,
     /// Downstream subscriptions currently open.
     pub subscriptions: AtomicI64,
     /// Tracks currently held.
@@ -236,6 +241,17 @@ impl Metrics {
             s,
             "quichub_sessions_refused_total{{limit=\"max_sessions\"}} {}",
             self.sessions_refused_full.load(Relaxed)
+        );
+        let _ = writeln!(s, "# HELP quichub_websocket_sessions_total MoQT sessions over a WebSocket (QMux), by outcome of the upgrade.\n# TYPE quichub_websocket_sessions_total counter");
+        let _ = writeln!(
+            s,
+            "quichub_websocket_sessions_total{{upgrade=\"accepted\"}} {}",
+            self.websocket_sessions.load(Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "quichub_websocket_sessions_total{{upgrade=\"refused\"}} {}",
+            self.websocket_refused.load(Relaxed)
         );
         let _ = writeln!(s, "# HELP quichub_protocol_violations_total Sessions closed for protocol violations.\n# TYPE quichub_protocol_violations_total counter");
         let _ = writeln!(

@@ -86,7 +86,7 @@ pub async fn follow_until(
         };
         match connected {
             Ok(c) => {
-                let remote = c.session.remote_address();
+                let remote = c.remote;
                 tracing::info!(%url, %remote, "connected to origin");
                 relay.metrics.origin_sessions.fetch_add(1, Relaxed);
                 let quic = c.session.clone();

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use moqt::Location;
+use quichub_net::Session;
 use tokio::sync::mpsc;
-use web_transport_quinn::Session;
 
 use crate::metrics::Metrics;
 use crate::object::Object;

@@ -14,7 +14,7 @@ use crate::fanout::{Fanout, ShardSinks, ShardWait, ShardWake};
 use crate::metrics::Metrics;
 use crate::object::{Object, TrackEvent};
 use crate::sink::{DatagramSink, SinkTarget};
-use web_transport_quinn::Session;
+use quichub_net::Session;
 
 /// What a track's fan-out ring carries (objects are shared, never copied).
 pub type Event = TrackEvent;

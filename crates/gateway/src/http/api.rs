@@ -114,6 +114,8 @@ pub struct Api {
     nonce: u64,
     /// The dashboard and player pages, once [`Api::serve_web`] set them.
     web: std::sync::OnceLock<super::web::Web>,
+    /// MoQT over WebSocket, once [`Api::serve_websocket`] set it.
+    websocket: std::sync::OnceLock<super::websocket::WebSocketMoqt>,
     /// Who clients are and what they may do (open to all until
     /// [`Api::set_auth`]).
     auth: Mutex<Arc<quichub_auth::SharedAuth>>,
@@ -149,6 +151,7 @@ impl Api {
             next_stream: AtomicU64::new(1),
             nonce,
             web: std::sync::OnceLock::new(),
+            websocket: std::sync::OnceLock::new(),
             auth: Mutex::new(quichub_auth::SharedAuth::open()),
             metrics: ApiMetrics::default(),
         })
@@ -169,6 +172,17 @@ impl Api {
     /// ignored.
     pub fn serve_web(&self, web: super::web::Web) {
         let _ = self.web.set(web);
+    }
+
+    /// Accepts MoQT sessions over WebSocket upgrades (see
+    /// [`super::websocket`]) on the HTTP/1.1 port.
+    pub fn serve_websocket(&self, ws: super::websocket::WebSocketMoqt) {
+        let _ = self.websocket.set(ws);
+    }
+
+    /// Where WebSocket upgrades go, if they are served.
+    pub fn websocket(&self) -> Option<&super::websocket::WebSocketMoqt> {
+        self.websocket.get()
     }
 
     /// The limits.

@@ -25,6 +25,8 @@
 //!
 //! - [`web`]: the dashboard (`/`) and the player (`/watch/{broadcast}`)
 //!   pages, when [`Api::serve_web`] enables them.
+//! - [`websocket`]: MoQT sessions over a WebSocket upgrade on the same
+//!   port, when [`Api::serve_websocket`] enables them.
 //!
 //! The wire contract (routes, status codes, headers, framing) is documented
 //! in `docs/http-api.md`.
@@ -36,5 +38,6 @@ pub mod route;
 pub mod sse;
 pub mod tcp;
 pub mod web;
+pub mod websocket;
 
 pub use api::{Api, ApiBody, ApiConfig};

@@ -168,8 +168,10 @@ pub async fn serve_tcp(acceptor: Acceptor, api: Arc<Api>, limits: TcpLimits) {
         let _ = stream.set_nodelay(true);
         let api = api.clone();
         tokio::spawn(async move {
-            let _guard = guard;
-            serve_conn(stream, peer, api, timeouts).await;
+            // A WebSocket upgrade's session keeps the slot after this
+            // returns (it holds a clone).
+            let guard = Arc::new(guard);
+            serve_conn(stream, peer, api, timeouts, guard).await;
         });
     }
 }
@@ -333,16 +335,28 @@ impl AsyncWrite for Tracked {
 /// `body` (else 408). HTTP/2 also pings a peer every `idle`
 /// while streams are open and closes the connection when a ping is not
 /// answered within `header`.
-async fn serve_conn(stream: TcpStream, peer: SocketAddr, api: Arc<Api>, t: Timeouts) {
+async fn serve_conn<G: Send + Sync + 'static>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    api: Arc<Api>,
+    t: Timeouts,
+    guard: Arc<G>,
+) {
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Tracked {
         stream,
         activity: activity.clone(),
     });
     let a = activity.clone();
-    let service = service_fn(move |req| {
-        let (api, a) = (api.clone(), a.clone());
+    let service = service_fn(move |req: Request<Incoming>| {
+        let (api, a, guard) = (api.clone(), a.clone(), guard.clone());
         async move {
+            if super::websocket::is_upgrade(&req) {
+                if let Some(ws) = api.websocket() {
+                    let resp = ws.upgrade(req, peer, Box::new(guard));
+                    return Ok::<_, Infallible>(resp.map(HttpBody::from));
+                }
+            }
             let in_flight = a.begin();
             let resp = handle(api, req, t.body).await;
             Ok::<_, Infallible>(resp.map(|mut b| {
@@ -357,7 +371,7 @@ async fn serve_conn(stream: TcpStream, peer: SocketAddr, api: Arc<Api>, t: Timeo
         .timer(TokioTimer::new())
         .keep_alive_interval(t.idle)
         .keep_alive_timeout(t.header);
-    let conn = builder.serve_connection(io, service);
+    let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
     loop {
         let deadline = activity.deadline(t);

@@ -88,7 +88,7 @@ impl TestRelay {
     }
 
     /// A raw transport session with no MoQT on it, for hand-made bytes.
-    pub async fn raw(&self, scheme: &str) -> web_transport_quinn::Session {
+    pub async fn raw(&self, scheme: &str) -> quichub_net::Session {
         let c = quichub_net::client::Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure)
             .unwrap();
         let url = url::Url::parse(&self.url(scheme)).unwrap();
@@ -193,10 +193,10 @@ pub fn mqtt_tools() -> Option<std::path::PathBuf> {
 /// SUBSCRIBE, and never reads a data stream. Returns the session, its control
 /// stream and the request stream (keep them alive as long as needed).
 pub struct RawSubscriber {
-    pub session: web_transport_quinn::Session,
-    pub control: web_transport_quinn::SendStream,
-    pub send: web_transport_quinn::SendStream,
-    pub recv: web_transport_quinn::RecvStream,
+    pub session: quichub_net::Session,
+    pub control: quichub_net::SendStream,
+    pub send: quichub_net::SendStream,
+    pub recv: quichub_net::RecvStream,
 }
 
 impl TestRelay {
@@ -233,15 +233,8 @@ pub async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T 
 }
 
 /// The application close code of a closed session, for raw QUIC and WebTransport.
-pub fn close_code(e: &web_transport_quinn::SessionError) -> Option<u64> {
-    use web_transport_quinn::{SessionError, WebTransportError};
-    match e {
-        SessionError::ConnectionError(
-            web_transport_quinn::quinn::ConnectionError::ApplicationClosed(c),
-        ) => Some(c.error_code.into_inner()),
-        SessionError::WebTransportError(WebTransportError::Closed(code, _)) => Some(*code as u64),
-        _ => None,
-    }
+pub fn close_code(e: &quichub_net::mux::Error) -> Option<u64> {
+    e.application_close().map(|(code, _)| code.into())
 }
 
 /// The HTTP pub/sub API of a [`TestGateway`], HTTP/1.1 and HTTP/2 on an

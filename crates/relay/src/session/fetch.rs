@@ -29,8 +29,8 @@ use moqt::message::{FetchKind, FetchOk, Message};
 use moqt::session::SessionError;
 use moqt::{Location, Parameters};
 use quichub_net::io::write_message;
+use quichub_net::SendStream;
 use tokio::time::Instant;
-use web_transport_quinn::SendStream;
 
 use super::{reply_error, RequestSlot, Result, SessionHandle};
 use crate::core::{Relay, TrackEntry};
@@ -329,7 +329,7 @@ struct Gone;
 /// A FETCH response stream being written.
 struct Response {
     relay: Arc<Relay>,
-    data: web_transport_quinn::SendStream,
+    data: quichub_net::SendStream,
     buf: BytesMut,
     state: FetchState,
 }

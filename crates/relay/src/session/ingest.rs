@@ -13,7 +13,7 @@ use moqt::error::reset;
 use moqt::session::SessionError;
 use moqt::DecodeError;
 use quichub_net::io::{read_prefix, read_prefix_after, MessageReader, ReadError};
-use web_transport_quinn::RecvStream;
+use quichub_net::RecvStream;
 
 use super::{on_control, read_err, Result, SessionHandle};
 use crate::core::Relay;
@@ -137,8 +137,8 @@ async fn on_subgroup(
         if let Some(hd) = reader.read_header()? {
             break hd.clone();
         }
-        match tokio::time::timeout_at(deadline, stream.read_chunk(4096, true)).await {
-            Ok(Ok(Some(c))) => reader.push(c.bytes),
+        match tokio::time::timeout_at(deadline, stream.read_chunk(4096)).await {
+            Ok(Ok(Some(c))) => reader.push(c),
             Ok(Ok(None)) => reader.finish(),
             Ok(Err(_)) => return Ok(()),
             Err(_) => {
@@ -191,8 +191,8 @@ async fn on_subgroup(
             }
             Err(e) => return Err(e.into()),
         }
-        match stream.read_chunk(reader.read_hint(), true).await {
-            Ok(Some(c)) => reader.push(c.bytes),
+        match stream.read_chunk(reader.read_hint()).await {
+            Ok(Some(c)) => reader.push(c),
             Ok(None) => reader.finish(),
             Err(_) => {
                 // Reset by the publisher: the subgroup ends without its FIN.

@@ -28,8 +28,8 @@ use quichub_net::alias::AliasTable;
 use quichub_net::io::{write_message, MessageReader, ReadError};
 use quichub_net::server::Accepted;
 use quichub_net::Transport;
+use quichub_net::{RecvStream, SendStream, Session};
 use tokio::sync::{watch, Notify};
-use web_transport_quinn::{RecvStream, SendStream, Session};
 
 use crate::access::{AllowAll, ConnectInfo, Denied, Operation, SessionAccess};
 use crate::core::{BoxFuture, Peer, Refusal, Relay, TrackEntry};
@@ -239,7 +239,7 @@ impl SessionHandle {
     /// What the authorizer is told about this session, from its SETUP.
     fn connect_info(&self, setup: &Setup) -> ConnectInfo {
         let path = match self.transport {
-            Transport::WebTransport => self.path.clone(),
+            Transport::WebTransport | Transport::WebSocket => self.path.clone(),
             // A PATH that is not UTF-8 names nothing an authorizer could match.
             Transport::Quic => setup
                 .path()
@@ -640,7 +640,9 @@ async fn on_control(
         if let Message::Setup(s) = &m {
             tracing::debug!(session = h.id, implementation = ?s.implementation(), "SETUP");
             if h.role == Role::Server {
-                check_client_setup(s, h.transport == Transport::WebTransport)?;
+                // AUTHORITY and PATH come from the URL on WebTransport and
+                // WebSocket; only raw QUIC carries them in SETUP.
+                check_client_setup(s, h.transport != Transport::Quic)?;
                 // Before the session takes a slot: a refused one never counts.
                 let info = h.connect_info(s);
                 let access = relay.authorizer().connect(&info)?;

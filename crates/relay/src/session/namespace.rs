@@ -10,7 +10,7 @@ use moqt::message::{Message, NamespaceRequest, RequestOk};
 use moqt::session::SessionError;
 use moqt::TrackNamespace;
 use quichub_net::io::{write_message, MessageReader, ReadError};
-use web_transport_quinn::SendStream;
+use quichub_net::SendStream;
 
 use super::publish::spawn_publish_downstream;
 use super::{reply_error, reserved_namespace, RequestSlot, Result, Role, SessionHandle};

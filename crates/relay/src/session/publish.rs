@@ -10,7 +10,7 @@ use moqt::message::{Message, Publish, RequestOk};
 use moqt::session::SessionError;
 use moqt::{Parameters, SessionErrorCode};
 use quichub_net::io::{write_message, MessageReader, ReadError};
-use web_transport_quinn::SendStream;
+use quichub_net::SendStream;
 
 use super::subscribe::serve_subscription;
 use super::upstream::settle;

@@ -12,8 +12,8 @@ use moqt::message::{Message, PublishDone, RequestOk, Subscribe, SubscribeOk};
 use moqt::session::SessionError;
 use moqt::{Location, Parameters};
 use quichub_net::io::{write_message, MessageReader, ReadError};
+use quichub_net::SendStream;
 use tokio::sync::{watch, Notify};
-use web_transport_quinn::SendStream;
 
 use super::{
     reply_error, reserved_namespace, RequestSlot, Reservation, Result, SessionHandle, SubInfo,

@@ -230,7 +230,7 @@ impl SessionHandle {
             Err(_) => return refused(request_error::TIMEOUT, "FETCH not sent".into()),
         }
         let mut reader = MessageReader::new(recv, &[]);
-        let cancel = |send: &mut web_transport_quinn::SendStream, reader: &mut MessageReader| {
+        let cancel = |send: &mut quichub_net::SendStream, reader: &mut MessageReader| {
             let _ = send.reset(reset::CANCELLED);
             reader.stop(reset::CANCELLED);
         };
@@ -299,8 +299,8 @@ impl SessionHandle {
                 cancel(&mut send, &mut reader);
                 return Outcome::Broken("no FETCH reads it any more".into());
             }
-            match tokio::time::timeout(timeout, stream.read_chunk(64 * 1024, true)).await {
-                Ok(Ok(Some(c))) => decoder.push(c.bytes),
+            match tokio::time::timeout(timeout, stream.read_chunk(64 * 1024)).await {
+                Ok(Ok(Some(c))) => decoder.push(c),
                 Ok(Ok(None)) => decoder.finish(),
                 Ok(Err(e)) => return Outcome::Broken(format!("upstream FETCH stream: {e}")),
                 Err(_) => {

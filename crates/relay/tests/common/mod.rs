@@ -90,13 +90,6 @@ pub fn error_code(m: &Message) -> Option<u64> {
 }
 
 /// The application close code of a closed session, raw QUIC or WebTransport.
-pub fn close_code(e: &web_transport_quinn::SessionError) -> Option<u64> {
-    use web_transport_quinn::{SessionError, WebTransportError};
-    match e {
-        SessionError::ConnectionError(
-            web_transport_quinn::quinn::ConnectionError::ApplicationClosed(c),
-        ) => Some(c.error_code.into_inner()),
-        SessionError::WebTransportError(WebTransportError::Closed(code, _)) => Some(*code as u64),
-        _ => None,
-    }
+pub fn close_code(e: &quichub_net::mux::Error) -> Option<u64> {
+    e.application_close().map(|(code, _)| code.into())
 }
