@@ -19,7 +19,8 @@
 // /v1/time) minus that. Without either only the playout buffer is known,
 // and is shown as such.
 
-import { Session, relayInfo, relayUrl, clockOffset } from './session.js';
+import { Session, relayInfo, relayUrl, relayWebSocketUrl, clockOffset } from './session.js';
+import { openWebSocket } from './websocket.js';
 import { CATALOG_TRACK, parseCatalog, decodeFrame, containerSupported } from './hang.js';
 import { FILTER } from './moqt.js';
 import { Reorder } from './reorder.js';
@@ -67,6 +68,7 @@ const stats = {
   width: 0,
   height: 0,
   wallclock: false,
+  transport: null,
   error: null,
 };
 // For tests and curious users: `window.quichubPlayer.stats`.
@@ -445,20 +447,44 @@ function audioConfig(r) {
   return c;
 }
 
+/**
+ * WebTransport when the browser has it, else (Safari) or when it fails (UDP
+ * blocked) MoQT over a WebSocket to the page's own origin. `?transport=
+ * websocket` or `webtransport` forces one.
+ */
+async function connect(info) {
+  const forced = new URLSearchParams(location.search).get('transport');
+  const webtransport = 'WebTransport' in window && forced !== 'websocket';
+  if (webtransport) {
+    try {
+      return await Session.connect(relayUrl(info), {
+        fingerprint: info.certificate_sha256,
+        timeoutMs: forced === 'webtransport' ? 10000 : 4000,
+      });
+    } catch (e) {
+      if (forced === 'webtransport' || info.websocket === false) throw e;
+      console.warn(`WebTransport failed (${e && e.message}); trying WebSocket`);
+    }
+  }
+  const url = relayWebSocketUrl();
+  return Session.connect(url, { transport: openWebSocket(url) });
+}
+
 async function main() {
   const broadcast = broadcastFromPath();
   stats.broadcast = broadcast;
   $('broadcast').textContent = broadcast; // text, never HTML
   document.title = `${broadcast} - quichub`;
-  if (!('WebTransport' in window) || !('VideoDecoder' in window)) {
-    setState('error', new Error('this browser lacks WebTransport or WebCodecs'));
+  if (!('VideoDecoder' in window)) {
+    setState('error', new Error('this browser lacks WebCodecs'));
     return;
   }
   try {
     setState('connecting');
     const info = await relayInfo();
     const offset = await clockOffset();
-    const session = await Session.connect(relayUrl(info), { fingerprint: info.certificate_sha256 });
+    const session = await connect(info);
+    stats.transport = session.transport;
     const namespace = broadcast.split('/').filter((s) => s.length);
     const p = new Player(session, namespace, offset);
     window.quichubPlayer.player = p;

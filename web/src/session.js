@@ -91,19 +91,32 @@ class Subscription {
   }
 }
 
+function connectWebTransport(url, fingerprint) {
+  const opts = { protocols: [moqt.ALPN] };
+  if (fingerprint) {
+    opts.serverCertificateHashes = [{ algorithm: 'sha-256', value: moqt.fromHex(fingerprint.trim()) }];
+  }
+  return new WebTransport(url, opts);
+}
+
 export class Session {
   /**
    * Connects to `url` (https://host:port/path), pinning the certificate by
-   * its SHA-256 (hex) when given, and completes the SETUP exchange.
+   * its SHA-256 (hex) when given, and completes the SETUP exchange. With
+   * `transport` (a WebTransport-like session already dialed, such as
+   * websocket.js's), the SETUP exchange runs on it instead.
    */
-  static async connect(url, { fingerprint, timeoutMs = 10000 } = {}) {
-    const opts = { protocols: [moqt.ALPN] };
-    if (fingerprint) {
-      opts.serverCertificateHashes = [{ algorithm: 'sha-256', value: moqt.fromHex(fingerprint.trim()) }];
+  static async connect(url, { fingerprint, timeoutMs = 10000, transport } = {}) {
+    const wt = transport || connectWebTransport(url, fingerprint);
+    const how = transport ? 'WebSocket' : 'WebTransport';
+    try {
+      await withTimeout(wt.ready, timeoutMs, `no ${how} session with ${url}`);
+    } catch (e) {
+      try { wt.close(); } catch (_) { /* already closed */ }
+      throw e;
     }
-    const wt = new WebTransport(url, opts);
-    await withTimeout(wt.ready, timeoutMs, `no WebTransport session with ${url}`);
     const s = new Session(wt);
+    s.transport = how;
     await s.start(timeoutMs);
     return s;
   }
@@ -395,6 +408,16 @@ export async function relayInfo() {
 /** The WebTransport URL of the relay that served the page (with the page's token). */
 export function relayUrl(info) {
   return withToken(`https://${location.hostname}:${info.quic_port}/`);
+}
+
+/**
+ * The WebSocket URL of the relay that served the page: the page's own
+ * origin (the HTTP port serves MoQT over WebSocket upgrades), ws: or wss:
+ * as the page is http: or https:, with the page's token.
+ */
+export function relayWebSocketUrl() {
+  const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
+  return withToken(`${scheme}://${location.host}/`);
 }
 
 /**

@@ -9,7 +9,9 @@
 //      session, and a browser fault must not pass for the relay's;
 //   B. <moq-watch> as shipped (reload on: it waits for the broadcast to be
 //      announced through SUBSCRIBE_NAMESPACE before subscribing);
-//   C. <moq-watch reload="false"> (subscribes to catalog.json at once).
+//   C. <moq-watch reload="false"> (subscribes to catalog.json at once);
+//   D. <moq-watch> in a page without WebTransport (as Safari), over a
+//      WebSocket to the relay's HTTP port (@moq/qmux, qmux-01.moqt-18).
 // Prints one JSON line with what each page saw (see crates/moqt/INTEROP.md,
 // "@moq/watch"); the Rust test (e2e_web.rs) asserts on it. Exits 0 when the
 // script itself ran; the verdict is the Rust test's.
@@ -40,9 +42,10 @@ const server = http.createServer((req, res) => {
   res.end('<!doctype html><html><body><script type="module" src="/moq-watch.js"></script></body></html>');
 });
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
-const watchUrl = (reload) => {
+const watchUrl = (reload, ws) => {
   const q = new URLSearchParams({ url: `https://127.0.0.1:${quicPort}/`, name, hash });
   if (reload !== undefined) q.set('reload', reload);
+  if (ws) q.set('ws', `ws://${relayHttp}/`);
   return `http://127.0.0.1:${server.address().port}/?${q}`;
 };
 
@@ -50,8 +53,13 @@ const playerBrowser = await launch();
 const browser = await launch();
 const result = {};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-async function open(url, logs, on = browser) {
+async function open(url, logs, on = browser, noWebTransport = false) {
   const page = await on.newPage({ viewport: { width: 800, height: 500 } });
+  if (noWebTransport) {
+    await page.addInitScript(() => {
+      delete window.WebTransport;
+    });
+  }
   page.on('console', (m) => logs.push(`${m.type()}: ${m.text()}`));
   page.on('pageerror', (e) => logs.push(`pageerror: ${e.message}`));
   page.on('crash', () => logs.push('crash: this page\'s renderer died'));
@@ -108,7 +116,20 @@ try {
   c.state = await look(pc, c, 'moq-watch-no-reload.png');
   await pc.close().catch(() => {});
 
-  // The other sessions outlived C's: A still plays, B is still connected.
+  // D: <moq-watch> without WebTransport: MoQT over WebSocket.
+  const d = { logs: [] };
+  result.watchWebSocket = d;
+  const pd = await open(watchUrl(undefined, true), d.logs, browser, true);
+  d.webSocketLogged = await untilLog(d.logs, /connected via WebSocket/, 10000);
+  d.alpnLogged = await untilLog(d.logs, /negotiated ALPN: moqt-18/, 5000);
+  d.subscribeNamespaceLogged = await untilLog(d.logs, /subscribe_namespace written/, 5000);
+  d.announcedLogged = await untilLog(d.logs, /announced: broadcast=.* active=true/, 5000);
+  d.subscribeWritten = await untilLog(d.logs, /subscribe written: .*track=catalog\.json/, 5000);
+  await sleep(1500);
+  d.state = await look(pd, d, 'moq-watch-websocket.png');
+  await pd.close().catch(() => {});
+
+  // The other sessions outlived C's and D's: A still plays, B is still connected.
   await sleep(1500);
   a.framesAfter = await pa.evaluate(() => window.quichubPlayer.stats.renderedFrames);
   a.stats = await pa.evaluate(() => window.quichubPlayer.stats);

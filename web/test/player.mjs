@@ -1,9 +1,11 @@
-// Drives the built-in player: `node test/player.mjs PAGE_URL SCREENSHOT`.
+// Drives the built-in player: `node test/player.mjs PAGE_URL SCREENSHOT [no-webtransport]`.
 // Waits for decoded and shown frames, reads the latency on screen, checks
 // the canvas' pixels change, and saves a screenshot. Prints one JSON line.
+// `no-webtransport` removes WebTransport from the page before it runs, as
+// in Safari: the player must fall back to MoQT over WebSocket.
 import { launch, report, waitFor } from './browser.mjs';
 
-const [url, shot] = process.argv.slice(2);
+const [url, shot, mode] = process.argv.slice(2);
 const browser = await launch();
 const result = { url };
 try {
@@ -12,7 +14,13 @@ try {
   page.on('console', (m) => logs.push(`${m.type()}: ${m.text()}`));
   page.on('pageerror', (e) => logs.push(`pageerror: ${e.message}`));
   result.logs = logs;
+  if (mode === 'no-webtransport') {
+    await page.addInitScript(() => {
+      delete window.WebTransport;
+    });
+  }
   await page.goto(url);
+  result.webTransportInPage = await page.evaluate(() => 'WebTransport' in window);
   await waitFor(page, () => window.quichubPlayer && window.quichubPlayer.stats.renderedFrames > 30, null, 20000, 'frames shown').catch((e) => {
     result.error = e.message;
   });

@@ -143,11 +143,10 @@ impl Hub {
         );
         api.set_auth(auth.clone());
         // The dashboard (`/`) and the player (`/watch/{broadcast}`) on the HTTP port.
-        api.serve_web(quichub_gateway::http::web::Web::new(
-            relay.clone(),
-            addr.port(),
-            fingerprint.clone(),
-        ));
+        api.serve_web(
+            quichub_gateway::http::web::Web::new(relay.clone(), addr.port(), fingerprint.clone())
+                .with_websocket(config.http.websocket),
+        );
         if config.http.websocket {
             api.serve_websocket(quichub_gateway::http::websocket::WebSocketMoqt::new(
                 relay.clone(),

@@ -301,6 +301,65 @@ async fn player_decodes_a_live_broadcast() {
     );
 }
 
+/// In a page without WebTransport (as in Safari), the player falls back to
+/// MoQT over a WebSocket to the page's own origin (the relay's HTTP port,
+/// QMux with subprotocol `qmux-01.moqt-18`) and plays the same broadcast.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn player_plays_over_websocket_without_webtransport() {
+    let Some(_turn) = prerequisites(true) else {
+        return;
+    };
+    let relay = start_relay_observed();
+    let home = format!("http://{}/", relay.http);
+    let (ok, codecs) = node("codecs.mjs", &[&home]);
+    assert!(ok, "codec probe failed: {codecs}");
+    let dir = out_dir();
+    let video = if codecs["video"]["avc1.42c01e"] == true {
+        media::h264(&dir)
+    } else {
+        media::vp8(&dir)
+    };
+    let audio = (codecs["audio"]["opus"] == true).then(|| media::opus(&dir));
+    let with_audio = audio.is_some();
+    let session = publisher(&relay).await;
+    let tasks = media::publish(&session, "live/web-ws", video, audio, false).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let shot = dir.join("player-websocket.png");
+    let url = format!("{home}watch/live/web-ws");
+    let (ok, r) = tokio::task::spawn_blocking(move || {
+        node(
+            "player.mjs",
+            &[&url, shot.to_str().unwrap(), "no-webtransport"],
+        )
+    })
+    .await
+    .unwrap();
+    for t in tasks {
+        t.abort();
+    }
+    let metrics = http_get(relay.metrics.clone().unwrap(), "/metrics").await.2;
+    println!("player: {}", serde_json::to_string_pretty(&r).unwrap());
+    let s = &r["stats"];
+    assert_eq!(r["webTransportInPage"], false, "{r}");
+    assert!(ok, "the player did not play over WebSocket: {r}");
+    assert_eq!(s["transport"], "WebSocket", "{s}");
+    assert!(s["decodedFrames"].as_u64().unwrap() > 30, "{s}");
+    assert_eq!(r["pixelsChanged"], true, "the canvas did not change: {r}");
+    let latency = r["latencyMs"].as_i64().expect("latency shown in ms");
+    assert!((0..1000).contains(&latency), "latency {latency} ms: {r}");
+    if with_audio {
+        assert!(
+            s["decodedAudio"].as_u64().unwrap() > 20,
+            "no audio decoded: {s}"
+        );
+    }
+    assert!(
+        metrics.contains("quichub_websocket_sessions_total{upgrade=\"accepted\"} 1"),
+        "{metrics}"
+    );
+}
+
 /// A relay with auth on (`[auth] key`): the player given `?jwt=` passes
 /// the token to `/v1/relay` and to the WebTransport session and plays; with
 /// no token the relay refuses it and the page says why.
@@ -629,6 +688,26 @@ async fn moq_watch_reaches_the_relay_and_fails_cleanly() {
     assert!(
         log.contains("code=ProtocolViolation reason=unknown message parameter 0x1b21"),
         "{changed}: the relay did not close on SUBSCRIBER_PRIORITY as a varint:\n{log}"
+    );
+    // Over WebSocket (a page without WebTransport, as Safari): @moq/net
+    // falls back to @moq/qmux, the relay's HTTP port takes the upgrade with
+    // qmux-01.moqt-18, and the session gets as far as over WebTransport.
+    let d = &r["watchWebSocket"];
+    assert_eq!(
+        d["webSocketLogged"], true,
+        "@moq/watch did not use WebSocket: {d}"
+    );
+    assert_eq!(d["alpnLogged"], true, "no moqt-18 over WebSocket: {d}");
+    assert_eq!(d["subscribeNamespaceLogged"], true, "{d}");
+    assert_eq!(
+        d["announcedLogged"], true,
+        "no NAMESPACE over WebSocket: {d}"
+    );
+    assert_eq!(d["subscribeWritten"], true, "{d}");
+    // The relay's close (code and reason) reaches it through QMux.
+    assert!(
+        logged(d, "Connection closed: 3 unknown message parameter 0x1b21"),
+        "{changed}: {d}"
     );
     // Cleanly: the other sessions on the relay are unharmed.
     let (before, after) = (

@@ -3,15 +3,17 @@
 // Query: url (https://HOST:QUIC_PORT/), name (the broadcast), hash (the
 // relay certificate's SHA-256 in hex, for serverCertificateHashes), reload
 // (the element's attribute: "false" subscribes without waiting for the
-// broadcast to be announced).
+// broadcast to be announced), ws (MoQT over WebSocket to this URL).
 import '@moq/watch/element';
 
 const q = new URLSearchParams(location.search);
 const el = document.createElement('moq-watch');
-// Read at each connection attempt: pin the self-signed certificate, and no
-// WebSocket fallback (quichub has none; it would only add noise).
+// Read at each connection attempt: pin the self-signed certificate; with
+// `ws` (a ws:// URL of the relay's HTTP port) WebSocket only, with no head
+// start for WebTransport (the page removes WebTransport, as Safari has
+// none), else no WebSocket fallback (it would only add noise).
 el.connection.webtransport = { serverCertificateHashes: [{ algorithm: 'sha-256', value: q.get('hash') }] };
-el.connection.websocket = { enabled: false };
+el.connection.websocket = q.get('ws') ? { enabled: true, url: new URL(q.get('ws')), delay: 0 } : { enabled: false };
 el.setAttribute('name', q.get('name'));
 el.setAttribute('visible', 'always');
 el.setAttribute('muted', '');

@@ -74,6 +74,9 @@ pub struct Web {
     relay: Arc<Relay>,
     quic_port: u16,
     fingerprint: Arc<RwLock<String>>,
+    /// Whether the HTTP port takes MoQT over WebSocket (the player's
+    /// fallback without WebTransport).
+    websocket: bool,
 }
 
 impl std::fmt::Debug for Web {
@@ -93,7 +96,15 @@ impl Web {
             relay,
             quic_port,
             fingerprint,
+            websocket: false,
         }
+    }
+
+    /// Tells the pages (`/v1/relay`'s `websocket`) whether MoQT over
+    /// WebSocket is served on this port.
+    pub fn with_websocket(mut self, on: bool) -> Self {
+        self.websocket = on;
+        self
     }
 
     /// Answers `path` if it is one of the pages' routes (`None`: not ours,
@@ -218,6 +229,7 @@ impl Web {
             .collect();
         json!({
             "quic_port": self.quic_port,
+            "websocket": self.websocket,
             "certificate_sha256": *self.fingerprint.read().expect("fingerprint lock"),
             "sessions": snap.sessions,
             "namespaces": namespaces,
