@@ -309,6 +309,10 @@ pub struct HttpSection {
     /// TCP address of the HTTP API (HTTP/1.1, cleartext HTTP/2) and the web
     /// pages, or `"off"`. `--http`.
     pub address: String,
+    /// TCP address of the same over TLS with the relay's certificate
+    /// (HTTPS, `wss://` for MoQT over WebSocket), or `"off"` (the
+    /// default). `--https`.
+    pub tls: String,
     /// Largest request body (a published message), bytes: beyond it 413.
     pub max_body: usize,
     /// Topics in the registry: beyond it `PUT` answers 507.
@@ -335,6 +339,7 @@ impl Default for HttpSection {
     fn default() -> Self {
         let mut s = Self {
             address: "127.0.0.1:8080".into(),
+            tls: "off".into(),
             max_body: 0,
             max_topics: 0,
             max_subscribers: 0,

@@ -54,6 +54,7 @@ pub struct Hub {
     mqtt: Option<SocketAddr>,
     mqtt_tls: Option<SocketAddr>,
     http: Option<SocketAddr>,
+    https: Option<SocketAddr>,
     metrics: Option<SocketAddr>,
     auth: Arc<RwLock<AuthConfig>>,
     shared_auth: Arc<SharedAuth>,
@@ -168,11 +169,13 @@ impl Hub {
         let mqtt_tls_addr =
             listen_addr("mqtt.tls", &config.mqtt.tls)?.filter(|_| mqtt_addr.is_some());
         let http_addr = listen_addr("http.address", &config.http.address)?;
+        let https_addr = listen_addr("http.tls", &config.http.tls)?;
         let nofile = quichub_net::tcp_limits::raise_nofile_limit();
         let listeners = [
             mqtt_addr.is_some(),
             mqtt_tls_addr.is_some(),
             http_addr.is_some(),
+            https_addr.is_some(),
         ]
         .iter()
         .filter(|on| **on)
@@ -302,6 +305,25 @@ impl Hub {
             ),
             None => None,
         };
+        let https = match https_addr {
+            Some(a) => {
+                let tls = quichub_net::tls::tcp_server_config(&identity, &[b"h2", b"http/1.1"])?;
+                Some(
+                    quichub_gateway::http::tcp::spawn_tls_with(
+                        a,
+                        api.clone(),
+                        tcp.clone(),
+                        tcp.limiter("https", listeners),
+                        tls,
+                    )
+                    .await
+                    .with_context(|| {
+                        format!("bind HTTPS {a} (http.tls, --https: off or another address)")
+                    })?,
+                )
+            }
+            None => None,
+        };
         let metrics = match listen_addr("metrics.address", &config.metrics.address)? {
             Some(a) => {
                 let listener = quichub_net::metrics_http::bind(a).await.with_context(|| {
@@ -344,6 +366,7 @@ impl Hub {
             mqtt,
             mqtt_tls,
             http,
+            https,
             metrics,
         })
     }
@@ -422,6 +445,11 @@ impl Hub {
     /// The bound HTTP API address, if on.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http
+    }
+
+    /// Where the HTTPS listener (`[http] tls`) is bound, if it runs.
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.https
     }
 
     /// Whether the HTTP API is served over HTTP/3 on [`Hub::addr`].

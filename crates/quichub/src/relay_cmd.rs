@@ -67,6 +67,11 @@ pub struct RelayArgs {
     /// 127.0.0.1:8080. Key `http.address`.
     #[arg(long)]
     pub http: Option<String>,
+    /// TCP address of the same over TLS with the relay's certificate
+    /// (HTTPS and HTTP/2; the pages, and `wss://` for MoQT over WebSocket),
+    /// `off` (the default) to disable. Key `http.tls`.
+    #[arg(long)]
+    pub https: Option<String>,
     /// The same HTTP API over HTTP/3 on the relay's UDP port (ALPN `h3`,
     /// beside WebTransport, with 0-RTT): `on` (the default) or `off`. Key
     /// `quic.http3`.
@@ -167,6 +172,7 @@ impl RelayArgs {
         set(&self.mqtt, &mut c.mqtt.tcp);
         set(&self.mqtt_tls, &mut c.mqtt.tls);
         set(&self.http, &mut c.http.address);
+        set(&self.https, &mut c.http.tls);
         set(&self.metrics, &mut c.metrics.address);
         set(&self.cluster, &mut c.cluster.registry);
         set(&self.node_url, &mut c.cluster.node_url);
@@ -253,6 +259,15 @@ fn print_listening(hub: &Hub, out: &mut dyn Write) -> std::io::Result<()> {
             out,
             "web dashboard http://{h}/ player http://{h}/watch/BROADCAST"
         )?;
+        if hub.config().http.websocket {
+            writeln!(out, "moqt over websocket ws://{h}/ (qmux-01.moqt-18)")?;
+        }
+    }
+    if let Some(h) = hub.https_addr() {
+        writeln!(out, "https tcp {h} (HTTP/1.1, HTTP/2 over TLS)")?;
+        if hub.config().http.websocket {
+            writeln!(out, "moqt over websocket wss://{h}/ (qmux-01.moqt-18)")?;
+        }
     }
     if hub.http3() {
         writeln!(out, "http3 udp {addr} (ALPN h3, beside WebTransport)")?;
@@ -413,6 +428,7 @@ mod tests {
             ("--fsync", "never"),
             ("--store-recovery", "strict"),
             ("--http", "off"),
+            ("--https", "127.0.0.1:3"),
             ("--http3", "off"),
             ("--ack-frequency", "off"),
             ("--endpoints", "3"),

@@ -231,3 +231,47 @@ async fn a_websocket_session_that_sends_garbage_is_closed_alone() {
     w.finish();
     assert_eq!(next_object(&mut s).await.payload, &b"still here"[..]);
 }
+
+/// `[http] tls`: the HTTP port over TLS with the relay's certificate, and
+/// MoQT over `wss://` on it (pinned here by the certificate's hash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wss_on_the_https_port_carries_a_session() {
+    let mut c = test_config();
+    c.http.tls = "127.0.0.1:0".into();
+    let relay = TestRelay::with_hub_config(c).await;
+    let https = relay.hub.https_addr().expect("HTTPS on");
+    let publisher = relay.client("moqt").await;
+    let name = FullTrackName::new("tls", "t");
+    let track = publisher
+        .create_track(name.clone(), 1, TrackMode::Push)
+        .await
+        .unwrap();
+    let viewer = ws_client(&relay, &format!("wss://127.0.0.1:{}/test", https.port())).await;
+    let mut sub = viewer
+        .subscribe(
+            name.clone(),
+            SubscribeOptions {
+                rendezvous_ms: Some(3000),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    within(5, async {
+        while !track.is_forwarding() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
+    w.write(0, Bytes::from_static(b"over tls")).await.unwrap();
+    w.finish();
+    assert_eq!(next_object(&mut sub).await.payload, &b"over tls"[..]);
+
+    // A client that does not trust the certificate gets nowhere.
+    let mut opts = relay.opts();
+    opts.verify = quichub_client::Verify::Fingerprints(vec![vec![0; 32]]);
+    let refused =
+        ClientSession::connect(&format!("wss://127.0.0.1:{}/test", https.port()), opts).await;
+    assert!(refused.is_err());
+}

@@ -1,6 +1,8 @@
 //! The HTTP API over TCP: HTTP/1.1 and cleartext HTTP/2 with prior
 //! knowledge (RFC 9113 §3.3) on one port, told apart by the connection
-//! preface (hyper-util's auto server). For clients without HTTP/3.
+//! preface (hyper-util's auto server), and the same over TLS (HTTPS, ALPN
+//! `h2` and `http/1.1`; [`spawn_tls_with`]). For clients without HTTP/3,
+//! and for WebSocket upgrades ([`super::websocket`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -21,7 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use quichub_net::tcp_limits::{Acceptor, ConnLimiter, TcpLimits};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 
 use super::api::{error, Api, ApiBody};
@@ -176,6 +178,43 @@ pub async fn serve_tcp(acceptor: Acceptor, api: Arc<Api>, limits: TcpLimits) {
     }
 }
 
+/// [`serve_tcp`] over TLS: each connection's handshake must end within the
+/// header timeout (a client that stalls it holds a slot no longer than one
+/// that stalls its request head).
+pub async fn serve_tls(
+    acceptor: Acceptor,
+    api: Arc<Api>,
+    limits: TcpLimits,
+    tls: Arc<tokio_rustls::rustls::ServerConfig>,
+) {
+    let timeouts = Timeouts {
+        header: limits.http_header_timeout(),
+        idle: limits.http_idle_timeout(),
+        body: limits.http_body_timeout(),
+    };
+    let tls = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (stream, peer, guard) = acceptor.accept().await;
+        let _ = stream.set_nodelay(true);
+        let (api, tls) = (api.clone(), tls.clone());
+        tokio::spawn(async move {
+            let guard = Arc::new(guard);
+            let stream = match tokio::time::timeout(timeouts.header, tls.accept(stream)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, "https: TLS handshake: {e}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "https: TLS handshake timed out");
+                    return;
+                }
+            };
+            serve_conn(stream, peer, api, timeouts, guard).await;
+        });
+    }
+}
+
 /// The HTTP timeouts of one connection.
 #[derive(Debug, Clone, Copy)]
 struct Timeouts {
@@ -273,12 +312,12 @@ impl Drop for InFlight {
 }
 
 /// The socket, telling [`Activity`] when bytes come in.
-struct Tracked {
-    stream: TcpStream,
+struct Tracked<S> {
+    stream: S,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for Tracked {
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -294,7 +333,7 @@ impl AsyncRead for Tracked {
     }
 }
 
-impl AsyncWrite for Tracked {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -335,13 +374,11 @@ impl AsyncWrite for Tracked {
 /// `body` (else 408). HTTP/2 also pings a peer every `idle`
 /// while streams are open and closes the connection when a ping is not
 /// answered within `header`.
-async fn serve_conn<G: Send + Sync + 'static>(
-    stream: TcpStream,
-    peer: SocketAddr,
-    api: Arc<Api>,
-    t: Timeouts,
-    guard: Arc<G>,
-) {
+async fn serve_conn<S, G>(stream: S, peer: SocketAddr, api: Arc<Api>, t: Timeouts, guard: Arc<G>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    G: Send + Sync + 'static,
+{
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Tracked {
         stream,
@@ -407,6 +444,27 @@ async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
+}
+
+/// Binds `addr` and serves the API over TLS (`tls`: the relay's
+/// certificate, ALPN `h2` and `http/1.1`) on it in a background task,
+/// within `limits` and `limiter`; returns the bound address.
+pub async fn spawn_tls_with(
+    addr: SocketAddr,
+    api: Arc<Api>,
+    limits: TcpLimits,
+    limiter: Arc<ConnLimiter>,
+    tls: Arc<tokio_rustls::rustls::ServerConfig>,
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(serve_tls(
+        Acceptor::new(listener, limiter),
+        api,
+        limits,
+        tls,
+    ));
+    Ok(local)
 }
 
 /// Binds `addr` and serves the API on it in a background task, within the
