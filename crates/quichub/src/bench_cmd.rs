@@ -21,7 +21,8 @@ pub struct BenchArgs {
 struct Common {
     /// Profile file (draft-evens-moq-bench / qperf INI), e.g. profiles/scenario1-audio.ini.
     profile: PathBuf,
-    /// Relay URL (`moqt://` raw QUIC or `https://` WebTransport).
+    /// Relay URL (`moqt://` raw QUIC, `https://` WebTransport, `ws://` or
+    /// `wss://` MoQT over WebSocket on the relay's HTTP port).
     #[arg(long, default_value = "moqt://127.0.0.1:4443/bench")]
     relay: String,
     /// `announce` (PUBLISH_NAMESPACE, serve SUBSCRIBE; works with any relay) or `push` (PUBLISH).

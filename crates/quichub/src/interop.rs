@@ -12,7 +12,8 @@ use quichub_client::{ClientSession, ConnectOptions, SubscribeOptions, TrackMode}
 /// explicit flags over environment).
 #[derive(clap::Args, Debug)]
 pub struct InteropArgs {
-    /// Relay URL (`https://` WebTransport, `moqt://` raw QUIC); env RELAY_URL.
+    /// Relay URL (`https://` WebTransport, `moqt://` raw QUIC, `ws://` or
+    /// `wss://` WebSocket); env RELAY_URL.
     #[arg(short, long)]
     pub relay: Option<String>,
     /// Run one test; env TESTCASE.

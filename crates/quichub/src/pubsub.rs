@@ -16,7 +16,9 @@ use crate::framing::{self, InFraming, OutFraming};
 /// Publisher options.
 #[derive(clap::Args, Debug)]
 pub struct PubArgs {
-    /// Relay URL: `moqt://host:port/path` (raw QUIC) or `https://host:port/path` (WebTransport).
+    /// Relay URL: `moqt://host:port/path` (raw QUIC), `https://host:port/path`
+    /// (WebTransport), or `ws://host:http-port/path` / `wss://` (MoQT over
+    /// WebSocket, the relay's HTTP port).
     pub url: String,
     /// Track namespace, `/`-separated fields.
     #[arg(long, default_value = "quichub/demo")]

@@ -88,6 +88,43 @@ fn interop_client_passes_every_case_over_quic_and_webtransport() {
     }
 }
 
+/// The same 15 cases over MoQT over WebSocket (QMux) on the relay's HTTP
+/// port, the URL the relay prints.
+#[test]
+fn interop_client_passes_every_case_over_websocket() {
+    let mut child = Command::new(BIN)
+        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off"])
+        .args([
+            "--mqtt",
+            "off",
+            "--http",
+            "127.0.0.1:0",
+            "--data-dir",
+            "off",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn relay");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("relay output ended").unwrap();
+        if let Some(rest) = line.strip_prefix("moqt over websocket ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let relay = RelayProcess { child, port: 0 };
+    let (ok, tap) = interop(&format!("{url}interop"));
+    drop(relay);
+    assert!(ok, "interop-client failed over WebSocket ({url}):\n{tap}");
+    assert_eq!(
+        tap.lines().filter(|l| l.starts_with("ok ")).count(),
+        15,
+        "{tap}"
+    );
+}
+
 #[test]
 fn interop_client_lists_and_rejects_unknown_tests() {
     let out = Command::new(BIN)
