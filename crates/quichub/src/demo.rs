@@ -23,8 +23,11 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 3)]
     pub subscribers: usize,
     /// Use WebTransport (https://) instead of raw QUIC (moqt://) for clients.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "websocket")]
     pub webtransport: bool,
+    /// Use MoQT over WebSocket (ws://, the relay's HTTP port) for clients.
+    #[arg(long)]
+    pub websocket: bool,
 }
 
 #[derive(Default)]
@@ -41,14 +44,22 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     config.metrics.address = "off".into();
     config.mqtt.tcp = "off".into();
     config.mqtt.tls = "off".into();
-    config.http.address = "off".into();
+    config.http.address = if a.websocket { "127.0.0.1:0" } else { "off" }.into();
     let hub = quichub_hub::Hub::start(config).await?;
     let (addr, fingerprint) = (hub.addr(), hub.fingerprint());
-    let scheme = if a.webtransport { "https" } else { "moqt" };
-    let url = format!("{scheme}://127.0.0.1:{}/demo", addr.port());
+    let (scheme, url) = match (a.webtransport, hub.http_addr()) {
+        (true, _) => ("https", format!("https://127.0.0.1:{}/demo", addr.port())),
+        (false, Some(http)) => ("ws", format!("ws://{http}/demo")),
+        (false, None) => ("moqt", format!("moqt://127.0.0.1:{}/demo", addr.port())),
+    };
     println!(
         "quichub demo: relay on udp {} ({}), certificate sha256 {}",
-        addr, scheme, fingerprint
+        match hub.http_addr() {
+            Some(http) => format!("{addr}, tcp {http}"),
+            None => addr.to_string(),
+        },
+        scheme,
+        fingerprint
     );
     let verify = quichub_client::Verify::Fingerprints(vec![
         quichub_net::tls::unhex(&fingerprint).expect("hex")

@@ -795,6 +795,31 @@ fn demo_is_not_buried_in_relay_logs() {
     quiet_into_closed_pipe(&["demo", "--duration", "1"]);
 }
 
+/// `demo --websocket`: the same demo with every client over MoQT over
+/// WebSocket (the embedded relay's HTTP port); nothing lost.
+#[test]
+fn demo_over_websocket() {
+    let out = Command::new(BIN)
+        .args(["demo", "--duration", "1", "--websocket"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("(ws)"), "{stdout}");
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("audio ") || l.starts_with("video ") || l.starts_with("imu "))
+        .collect();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    for r in rows {
+        let loss = r.split_whitespace().nth(4).unwrap();
+        assert_eq!(loss, "0.00", "{stdout}");
+    }
+}
+
 /// `--version` answers on subcommands too (and starts nothing).
 #[test]
 fn version_on_subcommands() {
