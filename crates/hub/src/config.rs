@@ -120,8 +120,10 @@ impl ClusterSection {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OriginSection {
-    /// `moqt://host:port/` or `https://host:port/` (WebTransport); `?jwt=`
-    /// authenticates this relay there.
+    /// `moqt://host:port/`, `https://host:port/` (WebTransport), or
+    /// `wss://host:https-port/` / `ws://host:http-port/` (MoQT over
+    /// WebSocket, for a network that blocks UDP; `ws://` is cleartext and
+    /// takes no fingerprint or ca); `?jwt=` authenticates this relay there.
     pub url: String,
     /// Namespace prefixes to follow (`/`-separated); empty: every namespace.
     pub prefixes: Vec<String>,
@@ -144,12 +146,20 @@ impl OriginSection {
             .url
             .parse()
             .with_context(|| format!("cluster.origins url {:?}", self.url))?;
+        // ws:// and wss:// reach an origin over TCP where UDP is blocked.
         anyhow::ensure!(
-            matches!(url.scheme(), "moqt" | "https"),
-            "cluster.origins url {:?}: moqt:// or https://",
+            matches!(url.scheme(), "moqt" | "https" | "ws" | "wss"),
+            "cluster.origins url {:?}: moqt://, https://, ws:// or wss://",
             self.url
         );
         let verify = match (&self.fingerprint, &self.ca) {
+            // Cleartext: no certificate to check (only for a path the
+            // operator trusts, such as a private network).
+            (None, None) if url.scheme() == "ws" => quichub_net::tls::Verify::Insecure,
+            _ if url.scheme() == "ws" => anyhow::bail!(
+                "cluster.origins {}: ws:// has no certificate to check (use wss:// with a fingerprint or ca)",
+                self.url
+            ),
             (Some(f), None) => {
                 quichub_net::tls::Verify::Fingerprints(vec![quichub_net::tls::unhex(f)
                     .filter(|b| b.len() == 32)

@@ -395,6 +395,54 @@ async fn a_follower_gets_the_tracks_pushed_at_its_origin() {
     }
 }
 
+/// A follower whose only way to its origin is TCP (a network that blocks
+/// UDP) follows it over MoQT over WebSocket: `ws://` to the origin's HTTP
+/// port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_follows_its_origin_over_websocket() {
+    let mut c = test_config();
+    c.http.address = "127.0.0.1:0".into();
+    let a = TestRelay::with_hub_config(c).await;
+    let mut c = test_config();
+    c.cluster.origins.push(quichub_hub::OriginSection {
+        url: format!("ws://{}/", a.hub.http_addr().unwrap()),
+        prefixes: vec![],
+        fingerprint: None,
+        ca: None,
+    });
+    let b = TestRelay::with_hub_config(c).await;
+    until(|| b.relay.metrics.origin_sessions.load(Relaxed) == 1).await;
+    let publisher = a.client("moqt").await;
+    let name = FullTrackName::new("tcp-only", "t");
+    let track = publisher
+        .create_track(name.clone(), 1, TrackMode::Push)
+        .await
+        .unwrap();
+    until(|| b.relay.find_track(&name).is_some()).await;
+    let s = b.client("moqt").await;
+    let mut sub = s
+        .subscribe(name.clone(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    let mut w = track
+        .open_subgroup(1, 0)
+        .await
+        .unwrap()
+        .expect("forwarding");
+    w.write(0, Bytes::from_static(b"via tcp")).await.unwrap();
+    match within(10, sub.next()).await {
+        Some(SubscriptionEvent::Object(o)) => {
+            assert_eq!((o.group, &o.payload[..]), (1, &b"via tcp"[..]))
+        }
+        e => panic!("{e:?}"),
+    }
+    assert!(a
+        .relay
+        .metrics
+        .render()
+        .contains("quichub_websocket_sessions_total{upgrade=\"accepted\"} 1"));
+}
+
 /// Collects a FETCH's objects at `relay` as (group, object, payload).
 async fn fetch_all(
     s: &quichub_client::ClientSession,
