@@ -111,7 +111,7 @@ impl Session {
     pub async fn open_uni(&self) -> Result<SendStream, Error> {
         Ok(match self {
             Session::Quic(s) => SendStream::Quic(s.open_uni().await?),
-            Session::Qmux(s) => SendStream::Qmux(s.open_uni().await?),
+            Session::Qmux(s) => SendStream::Qmux(QmuxStream::boxed(s.open_uni().await?, s)),
         })
     }
 
@@ -124,7 +124,10 @@ impl Session {
             }
             Session::Qmux(s) => {
                 let (a, b) = s.open_bi().await?;
-                (SendStream::Qmux(a), RecvStream::Qmux(b))
+                (
+                    SendStream::Qmux(QmuxStream::boxed(a, s)),
+                    RecvStream::Qmux(QmuxStream::boxed(b, s)),
+                )
             }
         })
     }
@@ -133,7 +136,7 @@ impl Session {
     pub async fn accept_uni(&self) -> Result<RecvStream, Error> {
         Ok(match self {
             Session::Quic(s) => RecvStream::Quic(s.accept_uni().await?),
-            Session::Qmux(s) => RecvStream::Qmux(s.accept_uni().await?),
+            Session::Qmux(s) => RecvStream::Qmux(QmuxStream::boxed(s.accept_uni().await?, s)),
         })
     }
 
@@ -146,7 +149,10 @@ impl Session {
             }
             Session::Qmux(s) => {
                 let (a, b) = s.accept_bi().await?;
-                (SendStream::Qmux(a), RecvStream::Qmux(b))
+                (
+                    SendStream::Qmux(QmuxStream::boxed(a, s)),
+                    RecvStream::Qmux(QmuxStream::boxed(b, s)),
+                )
             }
         })
     }
@@ -239,8 +245,38 @@ impl Session {
 pub enum SendStream {
     /// On QUIC.
     Quic(web_transport_quinn::SendStream),
-    /// On QMux.
-    Qmux(qmux::SendStream),
+    /// On QMux, with its session: qmux 0.5.3 leaves a stream's pending
+    /// operations waiting forever once the session is gone, so each one
+    /// here also ends when the session does.
+    Qmux(Box<QmuxStream<qmux::SendStream>>),
+}
+
+/// A QMux stream and its session (boxed in the enums: QUIC's streams, the
+/// common case, stay small).
+pub struct QmuxStream<S> {
+    s: S,
+    session: qmux::Session,
+}
+
+impl<S> QmuxStream<S> {
+    fn boxed(s: S, session: &qmux::Session) -> Box<Self> {
+        Box::new(Self {
+            s,
+            session: session.clone(),
+        })
+    }
+}
+
+/// Runs `op` on a QMux stream until it ends or `session` closes.
+async fn or_closed<T>(
+    session: &qmux::Session,
+    op: impl std::future::Future<Output = Result<T, qmux::Error>>,
+) -> Result<T, Error> {
+    tokio::select! {
+        biased;
+        r = op => Ok(r?),
+        e = session.closed() => Err(e.into()),
+    }
 }
 
 impl SendStream {
@@ -248,7 +284,7 @@ impl SendStream {
     pub async fn write(&mut self, buf: &[u8]) -> Result<usize, Error> {
         match self {
             SendStream::Quic(s) => Ok(s.write(buf).await?),
-            SendStream::Qmux(s) => Ok(s.write(buf).await?),
+            SendStream::Qmux(q) => or_closed(&q.session, q.s.write(buf)).await,
         }
     }
 
@@ -256,7 +292,7 @@ impl SendStream {
     pub async fn write_all(&mut self, buf: &[u8]) -> Result<(), Error> {
         match self {
             SendStream::Quic(s) => Ok(s.write_all(buf).await?),
-            SendStream::Qmux(s) => Ok(s.write_all(buf).await?),
+            SendStream::Qmux(q) => or_closed(&q.session, q.s.write_all(buf)).await,
         }
     }
 
@@ -264,9 +300,9 @@ impl SendStream {
     pub async fn write_chunk(&mut self, buf: Bytes) -> Result<(), Error> {
         match self {
             SendStream::Quic(s) => Ok(s.write_chunk(buf).await?),
-            SendStream::Qmux(s) => {
+            SendStream::Qmux(q) => {
                 let mut buf = buf;
-                Ok(s.write_all_buf(&mut buf).await?)
+                or_closed(&q.session, q.s.write_all_buf(&mut buf)).await
             }
         }
     }
@@ -275,7 +311,7 @@ impl SendStream {
     pub fn finish(&mut self) -> Result<(), Error> {
         match self {
             SendStream::Quic(s) => Ok(s.finish()?),
-            SendStream::Qmux(s) => Ok(s.finish()?),
+            SendStream::Qmux(q) => Ok(q.s.finish()?),
         }
     }
 
@@ -283,21 +319,20 @@ impl SendStream {
     pub fn reset(&mut self, code: u32) -> Result<(), Error> {
         match self {
             SendStream::Quic(s) => Ok(s.reset(code)?),
-            SendStream::Qmux(s) => {
-                s.reset(code);
+            SendStream::Qmux(q) => {
+                q.s.reset(code);
                 Ok(())
             }
         }
     }
 
     /// Sets the send order: higher is sent first. QMux has 256 levels, not
-    /// 2^32: it gets the top byte of the order, which is the subscriber
-    /// priority in [`moqt::priority::stream_priority`]'s layout.
+    /// 2^32: see [`qmux_order`].
     pub fn set_priority(&mut self, order: i32) -> Result<(), Error> {
         match self {
             SendStream::Quic(s) => Ok(s.set_priority(order)?),
-            SendStream::Qmux(s) => {
-                s.set_priority(qmux_order(order));
+            SendStream::Qmux(q) => {
+                q.s.set_priority(qmux_order(order));
                 Ok(())
             }
         }
@@ -308,30 +343,56 @@ impl SendStream {
     pub async fn stopped(&mut self) -> Result<Option<u32>, Error> {
         match self {
             SendStream::Quic(s) => Ok(s.stopped().await?),
-            SendStream::Qmux(s) => match s.closed().await {
-                Ok(()) => Ok(None),
-                Err(qmux::Error::StreamStop(code)) => {
+            SendStream::Qmux(q) => match or_closed(&q.session, q.s.closed()).await {
+                // qmux reports a stream whose FIN went out as `Closed`.
+                Ok(()) | Err(Error::Qmux(qmux::Error::Closed)) => Ok(None),
+                Err(Error::Qmux(qmux::Error::StreamStop(code))) => {
                     Ok(Some(u32::try_from(code.into_inner()).unwrap_or(u32::MAX)))
                 }
-                Err(e) => Err(e.into()),
+                Err(e) => Err(e),
             },
         }
     }
 }
 
-/// QMux's `u8` send order from ours (`i32`, higher first): order-preserving
-/// on the top byte.
+/// QMux's `u8` send order (higher first) from a
+/// [`moqt::priority::stream_priority`] order: the top 5 bits of the
+/// subscriber priority, then the top 3 of the publisher priority (both
+/// inverted there, so higher is more urgent here too). The group order, the
+/// low bits, has no room: within one level QMux shares the link between
+/// streams. Negative orders (not from that layout) are the lowest level.
 fn qmux_order(order: i32) -> u8 {
-    // Shift into 0..=u32::MAX keeping the order, then keep the top byte.
-    ((order as i64 - i32::MIN as i64) >> 24) as u8
+    if order < 0 {
+        return 0;
+    }
+    let subscriber = (order >> 23) & 0xff;
+    let publisher = (order >> 15) & 0xff;
+    ((subscriber >> 3) << 3 | (publisher >> 5)) as u8
 }
 
 /// The receiving half of a stream.
 pub enum RecvStream {
     /// On QUIC.
     Quic(web_transport_quinn::RecvStream),
-    /// On QMux.
-    Qmux(qmux::RecvStream),
+    /// On QMux, with its session (see [`SendStream::Qmux`]).
+    Qmux(Box<QmuxStream<qmux::RecvStream>>),
+}
+
+impl Drop for RecvStream {
+    fn drop(&mut self) {
+        // qmux 0.5.3 gives back connection flow-control credit only for
+        // bytes read: what arrived but was never read would shrink the
+        // peer's window for good. Read out (and so give back) what is
+        // already here; nothing waits.
+        if let RecvStream::Qmux(q) = self {
+            for _ in 0..1024 {
+                match q.s.read_chunk(usize::MAX).now_or_never() {
+                    Some(Ok(Some(_))) => {}
+                    _ => break,
+                }
+            }
+        }
+    }
 }
 
 impl RecvStream {
@@ -339,7 +400,7 @@ impl RecvStream {
     pub async fn read(&mut self, buf: &mut [u8]) -> Result<Option<usize>, Error> {
         match self {
             RecvStream::Quic(s) => Ok(s.read(buf).await?),
-            RecvStream::Qmux(s) => Ok(s.read(buf).await?),
+            RecvStream::Qmux(q) => or_closed(&q.session, q.s.read(buf)).await,
         }
     }
 
@@ -348,7 +409,7 @@ impl RecvStream {
     pub async fn read_chunk(&mut self, max: usize) -> Result<Option<Bytes>, Error> {
         match self {
             RecvStream::Quic(s) => Ok(s.read_chunk(max, true).await?.map(|c| c.bytes)),
-            RecvStream::Qmux(s) => Ok(s.read_chunk(max).await?),
+            RecvStream::Qmux(q) => or_closed(&q.session, q.s.read_chunk(max)).await,
         }
     }
 
@@ -368,8 +429,8 @@ impl RecvStream {
     pub fn stop(&mut self, code: u32) -> Result<(), Error> {
         match self {
             RecvStream::Quic(s) => Ok(s.stop(code)?),
-            RecvStream::Qmux(s) => {
-                s.stop(code);
+            RecvStream::Qmux(q) => {
+                q.s.stop(code);
                 Ok(())
             }
         }
@@ -381,12 +442,18 @@ mod tests {
     use super::qmux_order;
 
     #[test]
-    fn qmux_order_keeps_the_order_of_the_top_byte() {
-        assert_eq!(qmux_order(i32::MIN), 0);
-        assert_eq!(qmux_order(i32::MAX), 255);
-        assert!(qmux_order(-1) < qmux_order(1 << 24));
-        let hi = moqt::priority::stream_priority(0, 128, 5, moqt::GroupOrder::Ascending);
-        let lo = moqt::priority::stream_priority(200, 128, 5, moqt::GroupOrder::Ascending);
-        assert!(qmux_order(hi) > qmux_order(lo));
+    fn qmux_order_keeps_subscriber_then_publisher_priority() {
+        use moqt::priority::stream_priority;
+        use moqt::GroupOrder::Ascending;
+        let q = |sub, publ| qmux_order(stream_priority(sub, publ, 5, Ascending));
+        assert_eq!(q(0, 0), 255);
+        assert_eq!(q(255, 255), 0);
+        // Subscriber priority first (lower value: more urgent), ...
+        assert!(q(0, 255) > q(8, 0));
+        assert!(q(100, 128) > q(200, 128));
+        // ... then the publisher's, as the client's streams use it.
+        assert!(q(128, 0) > q(128, 64));
+        assert!(q(128, 64) > q(128, 255));
+        assert_eq!(qmux_order(-5), 0);
     }
 }

@@ -14,11 +14,15 @@
 //! module picks the subprotocol ([`select_subprotocol`]) and wraps the
 //! upgraded byte stream ([`accept_upgraded`]); [`connect`] is the client.
 
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
 use anyhow::Context;
 use qmux::ws::tokio_tungstenite::{self, tungstenite};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::mux::Session;
 use crate::QuicConfig;
@@ -34,9 +38,21 @@ pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(5);
 pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Largest WebSocket message accepted: one QMux record is one message, and
-/// records are at most 16 KiB by default; the margin is for peers that
-/// negotiate larger ones.
-const MAX_MESSAGE: usize = 1 << 20;
+/// we take records of at most 16 382 bytes (qmux's default, what we
+/// advertise); the margin is for the frame header.
+const MAX_MESSAGE: usize = 20 << 10;
+
+/// How long our writes to the socket may be stuck (the peer reads nothing)
+/// before we stop reading what it sends: QMux answers some frames (pings)
+/// with frames of its own, which would pile up in memory while nothing
+/// leaves. Reading again as soon as a write gets through.
+const READ_PAUSE_AFTER: Duration = Duration::from_millis(500);
+
+/// How long our writes may be stuck before the session is closed.
+pub const WRITE_STALL_LIMIT: Duration = KEEP_ALIVE_TIMEOUT;
+
+/// How long a client's TCP connect, TLS and WebSocket handshakes may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The subprotocol to accept from a `Sec-WebSocket-Protocol` request header
 /// (comma-separated, possibly repeated): ours, in our order of preference,
@@ -71,26 +87,157 @@ fn ws_config() -> tungstenite::protocol::WebSocketConfig {
 }
 
 /// Wraps the byte stream of an accepted upgrade (the 101 response sent with
-/// `subprotocol`) as a server-side session.
+/// `subprotocol`) as a server-side session. A peer that stops reading is
+/// no longer read from after [`READ_PAUSE_AFTER`] and is closed after
+/// [`WRITE_STALL_LIMIT`].
 pub async fn accept_upgraded<T>(io: T, subprotocol: &str, config: qmux::Config) -> Session
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let stall = Arc::new(Stall::default());
+    let io = Guarded {
+        io,
+        stall: stall.clone(),
+    };
     let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
         io,
         tungstenite::protocol::Role::Server,
         Some(ws_config()),
     )
     .await;
-    qmux::ws::Upgraded::new(ws)
+    let session = qmux::ws::Upgraded::new(ws)
         .with_alpn(subprotocol)
         .with_keep_alive(qmux::ws::KeepAlive::new(
             KEEP_ALIVE_INTERVAL,
             KEEP_ALIVE_TIMEOUT,
         ))
         .with_session_config(config)
-        .accept()
-        .into()
+        .accept();
+    tokio::spawn(watch_stall(stall, session.clone()));
+    session.into()
+}
+
+/// Closes `session` once its writes have been stuck for
+/// [`WRITE_STALL_LIMIT`]; ends with the session.
+async fn watch_stall(stall: Arc<Stall>, session: qmux::Session) {
+    use web_transport_trait::Session as _;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = session.closed() => return,
+            _ = tick.tick() => {}
+        }
+        if stall.stuck_for() >= WRITE_STALL_LIMIT {
+            tracing::debug!("WebSocket peer reads nothing: closing its session");
+            session.close(0, "peer stopped reading");
+            stall.wake_reader();
+            return;
+        }
+    }
+}
+
+/// Since when our writes have been stuck (milliseconds since `start`, plus
+/// one; 0: not stuck), and the reader paused meanwhile.
+struct Stall {
+    start: tokio::time::Instant,
+    since: AtomicU64,
+    reader: Mutex<Option<Waker>>,
+}
+
+impl Default for Stall {
+    fn default() -> Self {
+        Self {
+            start: tokio::time::Instant::now(),
+            since: AtomicU64::new(0),
+            reader: Mutex::new(None),
+        }
+    }
+}
+
+impl Stall {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64 + 1
+    }
+
+    fn stuck_for(&self) -> Duration {
+        match self.since.load(Ordering::Acquire) {
+            0 => Duration::ZERO,
+            t => Duration::from_millis(self.now_ms().saturating_sub(t)),
+        }
+    }
+
+    fn pending(&self) {
+        let _ = self
+            .since
+            .compare_exchange(0, self.now_ms(), Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    fn progressed(&self) {
+        if self.since.swap(0, Ordering::AcqRel) != 0 {
+            self.wake_reader();
+        }
+    }
+
+    fn wake_reader(&self) {
+        if let Some(w) = self.reader.lock().expect("stall waker").take() {
+            w.wake();
+        }
+    }
+}
+
+/// The socket under a server-side WebSocket, telling [`Stall`] how its
+/// writes go, and holding reads while they are stuck.
+struct Guarded<T> {
+    io: T,
+    stall: Arc<Stall>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.stall.stuck_for() >= READ_PAUSE_AFTER {
+            *this.stall.reader.lock().expect("stall waker") = Some(cx.waker().clone());
+            // Checked again: a write may have got through meanwhile.
+            if this.stall.stuck_for() >= READ_PAUSE_AFTER {
+                return Poll::Pending;
+            }
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        match r {
+            Poll::Pending => this.stall.pending(),
+            Poll::Ready(_) => this.stall.progressed(),
+        }
+        r
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_flush(cx);
+        match r {
+            Poll::Pending => this.stall.pending(),
+            Poll::Ready(_) => this.stall.progressed(),
+        }
+        r
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
 }
 
 /// Connects to a `ws://` or `wss://` URL (TLS checked by `tls`), offering
@@ -99,7 +246,23 @@ pub async fn connect(
     url: &url::Url,
     remote: std::net::SocketAddr,
     server_name: &str,
-    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> anyhow::Result<Session> {
+    tokio::time::timeout(CONNECT_TIMEOUT, dial(url, remote, server_name, tls))
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "no WebSocket session with {url} within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            )
+        })?
+}
+
+async fn dial(
+    url: &url::Url,
+    remote: std::net::SocketAddr,
+    server_name: &str,
+    tls: Option<Arc<rustls::ClientConfig>>,
 ) -> anyhow::Result<Session> {
     use tungstenite::client::IntoClientRequest;
     let tcp = tokio::net::TcpStream::connect(remote)
@@ -175,5 +338,87 @@ mod tests {
         );
         assert_eq!(select_subprotocol(["qmux-01.moq-lite-04", "qmux-01"]), None);
         assert_eq!(select_subprotocol([]), None);
+    }
+
+    /// A session pair over an in-memory socket: (server, client).
+    async fn pair() -> (Session, Session) {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let server = accept_upgraded(a, SUBPROTOCOLS[0], qmux::Config::default()).await;
+        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            b,
+            tungstenite::protocol::Role::Client,
+            None,
+        )
+        .await;
+        let client = qmux::ws::Upgraded::new(ws)
+            .with_alpn(SUBPROTOCOLS[0])
+            .connect()
+            .into();
+        (server, client)
+    }
+
+    /// qmux 0.5.3 leaves a read waiting forever once its session is
+    /// closed; ours end with the session.
+    #[tokio::test]
+    async fn a_pending_read_ends_when_the_session_closes() {
+        let (server, client) = pair().await;
+        let mut send = client.open_uni().await.unwrap();
+        send.write_all(b"part of a stream").await.unwrap();
+        let mut recv = server.accept_uni().await.unwrap();
+        let first = recv.read_chunk(1024).await.unwrap().unwrap();
+        assert_eq!(&first[..], b"part of a stream");
+        let s = server.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            s.close(7, b"bye");
+        });
+        let r = tokio::time::timeout(Duration::from_secs(2), recv.read_chunk(1024)).await;
+        assert!(matches!(r, Ok(Err(_))), "{r:?}");
+        // The peer learns it is closed (its code and reason: e2e_websocket).
+        tokio::time::timeout(Duration::from_secs(2), client.closed())
+            .await
+            .unwrap();
+    }
+
+    /// While our writes are stuck (the peer reads nothing), what the peer
+    /// sends is not read; it is as soon as a write gets through.
+    #[tokio::test]
+    async fn reads_pause_while_writes_are_stuck() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, mut peer) = tokio::io::duplex(64);
+        let stall = Arc::new(Stall::default());
+        let mut ours = Guarded {
+            io: a,
+            stall: stall.clone(),
+        };
+        ours.write_all(&[0; 64]).await.unwrap();
+        // The pipe is full: the next write waits.
+        let w = tokio::time::timeout(Duration::from_millis(600), ours.write_all(b"more")).await;
+        assert!(w.is_err());
+        peer.write_all(b"ping").await.unwrap();
+        assert!(stall.stuck_for() >= READ_PAUSE_AFTER);
+        let mut buf = [0u8; 16];
+        let r = tokio::time::timeout(Duration::from_millis(100), ours.read(&mut buf)).await;
+        assert!(r.is_err(), "read while writes are stuck");
+        // The peer reads: our write gets through, and so do our reads.
+        let mut drain = [0u8; 64];
+        peer.read_exact(&mut drain).await.unwrap();
+        ours.write_all(b"more").await.unwrap();
+        assert_eq!(stall.stuck_for(), Duration::ZERO);
+        let n = ours.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"ping");
+    }
+
+    /// A finished stream reports no STOP_SENDING and no error.
+    #[tokio::test]
+    async fn stopped_after_finish_is_not_an_error() {
+        let (server, client) = pair().await;
+        let mut send = client.open_uni().await.unwrap();
+        send.write_all(b"x").await.unwrap();
+        send.finish().unwrap();
+        let mut recv = server.accept_uni().await.unwrap();
+        assert_eq!(recv.read_to_end(16).await.unwrap(), b"x");
+        let r = tokio::time::timeout(Duration::from_secs(2), send.stopped()).await;
+        assert!(matches!(r, Ok(Ok(None))), "{r:?}");
     }
 }

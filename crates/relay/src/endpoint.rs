@@ -181,10 +181,23 @@ pub async fn serve_websocket(
     )
     .await;
     let reason = s.close_reason().map(|e| e.to_string());
-    // Ends the QMux session and its TCP connection, whatever ended the MoQT one.
-    s.close(0, b"");
+    // Ends the QMux session and its TCP connection, whatever ended the MoQT
+    // one (a close already made, with its code and reason, stands).
+    if reason.is_none() {
+        s.close(0, b"");
+    }
     log_closed(remote, "WebSocket", reason);
+    // Held a moment, as QUIC holds a closed connection while it drains:
+    // dropping the last handle tears QMux down at once, before its writer
+    // has sent the close (code and reason) to the peer.
+    tokio::spawn(async move {
+        tokio::time::sleep(WEBSOCKET_CLOSE_LINGER).await;
+        drop(s);
+    });
 }
+
+/// How long a closed WebSocket session is kept for its close to go out.
+const WEBSOCKET_CLOSE_LINGER: Duration = Duration::from_millis(500);
 
 /// Logs a connection the endpoint accepted (info): peer and ALPN.
 fn log_accepted(remote: SocketAddr, alpn: &str) {

@@ -150,6 +150,9 @@ impl Drop for RequestSlot<'_> {
 
 type Result<T, E = SessionError> = std::result::Result<T, E>;
 
+/// Longest wait to write GOAWAY on a session's control stream.
+const GOAWAY_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+
 fn read_err(e: ReadError) -> SessionError {
     match e {
         ReadError::Decode(d) => d.into(),
@@ -287,8 +290,19 @@ impl SessionHandle {
             timeout: timeout_ms,
             request_id: Some(floor),
         });
-        if let Some(s) = self.control.lock().await.as_mut() {
-            let _ = write_message(s, &msg).await;
+        // Bounded: a peer that stopped reading must not hold up the GOAWAY
+        // of every session after it (shutdown sends them one by one).
+        let send = async {
+            if let Some(s) = self.control.lock().await.as_mut() {
+                let _ = write_message(s, &msg).await;
+            }
+        };
+        if tokio::time::timeout(GOAWAY_WRITE_TIMEOUT, send)
+            .await
+            .is_err()
+        {
+            self.session
+                .close(SessionErrorCode::NoError.code(), b"GOAWAY not read");
         }
     }
 }
@@ -469,11 +483,21 @@ fn establish(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
 }
 
 async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
+    // The peer's SETUP is due within the setup timeout from here, and so is
+    // our own SETUP on its way: a peer that grants no stream to open
+    // (QUIC's initial MAX_STREAMS of 0, or a QMux peer that never sends its
+    // transport parameters) or never reads holds its half-open slot no
+    // longer than one that never speaks.
+    let setup_timeout = Duration::from_millis(relay.config.setup_timeout_ms);
+    let setup_at = tokio::time::Instant::now() + setup_timeout;
+    let too_slow = || SessionError {
+        code: SessionErrorCode::ControlMessageTimeout,
+        reason: "no SETUP exchanged in time".into(),
+    };
     // Our control stream: SETUP first; GOAWAY may follow later.
-    let mut control = h
-        .session
-        .open_uni()
+    let mut control = tokio::time::timeout_at(setup_at, h.session.open_uni())
         .await
+        .map_err(|_| too_slow())?
         .map_err(|e| SessionError::protocol(e.to_string()))?;
     let mut setup = match &h.setup_target {
         Some((authority, path)) => make_setup(IMPLEMENTATION, Some(authority), Some(path)),
@@ -489,8 +513,9 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
         setup.options.sort_by_key(|kv| kv.kind);
     }
     let setup = Message::Setup(setup);
-    write_message(&mut control, &setup)
+    tokio::time::timeout_at(setup_at, write_message(&mut control, &setup))
         .await
+        .map_err(|_| too_slow())?
         .map_err(|e| SessionError::protocol(e.to_string()))?;
     *h.control.lock().await = Some(control);
 
@@ -539,8 +564,7 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
         shutdown.mark_changed();
     }
     let mut draining = false;
-    let setup_timeout = Duration::from_millis(relay.config.setup_timeout_ms);
-    let setup_deadline = tokio::time::sleep(setup_timeout);
+    let setup_deadline = tokio::time::sleep_until(setup_at);
     tokio::pin!(setup_deadline);
     let mut setup_pending = true;
     // The session's credentials expire: known once SETUP gave it its access.
