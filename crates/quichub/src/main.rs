@@ -42,7 +42,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the MoQT relay (raw QUIC and WebTransport on one UDP port).
+    /// Run the MoQT relay (raw QUIC and WebTransport on one UDP port; MoQT over
+    /// WebSocket on the HTTP port).
     Relay(relay_cmd::RelayArgs),
     /// Check a configuration file, or print the effective configuration.
     Config(relay_cmd::ConfigArgs),

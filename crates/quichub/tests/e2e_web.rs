@@ -87,6 +87,8 @@ struct Relay {
     http: String,
     /// `host:port` of `/metrics` (only from [`start_relay_observed`]).
     metrics: Option<String>,
+    /// The HTTPS port's address, when started with `--https`.
+    https: Option<String>,
     /// The relay's log (stderr; only from [`start_relay_observed`]).
     log: Option<std::sync::Arc<std::sync::Mutex<String>>>,
 }
@@ -156,11 +158,18 @@ fn spawn_relay_with(observed: bool, extra: &[&str]) -> Relay {
             .unwrap_or_else(|| panic!("no address in {line:?}"))
             .to_string()
     };
-    let (mut quic, mut http, mut metrics) = (None, None, None);
-    while quic.is_none() || http.is_none() || (observed && metrics.is_none()) {
+    let (mut quic, mut http, mut metrics, mut https) = (None, None, None, None);
+    let want_https = extra.contains(&"--https");
+    while quic.is_none()
+        || http.is_none()
+        || (observed && metrics.is_none())
+        || (want_https && https.is_none())
+    {
         let line = lines.next().expect("relay output ended").unwrap();
         if line.starts_with("quichub relay listening") {
             quic = Some(port_of(&line).rsplit(':').next().unwrap().parse().unwrap());
+        } else if line.starts_with("https tcp") {
+            https = Some(port_of(&line));
         } else if line.starts_with("http tcp") {
             http = Some(port_of(&line));
         } else if let Some(url) = line.strip_prefix("metrics http://") {
@@ -172,6 +181,7 @@ fn spawn_relay_with(observed: bool, extra: &[&str]) -> Relay {
         child,
         quic: quic.unwrap(),
         http: http.unwrap(),
+        https,
         metrics,
         log,
     }
@@ -358,6 +368,49 @@ async fn player_plays_over_websocket_without_webtransport() {
         metrics.contains("quichub_websocket_sessions_total{upgrade=\"accepted\"} 1"),
         "{metrics}"
     );
+}
+
+/// A page served over HTTPS (`--https`, the relay's certificate; this
+/// browser is told to accept it, as it would a CA-signed one) plays over
+/// `wss://` to its own origin when the browser has no WebTransport.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn player_plays_over_wss_from_an_https_page() {
+    let Some(_turn) = prerequisites(true) else {
+        return;
+    };
+    let relay = spawn_relay_with(true, &["--https", "127.0.0.1:0"]);
+    let (ok, codecs) = node("codecs.mjs", &[&format!("http://{}/", relay.http)]);
+    assert!(ok, "codec probe failed: {codecs}");
+    let dir = out_dir();
+    let video = if codecs["video"]["avc1.42c01e"] == true {
+        media::h264(&dir)
+    } else {
+        media::vp8(&dir)
+    };
+    let session = publisher(&relay).await;
+    let tasks = media::publish(&session, "live/web-wss", video, None, false).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shot = dir.join("player-wss.png");
+    let url = format!(
+        "https://{}/watch/live/web-wss",
+        relay.https.clone().unwrap()
+    );
+    let (ok, r) = tokio::task::spawn_blocking(move || {
+        node(
+            "player.mjs",
+            &[&url, shot.to_str().unwrap(), "no-webtransport"],
+        )
+    })
+    .await
+    .unwrap();
+    for t in tasks {
+        t.abort();
+    }
+    println!("player: {}", serde_json::to_string_pretty(&r).unwrap());
+    let s = &r["stats"];
+    assert!(ok, "the player did not play over wss: {r}");
+    assert_eq!(s["transport"], "WebSocket", "{s}");
+    assert!(s["decodedFrames"].as_u64().unwrap() > 30, "{s}");
 }
 
 /// A relay with auth on (`[auth] key`): the player given `?jwt=` passes
