@@ -409,6 +409,50 @@ mod tests {
         assert_eq!(&buf[..n], b"ping");
     }
 
+    /// Data a receiver never reads (its stream dropped) gives its
+    /// connection flow-control credit back (vendor/qmux patch): the peer can
+    /// go on sending on other streams. Upstream qmux 0.5.3 returned credit only
+    /// for bytes read, so this blocked once the window was used up.
+    #[tokio::test]
+    async fn unread_data_of_a_dropped_stream_frees_the_window() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let mut config = qmux::Config::default();
+        config.max_data = 64 << 10;
+        config.max_stream_data_uni = 64 << 10;
+        let server = accept_upgraded(a, SUBPROTOCOLS[0], config).await;
+        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            b,
+            tungstenite::protocol::Role::Client,
+            None,
+        )
+        .await;
+        let client: Session = qmux::ws::Upgraded::new(ws)
+            .with_alpn(SUBPROTOCOLS[0])
+            .connect()
+            .into();
+        // The receiver stops each stream as soon as it sees it (STOP_SENDING)
+        // and drops it a little later: what arrives in between is never read.
+        let s = server.clone();
+        tokio::spawn(async move {
+            while let Ok(mut recv) = s.accept_uni().await {
+                recv.stop(0).unwrap();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    drop(recv);
+                });
+            }
+        });
+        for round in 0..6 {
+            let mut send = client.open_uni().await.unwrap();
+            let w =
+                tokio::time::timeout(Duration::from_secs(3), send.write_all(&[7; 48 << 10])).await;
+            assert!(
+                matches!(w, Ok(Ok(()))),
+                "round {round}: the window did not come back"
+            );
+        }
+    }
+
     /// A finished stream reports no STOP_SENDING and no error.
     #[tokio::test]
     async fn stopped_after_finish_is_not_an_error() {
