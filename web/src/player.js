@@ -462,7 +462,9 @@ async function connect(info) {
         timeoutMs: forced === 'webtransport' ? 10000 : 4000,
       });
     } catch (e) {
-      if (forced === 'webtransport' || info.websocket === false) throw e;
+      // Only a transport that did not come up is worth another: the relay's
+      // refusal (a token, a full relay) would be the same over WebSocket.
+      if (forced === 'webtransport' || info.websocket === false || !e.transportFailed) throw e;
       console.warn(`WebTransport failed (${e && e.message}); trying WebSocket`);
     }
   }

@@ -109,15 +109,27 @@ export class Session {
   static async connect(url, { fingerprint, timeoutMs = 10000, transport } = {}) {
     const wt = transport || connectWebTransport(url, fingerprint);
     const how = transport ? 'WebSocket' : 'WebTransport';
+    const close = () => {
+      try { wt.close(); } catch (_) { /* already closed */ }
+    };
     try {
       await withTimeout(wt.ready, timeoutMs, `no ${how} session with ${url}`);
     } catch (e) {
-      try { wt.close(); } catch (_) { /* already closed */ }
-      throw e;
+      close();
+      // The transport itself did not come up (UDP blocked, say): another
+      // one may; a refusal after this point would be the same on any.
+      const err = e instanceof Error ? e : new Error(String(e));
+      err.transportFailed = true;
+      throw err;
     }
     const s = new Session(wt);
     s.transport = how;
-    await s.start(timeoutMs);
+    try {
+      await s.start(timeoutMs);
+    } catch (e) {
+      close();
+      throw e;
+    }
     return s;
   }
 

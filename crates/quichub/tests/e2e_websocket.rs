@@ -323,3 +323,41 @@ async fn a_silent_websocket_is_closed_at_the_setup_timeout() {
     let ws = format!("ws://{http}/test");
     let _ok = within(5, ws_client(&relay, &ws)).await;
 }
+
+/// At shutdown a WebSocket session gets GOAWAY and, if it is still there
+/// when the drain ends, is closed, as the endpoint's close ends QUIC ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_websocket_sessions_after_the_drain() {
+    let mut c = test_config();
+    c.http.address = "127.0.0.1:0".into();
+    c.relay.goaway_timeout_ms = 300;
+    let relay = TestRelay::with_hub_config(c).await;
+    let http = relay.hub.http_addr().unwrap();
+    let client = quichub_net::client::Client::new(
+        "127.0.0.1:0".parse().unwrap(),
+        quichub_client::Verify::Insecure,
+    )
+    .unwrap();
+    // A raw session that sends SETUP and then ignores everything (a client
+    // that never acts on GOAWAY).
+    let s = client
+        .connect(&url::Url::parse(&format!("ws://{http}/test")).unwrap())
+        .await
+        .unwrap()
+        .session;
+    let mut control = s.open_uni().await.unwrap();
+    let setup = moqt::session::make_setup("raw", None, None);
+    control
+        .write_all(&moqt::message::Message::Setup(setup).to_bytes())
+        .await
+        .unwrap();
+    within(5, async {
+        while relay.relay.session_count() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let hub = relay.hub.clone();
+    tokio::spawn(async move { hub.shutdown().await });
+    within(5, s.closed()).await;
+}

@@ -169,6 +169,23 @@ pub async fn serve_websocket(
         .websocket_sessions
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let s = session.clone();
+    // The endpoint's close after the drain ends QUIC sessions; a WebSocket
+    // one is closed here at the same time.
+    let drain = {
+        let (relay, s) = (relay.clone(), session.clone());
+        tokio::spawn(async move {
+            let mut shutdown = relay.shutdown_signal();
+            tokio::select! {
+                _ = s.closed() => return,
+                _ = shutdown.wait_for(|on| *on) => {}
+            }
+            let drain = Duration::from_millis(relay.config.goaway_timeout_ms);
+            tokio::select! {
+                _ = s.closed() => {}
+                _ = tokio::time::sleep(drain) => s.close(0, b"relay shutting down"),
+            }
+        })
+    };
     session::serve(
         relay,
         Accepted {
@@ -180,6 +197,7 @@ pub async fn serve_websocket(
         },
     )
     .await;
+    drain.abort();
     let reason = s.close_reason().map(|e| e.to_string());
     // Ends the QMux session and its TCP connection, whatever ended the MoQT
     // one (a close already made, with its code and reason, stands).
@@ -217,10 +235,18 @@ fn log_closed(remote: SocketAddr, alpn: &str, reason: Option<String>) {
 pub async fn shutdown(relay: &Arc<Relay>, server: &Server) {
     let uri = relay.goaway_uri();
     relay.begin_shutdown();
-    for s in relay.sessions() {
-        s.send_goaway(relay.config.goaway_timeout_ms, uri.clone())
-            .await;
-    }
+    // All at once: a session whose peer reads nothing (its control stream
+    // blocked by flow control) must not hold up the GOAWAY of the others.
+    let deadline_ms = relay.config.goaway_timeout_ms;
+    let sends = relay
+        .sessions()
+        .into_iter()
+        .map(|s| s.send_goaway(deadline_ms, uri.clone()));
+    let _ = tokio::time::timeout(
+        Duration::from_millis(deadline_ms),
+        futures::future::join_all(sends),
+    )
+    .await;
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(relay.config.goaway_timeout_ms);
     while tokio::time::Instant::now() < deadline && relay.session_count() > 0 {

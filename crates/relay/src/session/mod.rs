@@ -150,9 +150,6 @@ impl Drop for RequestSlot<'_> {
 
 type Result<T, E = SessionError> = std::result::Result<T, E>;
 
-/// Longest wait to write GOAWAY on a session's control stream.
-const GOAWAY_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
-
 fn read_err(e: ReadError) -> SessionError {
     match e {
         ReadError::Decode(d) => d.into(),
@@ -290,19 +287,10 @@ impl SessionHandle {
             timeout: timeout_ms,
             request_id: Some(floor),
         });
-        // Bounded: a peer that stopped reading must not hold up the GOAWAY
-        // of every session after it (shutdown sends them one by one).
-        let send = async {
-            if let Some(s) = self.control.lock().await.as_mut() {
-                let _ = write_message(s, &msg).await;
-            }
-        };
-        if tokio::time::timeout(GOAWAY_WRITE_TIMEOUT, send)
-            .await
-            .is_err()
-        {
-            self.session
-                .close(SessionErrorCode::NoError.code(), b"GOAWAY not read");
+        // May wait while the peer's flow control holds the control stream;
+        // shutdown sends every session's GOAWAY at once, within its drain.
+        if let Some(s) = self.control.lock().await.as_mut() {
+            let _ = write_message(s, &msg).await;
         }
     }
 }
@@ -490,9 +478,15 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
     // longer than one that never speaks.
     let setup_timeout = Duration::from_millis(relay.config.setup_timeout_ms);
     let setup_at = tokio::time::Instant::now() + setup_timeout;
-    let too_slow = || SessionError {
-        code: SessionErrorCode::ControlMessageTimeout,
-        reason: "no SETUP exchanged in time".into(),
+    let too_slow = || {
+        relay.metrics.setup_timeouts.fetch_add(1, Relaxed);
+        SessionError {
+            code: SessionErrorCode::ControlMessageTimeout,
+            reason: format!(
+                "no SETUP exchanged within {} ms (the peer granted no stream or read nothing)",
+                setup_timeout.as_millis()
+            ),
+        }
     };
     // Our control stream: SETUP first; GOAWAY may follow later.
     let mut control = tokio::time::timeout_at(setup_at, h.session.open_uni())
