@@ -107,8 +107,21 @@ export class Session {
    * websocket.js's), the SETUP exchange runs on it instead.
    */
   static async connect(url, { fingerprint, timeoutMs = 10000, transport } = {}) {
-    const wt = transport || connectWebTransport(url, fingerprint);
     const how = transport ? 'WebSocket' : 'WebTransport';
+    const failed = (e) => {
+      // The transport itself did not come up (UDP blocked, an option this
+      // browser refuses): another one may; a refusal after that point would
+      // be the same on any.
+      const err = e instanceof Error ? e : new Error(String(e));
+      err.transportFailed = true;
+      return err;
+    };
+    let wt;
+    try {
+      wt = transport || connectWebTransport(url, fingerprint);
+    } catch (e) {
+      throw failed(e);
+    }
     const close = () => {
       try { wt.close(); } catch (_) { /* already closed */ }
     };
@@ -116,11 +129,7 @@ export class Session {
       await withTimeout(wt.ready, timeoutMs, `no ${how} session with ${url}`);
     } catch (e) {
       close();
-      // The transport itself did not come up (UDP blocked, say): another
-      // one may; a refusal after this point would be the same on any.
-      const err = e instanceof Error ? e : new Error(String(e));
-      err.transportFailed = true;
-      throw err;
+      throw failed(e);
     }
     const s = new Session(wt);
     s.transport = how;

@@ -196,3 +196,40 @@ async fn wrong_request_id_parity() {
     let err = within(5, s.closed()).await;
     assert_eq!(close_code(&err), Some(0x4), "{err}");
 }
+
+/// A client of draft 14 or 16 opens its session with CLIENT_SETUP (0x20) on
+/// a bidirectional stream, over WebTransport (where the CONNECT does not
+/// name the draft): told VERSION_NEGOTIATION_FAILED, not PROTOCOL_VIOLATION,
+/// and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_drafts_client_setup_is_refused_as_such() {
+    let relay = TestRelay::start().await;
+    let s = relay.raw("https").await;
+    let (mut send, _recv) = s.open_bi().await.unwrap();
+    // Draft-14 CLIENT_SETUP: type 0x20, 16-bit length, one version
+    // (0xff00000e), no parameters.
+    let mut body = BytesMut::new();
+    put_vi64(&mut body, 1);
+    put_vi64(&mut body, 0xff00_000e);
+    put_vi64(&mut body, 0);
+    let mut msg = BytesMut::new();
+    put_vi64(&mut msg, 0x20);
+    msg.put_u16(body.len() as u16);
+    msg.extend_from_slice(&body);
+    send.write_all(&msg).await.unwrap();
+    let err = within(5, s.closed()).await;
+    assert_eq!(
+        close_code(&err),
+        Some(
+            moqt::SessionErrorCode::VersionNegotiationFailed
+                .code()
+                .into()
+        ),
+        "{err}"
+    );
+    assert!(relay
+        .relay
+        .metrics
+        .render()
+        .contains("quichub_sessions_refused_total{limit=\"draft\"} 1"));
+}

@@ -32,6 +32,9 @@ pub struct Metrics {
     pub sessions_refused_half_open: AtomicU64,
     /// Sessions refused at SETUP because `max_sessions` were open.
     pub sessions_refused_full: AtomicU64,
+    /// Sessions of an older MoQT draft (CLIENT_SETUP on a bidirectional
+    /// stream), refused with VERSION_NEGOTIATION_FAILED.
+    pub sessions_refused_draft: AtomicU64,
     /// MoQT sessions that came over a WebSocket (QMux) upgrade.
     pub websocket_sessions: AtomicU64,
     /// WebSocket upgrades refused (not a valid handshake, no MoQT
@@ -241,6 +244,11 @@ impl Metrics {
             s,
             "quichub_sessions_refused_total{{limit=\"max_sessions\"}} {}",
             self.sessions_refused_full.load(Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "quichub_sessions_refused_total{{limit=\"draft\"}} {}",
+            self.sessions_refused_draft.load(Relaxed)
         );
         let _ = writeln!(s, "# HELP quichub_websocket_sessions_total MoQT sessions over a WebSocket (QMux), by outcome of the upgrade.\n# TYPE quichub_websocket_sessions_total counter");
         let _ = writeln!(

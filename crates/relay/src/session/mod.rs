@@ -739,6 +739,19 @@ async fn on_request(
     let first = match reader.next().await {
         Ok(m) => m,
         Err(ReadError::Finished) | Err(ReadError::Stream(_)) => return Ok(()),
+        // Drafts up to 16 open the session with CLIENT_SETUP (0x20; 0x40 up
+        // to draft 10) on a bidirectional control stream: a peer of another
+        // draft, told so rather than handed a bare "unknown message".
+        Err(ReadError::Decode(moqt::DecodeError::UnknownMessage(ty @ (0x20 | 0x40)))) => {
+            relay.metrics.sessions_refused_draft.fetch_add(1, Relaxed);
+            return Err(SessionError {
+                code: SessionErrorCode::VersionNegotiationFailed,
+                reason: format!(
+                    "CLIENT_SETUP ({ty:#x}) of an older MoQT draft: this relay speaks \
+                     draft-18 only (ALPN or subprotocol moqt-18)"
+                ),
+            });
+        }
         Err(e) => return Err(read_err(e)),
     };
     if !first.opens_request_stream() {
