@@ -671,6 +671,10 @@ impl Config {
                 "http.address (--http)",
                 listen_addr("http.address", &self.http.address)?,
             ),
+            (
+                "http.tls (--https)",
+                listen_addr("http.tls", &self.http.tls)?,
+            ),
         ];
         for (key, addr) in listeners {
             if let Some(addr) = addr.filter(|a| !a.ip().is_loopback()) {
@@ -857,6 +861,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("mqtt.tcp"), "{e}");
+        // The HTTPS listener carries the API and MoQT over wss:// too.
+        let e = Config::parse("[http]\ntls = \"0.0.0.0:8443\"\n", "t")
+            .unwrap()
+            .check_exposure()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http.tls"), "{e}");
         exposed("[auth]\nallow_anonymous = true\n").unwrap();
         exposed("[auth]\npassword_file = \"/etc/quichub/passwd\"\n").unwrap();
         exposed("[auth]\npublic = [\"anon\"]\n").unwrap();
