@@ -305,12 +305,7 @@ async fn a_fetch_below_the_cache_gets_the_cache_when_the_publisher_refuses() {
         .subscribe(name.clone(), SubscribeOptions::default())
         .await
         .unwrap();
-    within(5, async {
-        while !track.is_forwarding() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    common::until_forwarding(&track).await;
     publish(0..3).await;
     within(5, async {
         while relay

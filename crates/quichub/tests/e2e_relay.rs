@@ -102,12 +102,7 @@ async fn publish_done_waits_for_the_streams_it_counts() {
             )
             .await
             .unwrap();
-        within(5, async {
-            while !track.is_forwarding() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await;
+        common::until_forwarding(&track).await;
         let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
         w.write(0, Bytes::from_static(b"first")).await.unwrap();
         // The end is announced while the stream is still open ...
@@ -672,12 +667,7 @@ async fn a_waiting_subscriber_outlasts_a_namespace_announced_before_its_track() 
         .unwrap();
     let (_s, sub) = within(10, waiting).await.unwrap();
     let mut sub = sub.expect("the waiting subscription is served once the track is pushed");
-    within(5, async {
-        while !track.is_forwarding() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    common::until_forwarding(&track).await;
     let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
     w.write(0, Bytes::from_static(b"frame")).await.unwrap();
     w.finish();

@@ -56,12 +56,7 @@ async fn a_websocket_subscriber_gets_streams_and_datagrams_from_a_quic_publisher
         .subscribe(name.clone(), SubscribeOptions::default())
         .await
         .unwrap();
-    within(5, async {
-        while !track.is_forwarding() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    common::until_forwarding(&track).await;
     for g in 0..3u64 {
         let mut w = track.open_subgroup(g, 0).await.unwrap().unwrap();
         for o in 0..4u64 {
@@ -115,12 +110,7 @@ async fn a_websocket_publisher_reaches_quic_and_webtransport_subscribers() {
     };
     let mut sa = a.subscribe(name.clone(), opts()).await.unwrap();
     let mut sb = b.subscribe(name.clone(), opts()).await.unwrap();
-    within(5, async {
-        while !track.is_forwarding() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    common::until_forwarding(&track).await;
     let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
     w.write(0, Bytes::from_static(b"over tcp")).await.unwrap();
     w.finish();
@@ -231,12 +221,7 @@ async fn a_websocket_session_that_sends_garbage_is_closed_alone() {
     );
 
     // The good WebSocket session keeps flowing.
-    within(5, async {
-        while !track.is_forwarding() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    common::until_forwarding(&track).await;
     let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
     w.write(0, Bytes::from_static(b"still here")).await.unwrap();
     w.finish();
@@ -268,12 +253,7 @@ async fn wss_on_the_https_port_carries_a_session() {
         )
         .await
         .unwrap();
-    within(5, async {
-        while !track.is_forwarding() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    common::until_forwarding(&track).await;
     let mut w = track.open_subgroup(0, 0).await.unwrap().unwrap();
     w.write(0, Bytes::from_static(b"over tls")).await.unwrap();
     w.finish();

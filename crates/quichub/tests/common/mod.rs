@@ -232,6 +232,17 @@ pub async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T 
         .expect("test step timed out")
 }
 
+/// Waits (at most 5 s) until `track` forwards: a subscription reached its
+/// publisher, so what it writes now goes out.
+pub async fn until_forwarding(track: &quichub_client::LocalTrack) {
+    within(5, async {
+        while !track.is_forwarding() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
 /// The application close code of a closed session, for raw QUIC and WebTransport.
 pub fn close_code(e: &quichub_net::mux::Error) -> Option<u64> {
     e.application_close().map(|(code, _)| code.into())
