@@ -19,6 +19,7 @@ pub mod data;
 pub mod error;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
+pub mod legacy;
 pub mod message;
 pub mod names;
 pub mod params;

@@ -19,6 +19,7 @@ pub mod client;
 pub mod flood;
 pub mod h3;
 pub mod io;
+pub mod legacy;
 pub mod metrics_http;
 pub mod mux;
 pub mod quic_config;

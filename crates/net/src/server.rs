@@ -220,6 +220,9 @@ pub struct Accepted {
     /// Plain HTTP/3 requests on the same connection (WebTransport only): for
     /// the HTTP API, or dropped.
     pub http: Option<Box<crate::h3::HttpConnection>>,
+    /// The draft the peer speaks when it is not 18: `session` is then the
+    /// draft-18 side of a translating bridge ([`crate::legacy`]).
+    pub draft: Option<moqt::legacy::Draft>,
 }
 
 impl Server {
@@ -272,6 +275,7 @@ impl Server {
             moqt::ALPN.as_bytes().to_vec(),
             ALPN_H3.to_vec(),
             ALPN_MQTT.to_vec(),
+            moqt::legacy::Draft::D16.alpn().as_bytes().to_vec(),
         ];
         // Session resumption with 0-RTT (docs/zero-rtt.md). quinn wants 0 or
         // u32::MAX here. Tickets are stateful and single-use: the server keeps
@@ -589,6 +593,18 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
             path: None,
             remote,
             http: None,
+            draft: None,
+        })));
+    }
+    if let Some(draft) = moqt::legacy::Draft::from_alpn(&alpn) {
+        let peer = web_transport_quinn::Session::raw(conn).into();
+        return Ok(Established::Moqt(Box::new(Accepted {
+            session: crate::legacy::accept(peer, draft).await?,
+            transport: Transport::Quic,
+            path: None,
+            remote,
+            http: None,
+            draft: Some(draft),
         })));
     }
     if alpn == ALPN_MQTT {
@@ -648,19 +664,25 @@ async fn h3_established(
         None => request.url.path().to_string(),
     };
     let offered = request.protocols.clone();
-    // A client that offers subprotocols must offer ours; one that offers none
-    // (older browsers) gets moqt-18 by the URL's say-so.
-    if !offered.is_empty() && !offered.iter().any(|p| p == moqt::ALPN) {
+    // A client that offers subprotocols must offer ours (draft 18, or draft
+    // 16 through the bridge); one that offers none (older browsers) gets
+    // moqt-18 by the URL's say-so.
+    let d16 = moqt::legacy::Draft::D16.alpn();
+    let chosen = if offered.is_empty() || offered.iter().any(|p| p == moqt::ALPN) {
+        None
+    } else if offered.iter().any(|p| p == d16) {
+        Some(moqt::legacy::Draft::D16)
+    } else {
         request.reject(http::StatusCode::BAD_REQUEST).await.ok();
         anyhow::bail!(
-            "WebTransport client offered {offered:?}, not {}",
+            "WebTransport client offered {offered:?}, not {} or {d16}",
             moqt::ALPN
         );
-    }
-    let response = if offered.is_empty() {
-        ConnectResponse::OK
-    } else {
-        ConnectResponse::OK.with_protocol(moqt::ALPN)
+    };
+    let response = match (offered.is_empty(), chosen) {
+        (true, _) => ConnectResponse::OK,
+        (false, None) => ConnectResponse::OK.with_protocol(moqt::ALPN),
+        (false, Some(d)) => ConnectResponse::OK.with_protocol(d.alpn()),
     };
     let session = request
         .respond(response)
@@ -668,11 +690,16 @@ async fn h3_established(
         .context("WebTransport respond")?;
     // Plain HTTP/3 requests on this connection reach `http`.
     session.forward_other_bi(forward);
+    let session = match chosen {
+        Some(draft) => crate::legacy::accept(session.into(), draft).await?,
+        None => session.into(),
+    };
     Ok(Established::Moqt(Box::new(Accepted {
-        session: session.into(),
+        session,
         transport: Transport::WebTransport,
         path: Some(path),
         remote,
+        draft: chosen,
         http: Some(http),
     })))
 }

@@ -7,8 +7,9 @@
 //! moq-clock subscribe <--(moq-lite)-- moq-relay S --(moqt-18)--> quichub
 //! ```
 //!
-//! Every MoQT byte quichub sees or sends is draft-18 and comes from or goes to
-//! moq-net. `scripts/install-moq-dev.sh` installs the tools into `.tools/bin`;
+//! Every MoQT byte quichub sees or sends comes from or goes to moq-net: at
+//! draft 18, and at draft 16 (`moqt-16`) through quichub's translating bridge.
+//! `scripts/install-moq-dev.sh` installs the tools into `.tools/bin`;
 //! `scripts/test.sh` sets `QUICHUB_MOQ_DEV_BIN` so a missing tool fails the
 //! test there instead of skipping it.
 
@@ -90,7 +91,7 @@ fn start_quichub(cert: &Path, key: &Path) -> (Proc, u16) {
     (Proc(child), port)
 }
 
-fn moq_relay(bin: &Path, dir: &Path, listen: u16, upstream: &str, log: &str) -> Proc {
+fn moq_relay(bin: &Path, dir: &Path, listen: u16, upstream: &str, draft: u32, log: &str) -> Proc {
     let out = std::fs::File::create(dir.join(log)).unwrap();
     Proc(
         Command::new(bin.join("moq-relay"))
@@ -105,7 +106,7 @@ fn moq_relay(bin: &Path, dir: &Path, listen: u16, upstream: &str, log: &str) -> 
                 "--cluster-connect",
                 upstream,
                 "--connect-version",
-                "moq-transport-18",
+                &format!("moq-transport-{draft}"),
             ])
             .arg("--connect-tls-root")
             .arg(dir.join("cert.pem"))
@@ -138,9 +139,12 @@ fn ticks(out: &str) -> usize {
         .count()
 }
 
-fn run_case(bin: &Path, publisher_scheme: &str, subscriber_scheme: &str) {
+/// One end-to-end case: the publishing moq-relay dials quichub with
+/// `publisher` (scheme, draft), the subscribing one with `subscriber`.
+fn run_case(bin: &Path, publisher: (&str, u32), subscriber: (&str, u32)) {
+    let ((publisher_scheme, pd), (subscriber_scheme, sd)) = (publisher, subscriber);
     let dir = std::env::temp_dir().join(format!(
-        "quichub-moqdev-{}-{publisher_scheme}-{subscriber_scheme}",
+        "quichub-moqdev-{}-{publisher_scheme}{pd}-{subscriber_scheme}{sd}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
@@ -153,8 +157,8 @@ fn run_case(bin: &Path, publisher_scheme: &str, subscriber_scheme: &str) {
         _ => format!("https://127.0.0.1:{port}/"),
     };
     let (pp, sp) = (free_udp_port(), free_udp_port());
-    let _p = moq_relay(bin, &dir, pp, &url(publisher_scheme), "relay-p.log");
-    let _s = moq_relay(bin, &dir, sp, &url(subscriber_scheme), "relay-s.log");
+    let _p = moq_relay(bin, &dir, pp, &url(publisher_scheme), pd, "relay-p.log");
+    let _s = moq_relay(bin, &dir, sp, &url(subscriber_scheme), sd, "relay-s.log");
     std::thread::sleep(Duration::from_secs(2));
     let _publisher = Proc(
         clock(bin, &dir, pp, "publish", "clock-pub.log")
@@ -210,7 +214,7 @@ fn run_case(bin: &Path, publisher_scheme: &str, subscriber_scheme: &str) {
         .collect();
     assert!(
         seen >= 5,
-        "moq-dev subscriber through quichub ({publisher_scheme} publisher, {subscriber_scheme} subscriber) saw {seen} objects\n{logs}"
+        "moq-dev subscriber through quichub ({publisher_scheme} draft-{pd} publisher, {subscriber_scheme} draft-{sd} subscriber) saw {seen} objects\n{logs}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -218,8 +222,20 @@ fn run_case(bin: &Path, publisher_scheme: &str, subscriber_scheme: &str) {
 #[test]
 fn moq_dev_relays_publish_and_subscribe_through_quichub() {
     let Some(bin) = tools() else { return };
-    run_case(&bin, "moqt", "https");
-    run_case(&bin, "https", "moqt");
+    run_case(&bin, ("moqt", 18), ("https", 18));
+    run_case(&bin, ("https", 18), ("moqt", 18));
+}
+
+/// Draft-16 peers through the translating bridge (`quichub_net::legacy`):
+/// a draft-16 publisher reaches a draft-18 subscriber and the reverse, and
+/// draft 16 on both sides, over raw QUIC (ALPN `moqt-16`) and WebTransport
+/// (subprotocol `moqt-16`).
+#[test]
+fn draft_16_peers_publish_and_subscribe_through_quichub() {
+    let Some(bin) = tools() else { return };
+    run_case(&bin, ("moqt", 16), ("https", 18));
+    run_case(&bin, ("https", 18), ("moqt", 16));
+    run_case(&bin, ("https", 16), ("moqt", 16));
 }
 
 /// `quichub interop-client` against moq-dev's moq-relay as the relay under

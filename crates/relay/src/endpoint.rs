@@ -103,10 +103,14 @@ async fn serve_shard(
             match establish_any(incoming).await {
                 Ok(Established::Moqt(mut accepted)) => {
                     let (remote, quic) = (accepted.remote, accepted.session.clone());
-                    let alpn = match accepted.transport {
-                        quichub_net::Transport::Quic => moqt::ALPN,
-                        quichub_net::Transport::WebTransport => "h3 (WebTransport)",
-                        quichub_net::Transport::WebSocket => "WebSocket",
+                    let alpn = match (accepted.transport, accepted.draft) {
+                        (quichub_net::Transport::Quic, None) => moqt::ALPN,
+                        (quichub_net::Transport::Quic, Some(d)) => d.alpn(),
+                        (quichub_net::Transport::WebTransport, None) => "h3 (WebTransport)",
+                        (quichub_net::Transport::WebTransport, Some(_)) => {
+                            "h3 (WebTransport, moqt-16)"
+                        }
+                        (quichub_net::Transport::WebSocket, _) => "WebSocket",
                     };
                     log_accepted(remote, alpn);
                     // Plain HTTP/3 requests beside a WebTransport session.
@@ -194,6 +198,7 @@ pub async fn serve_websocket(
             path: Some(path),
             remote,
             http: None,
+            draft: None,
         },
     )
     .await;

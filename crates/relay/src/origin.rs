@@ -96,6 +96,7 @@ pub async fn follow_until(
                     path: Some(c.path.clone()),
                     remote,
                     http: None,
+                    draft: None,
                 };
                 let serve = crate::session::serve_origin(
                     relay.clone(),
