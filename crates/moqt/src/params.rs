@@ -276,6 +276,52 @@ impl Parameters {
         }
     }
 
+    /// Drops the parameters `allowed` does not list (for values translated
+    /// from another draft, where a message may carry parameters draft 18
+    /// does not allow in it).
+    pub fn retain(&mut self, allowed: Allowed) {
+        let keep = |k: u64| allowed.contains(k);
+        if !keep(kind::OBJECT_DELIVERY_TIMEOUT) {
+            self.object_delivery_timeout = None;
+        }
+        if !keep(kind::AUTHORIZATION_TOKEN) {
+            self.authorization_tokens.clear();
+        }
+        if !keep(kind::RENDEZVOUS_TIMEOUT) {
+            self.rendezvous_timeout = None;
+        }
+        if !keep(kind::SUBGROUP_DELIVERY_TIMEOUT) {
+            self.subgroup_delivery_timeout = None;
+        }
+        if !keep(kind::EXPIRES) {
+            self.expires = None;
+        }
+        if !keep(kind::LARGEST_OBJECT) {
+            self.largest_object = None;
+        }
+        if !keep(kind::FILL_TIMEOUT) {
+            self.fill_timeout = None;
+        }
+        if !keep(kind::FORWARD) {
+            self.forward = None;
+        }
+        if !keep(kind::SUBSCRIBER_PRIORITY) {
+            self.subscriber_priority = None;
+        }
+        if !keep(kind::SUBSCRIPTION_FILTER) {
+            self.subscription_filter = None;
+        }
+        if !keep(kind::GROUP_ORDER) {
+            self.group_order = None;
+        }
+        if !keep(kind::NEW_GROUP_REQUEST) {
+            self.new_group_request = None;
+        }
+        if !keep(kind::TRACK_NAMESPACE_PREFIX) {
+            self.track_namespace_prefix = None;
+        }
+    }
+
     /// Decodes a parameter block, rejecting unknown, disallowed and duplicate types.
     pub fn decode(buf: &mut &[u8], src: &Bytes, allowed: Allowed) -> Result<Self, DecodeError> {
         let n = get_len(buf, MAX_PARAMS)?;

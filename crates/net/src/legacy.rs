@@ -30,11 +30,16 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use moqt::error::{request_error, reset};
-use moqt::legacy::control::{Control, LegacyFrameReader, SubscribeOptions, SETUP_MAX_REQUEST_ID};
-use moqt::legacy::data::{transcode_datagram, Direction, StreamTranscoder};
-use moqt::legacy::Draft;
-use moqt::message::{setup_option, RequestError, Setup};
-use moqt::{KeyValue, KvValue, Message, SessionErrorCode};
+use moqt::legacy::control::{
+    Control, LegacyFrameReader, NamespaceRef, RequestKind, SubscribeOptions, SETUP_MAX_REQUEST_ID,
+};
+use moqt::legacy::data::{transcode_datagram, Direction, StreamTranscoder, TranscodeError};
+use moqt::legacy::{Draft, VERSION_D14};
+use moqt::message::{setup_option, RequestError, RequestUpdate, Setup};
+use moqt::{KeyValue, KvValue, Message, SessionErrorCode, TrackNamespace};
+
+/// FETCH_HEADER's stream type (all drafts).
+const FETCH_HEADER: u64 = 0x05;
 use tokio::sync::mpsc;
 
 use crate::io::{write_message, MessageReader, ReadError};
@@ -95,12 +100,17 @@ impl Fail {
     }
 }
 
-/// A request in flight, by Request ID.
+/// A request in flight, keyed by its Request ID on the peer's side.
 struct Request {
-    /// The draft-18 stream's send half (ours to write on).
-    send: Arc<tokio::sync::Mutex<SendStream>>,
-    /// Who opened it.
+    /// The draft-18 stream's send half (ours to write on); `None` for the
+    /// PUBLISH_NAMESPACEs the bridge itself sends a draft-14 peer.
+    send: Option<Arc<tokio::sync::Mutex<SendStream>>>,
+    kind: RequestKind,
+    /// Who opened it: the peer, or the relay (or the bridge).
     by_peer: bool,
+    /// The namespace of a PUBLISH_NAMESPACE or SUBSCRIBE_NAMESPACE (draft 14
+    /// names them rather than numbering them).
+    namespace: Option<TrackNamespace>,
     /// Updates awaiting REQUEST_OK, oldest first (draft 18 answers an update
     /// on the request's stream, draft 16 with the update's own Request ID).
     updates: Arc<Mutex<VecDeque<u64>>>,
@@ -108,26 +118,12 @@ struct Request {
     pump: Option<tokio::task::AbortHandle>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Subscribe,
-    Fetch,
-    TrackStatus,
-    Publish,
-    PublishNamespace,
-}
-
-impl Kind {
-    fn of(m: &Message) -> Option<Kind> {
-        Some(match m {
-            Message::Subscribe(_) => Kind::Subscribe,
-            Message::Fetch(_) => Kind::Fetch,
-            Message::TrackStatus(_) => Kind::TrackStatus,
-            Message::Publish(_) => Kind::Publish,
-            Message::PublishNamespace(_) => Kind::PublishNamespace,
-            _ => return None,
-        })
-    }
+/// A FETCH whose data stream passes through: its group order, and the
+/// relay's Request ID when the stream carries the bridge's.
+#[derive(Clone, Copy)]
+struct FetchInfo {
+    descending: bool,
+    relay_id: Option<u64>,
 }
 
 struct Bridge {
@@ -137,8 +133,16 @@ struct Bridge {
     /// Messages for the peer's control stream.
     control: mpsc::Sender<Control>,
     requests: Mutex<HashMap<u64, Request>>,
-    /// The peer's MAX_REQUEST_ID for the relay's requests.
+    /// The bridge's Request IDs towards the peer: the relay's are renumbered,
+    /// so the peer sees the strict sequence drafts 14 and 16 require even
+    /// where the bridge sends requests of its own.
+    next_id: Mutex<u64>,
+    /// The peer's Request ID of an update the relay sent, to its request's.
+    update_parent: Mutex<HashMap<u64, u64>>,
+    /// The peer's MAX_REQUEST_ID for the bridge's requests.
     peer_max_request_id: Mutex<u64>,
+    /// FETCHes in flight, by the Request ID their data stream carries.
+    fetches: Arc<Mutex<HashMap<u64, FetchInfo>>>,
     fail: mpsc::Sender<Fail>,
 }
 
@@ -151,7 +155,11 @@ async fn run(peer: Session, relay: Session, draft: Draft) {
         relay: relay.clone(),
         control: control_tx,
         requests: Mutex::new(HashMap::new()),
+        // The client is the peer: the bridge numbers as a server does.
+        next_id: Mutex::new(1),
+        update_parent: Mutex::new(HashMap::new()),
         peer_max_request_id: Mutex::new(0),
+        fetches: Arc::default(),
         fail: fail_tx,
     });
     let setup = {
@@ -191,6 +199,14 @@ async fn run(peer: Session, relay: Session, draft: Draft) {
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 }
 
+fn reply(request_id: u64, to: RequestKind, msg: Message) -> Control {
+    Control::Reply {
+        request_id,
+        to,
+        msg,
+    }
+}
+
 impl Bridge {
     async fn serve(self: Arc<Self>, control_rx: mpsc::Receiver<Control>) -> Result<(), Fail> {
         // The peer's control stream and its CLIENT_SETUP.
@@ -208,12 +224,19 @@ impl Bridge {
                 code: SessionErrorCode::ControlMessageTimeout.code(),
                 reason: "no CLIENT_SETUP".into(),
             })??;
-        let Control::ClientSetup { options, .. } = first else {
+        let Control::ClientSetup { versions, options } = first else {
             return Err(Fail::protocol(format!(
                 "{} before CLIENT_SETUP",
                 first.name()
             )));
         };
+        // Draft 14 negotiates in CLIENT_SETUP; the ALPN already chose 16.
+        if self.draft == Draft::D14 && !versions.contains(&VERSION_D14) {
+            return Err(Fail {
+                code: SessionErrorCode::VersionNegotiationFailed.code(),
+                reason: format!("no supported version in {versions:x?} (serving draft 14 here)"),
+            });
+        }
         let mut setup = Setup::default();
         for kv in options {
             if kv.kind == SETUP_MAX_REQUEST_ID {
@@ -250,7 +273,7 @@ impl Bridge {
                 || kv.kind == setup_option::MOQT_IMPLEMENTATION
         }));
         let server_setup = Control::ServerSetup {
-            version: None,
+            version: (self.draft == Draft::D14).then_some(VERSION_D14),
             options,
         };
         tokio::spawn(write_control(
@@ -281,11 +304,11 @@ impl Bridge {
         let b = self.clone();
         tokio::spawn(async move {
             while let Ok(s) = b.peer.accept_uni().await {
-                let relay = b.relay.clone();
-                let draft = b.draft;
+                let (relay, draft, fetches) = (b.relay.clone(), b.draft, b.fetches.clone());
                 tokio::spawn(async move {
                     if let Ok(out) = relay.open_uni().await {
-                        pipe(s, out, StreamTranscoder::new(draft, Direction::ToModern)).await;
+                        let t = StreamTranscoder::new(draft, Direction::ToModern);
+                        pipe(s, out, t, fetches).await;
                     }
                 });
             }
@@ -293,11 +316,11 @@ impl Bridge {
         let b = self.clone();
         tokio::spawn(async move {
             while let Ok(s) = b.relay.accept_uni().await {
-                let peer = b.peer.clone();
-                let draft = b.draft;
+                let (peer, draft, fetches) = (b.peer.clone(), b.draft, b.fetches.clone());
                 tokio::spawn(async move {
                     if let Ok(out) = peer.open_uni().await {
-                        pipe(s, out, StreamTranscoder::new(draft, Direction::ToLegacy)).await;
+                        let t = StreamTranscoder::new(draft, Direction::ToLegacy);
+                        pipe(s, out, t, fetches).await;
                     }
                 });
             }
@@ -309,6 +332,8 @@ impl Bridge {
                     Ok(d) => {
                         let _ = b.relay.send_datagram(d);
                     }
+                    // Draft 14's "does not exist" datagram has no draft-18 form.
+                    Err(TranscodeError::Unsupported(_)) => {}
                     Err(e) => {
                         let _ = b.fail.send(Fail::protocol(format!("datagram: {e}"))).await;
                         return;
@@ -324,7 +349,7 @@ impl Bridge {
                 }
             }
         });
-        // The peer's other bidi streams: SUBSCRIBE_NAMESPACE.
+        // The peer's other bidi streams: draft 16's SUBSCRIBE_NAMESPACE.
         let b = self.clone();
         tokio::spawn(async move {
             while let Ok((send, recv)) = b.peer.accept_bi().await {
@@ -353,19 +378,21 @@ impl Bridge {
     async fn on_peer_control(self: &Arc<Self>, m: Control) -> Result<(), Fail> {
         match m {
             Control::Request(m) => self.peer_request(m).await,
-            Control::Reply(id, m) => {
-                let Some(send) = self.lookup(id, false) else {
-                    // A reply racing the relay's cancel: nothing waits for it.
-                    return Ok(());
-                };
-                let ends = matches!(m, Message::PublishDone(_) | Message::RequestError(_));
-                let mut send = send.lock().await;
-                let _ = write_message(&mut send, &m).await;
-                if ends {
-                    let _ = send.finish();
-                    drop(send);
-                    self.remove(id);
-                }
+            Control::SubscribeNamespace { request, .. } if self.draft == Draft::D14 => {
+                // Draft 14's SUBSCRIBE_NAMESPACE travels on the control
+                // stream and is answered with PUBLISH_NAMESPACEs.
+                let b = self.clone();
+                tokio::spawn(async move {
+                    if let Err(f) = b.clone().namespace_subscription_14(request).await {
+                        let _ = b.fail.send(f).await;
+                    }
+                });
+                Ok(())
+            }
+            Control::Reply {
+                request_id, msg, ..
+            } => {
+                self.on_peer_reply(request_id, msg).await;
                 Ok(())
             }
             Control::Update {
@@ -377,53 +404,60 @@ impl Bridge {
                     let reqs = self.requests.lock().expect("requests");
                     reqs.get(&existing)
                         .filter(|r| r.by_peer)
-                        .map(|r| (r.send.clone(), r.updates.clone()))
+                        .and_then(|r| Some((r.send.clone()?, r.updates.clone())))
                 };
                 let Some((send, updates)) = found else {
-                    let _ = self
-                        .control
-                        .send(Control::Reply(
-                            request_id,
-                            Message::RequestError(RequestError {
-                                code: request_error::DOES_NOT_EXIST,
-                                reason: Bytes::from_static(b"no such request"),
-                                ..Default::default()
-                            }),
-                        ))
-                        .await;
+                    if self.draft != Draft::D14 {
+                        let e = Message::RequestError(RequestError {
+                            code: request_error::DOES_NOT_EXIST,
+                            reason: Bytes::from_static(b"no such request"),
+                            ..Default::default()
+                        });
+                        let _ = self
+                            .control
+                            .send(reply(request_id, RequestKind::Update, e))
+                            .await;
+                    }
                     return Ok(());
                 };
                 updates.lock().expect("updates").push_back(request_id);
-                let u = Message::RequestUpdate(moqt::message::RequestUpdate { request_id, params });
+                let u = Message::RequestUpdate(RequestUpdate { request_id, params });
                 let _ = write_message(&mut *send.lock().await, &u).await;
                 Ok(())
             }
             Control::Unsubscribe(id) | Control::FetchCancel(id) => {
-                if let Some(r) = self.take(id, true) {
-                    let _ = r.send.lock().await.reset(reset::CANCELLED);
+                if let Some(send) = self.take(id, true).and_then(|r| r.send) {
+                    let _ = send.lock().await.reset(reset::CANCELLED);
                 }
                 Ok(())
             }
-            Control::PublishNamespaceDone(id) => {
-                if let Some(r) = self.take(id, true) {
-                    let _ = r.send.lock().await.finish();
+            Control::PublishNamespaceDone(target) => {
+                let id = self.resolve(&target, true, RequestKind::PublishNamespace);
+                if let Some(send) = id.and_then(|id| self.take(id, true)).and_then(|r| r.send) {
+                    let _ = send.lock().await.finish();
                 }
                 Ok(())
             }
-            Control::PublishNamespaceCancel { request_id, .. } => {
+            Control::UnsubscribeNamespace(prefix) => {
+                let target = NamespaceRef::Namespace(prefix);
+                let id = self.resolve(&target, true, RequestKind::SubscribeNamespace);
+                if let Some(send) = id.and_then(|id| self.take(id, true)).and_then(|r| r.send) {
+                    let _ = send.lock().await.reset(reset::CANCELLED);
+                }
+                Ok(())
+            }
+            Control::PublishNamespaceCancel { target, .. } => {
                 // The peer refuses a namespace the relay published to it.
-                if let Some(r) = self.take(request_id, false) {
-                    let _ = r.send.lock().await.reset(reset::CANCELLED);
+                let id = self.resolve(&target, false, RequestKind::PublishNamespace);
+                if let Some(send) = id.and_then(|id| self.take(id, false)).and_then(|r| r.send) {
+                    let _ = send.lock().await.reset(reset::CANCELLED);
                 }
                 Ok(())
             }
             Control::MaxRequestId(v) => {
                 let mut max = self.peer_max_request_id.lock().expect("max");
                 if v < *max {
-                    return Err(Fail {
-                        code: SessionErrorCode::ProtocolViolation.code(),
-                        reason: "MAX_REQUEST_ID decreased".into(),
-                    });
+                    return Err(Fail::protocol("MAX_REQUEST_ID decreased"));
                 }
                 *max = v;
                 Ok(())
@@ -438,17 +472,53 @@ impl Bridge {
         }
     }
 
+    /// A reply from the peer to a request the relay (or the bridge) sent.
+    async fn on_peer_reply(self: &Arc<Self>, id: u64, msg: Message) {
+        let parent = self.update_parent.lock().expect("updates").remove(&id);
+        let target = parent.unwrap_or(id);
+        let found = {
+            let reqs = self.requests.lock().expect("requests");
+            reqs.get(&target)
+                .filter(|r| !r.by_peer)
+                .map(|r| r.send.clone())
+        };
+        // Gone (the relay cancelled it) or the bridge's own PUBLISH_NAMESPACE:
+        // nothing waits for the reply.
+        let Some(Some(send)) = found else {
+            if matches!(msg, Message::RequestError(_)) && parent.is_none() {
+                self.remove(id);
+            }
+            return;
+        };
+        let ends =
+            parent.is_none() && matches!(msg, Message::PublishDone(_) | Message::RequestError(_));
+        let mut send = send.lock().await;
+        let _ = write_message(&mut send, &msg).await;
+        if ends {
+            let _ = send.finish();
+            drop(send);
+            self.remove(id);
+        }
+    }
+
     /// A request from the peer: a draft-18 request stream to the relay.
     async fn peer_request(self: &Arc<Self>, m: Message) -> Result<(), Fail> {
-        let (Some(id), Some(kind)) = (m.request_id(), Kind::of(&m)) else {
+        let (Some(id), Some(kind)) = (m.request_id(), RequestKind::of(&m)) else {
             return Err(Fail::protocol(format!("{} is not a request", m.name())));
         };
-        if self.requests.lock().expect("requests").contains_key(&id) {
+        if id % 2 != 0 || self.requests.lock().expect("requests").contains_key(&id) {
             return Err(Fail {
                 code: SessionErrorCode::InvalidRequestId.code(),
-                reason: format!("request ID {id} in use"),
+                reason: format!("request ID {id} is not the client's or is in use"),
             });
         }
+        if let Message::Fetch(f) = &m {
+            self.note_fetch(id, f.params.group_order, None);
+        }
+        let namespace = match &m {
+            Message::PublishNamespace(n) => Some(n.namespace.clone()),
+            _ => None,
+        };
         let (mut send, recv) = self
             .relay
             .open_bi()
@@ -457,29 +527,44 @@ impl Bridge {
         if write_message(&mut send, &m).await.is_err() {
             return Ok(());
         }
-        let send = Arc::new(tokio::sync::Mutex::new(send));
+        self.track_peer_request(id, kind, namespace, send, recv);
+        Ok(())
+    }
+
+    /// Registers a request the peer opened and starts carrying the relay's
+    /// replies to it back.
+    fn track_peer_request(
+        self: &Arc<Self>,
+        id: u64,
+        kind: RequestKind,
+        namespace: Option<TrackNamespace>,
+        send: SendStream,
+        recv: RecvStream,
+    ) {
         let updates = Arc::new(Mutex::new(VecDeque::new()));
+        let mut reqs = self.requests.lock().expect("requests");
         let pump = {
             let (b, updates) = (self.clone(), updates.clone());
             tokio::spawn(async move { b.replies(id, kind, recv, updates).await })
         };
-        self.requests.lock().expect("requests").insert(
+        reqs.insert(
             id,
             Request {
-                send,
+                send: Some(Arc::new(tokio::sync::Mutex::new(send))),
+                kind,
                 by_peer: true,
+                namespace,
                 updates,
                 pump: Some(pump.abort_handle()),
             },
         );
-        Ok(())
     }
 
     /// The relay's replies to the peer's request `id`, until the stream ends.
     async fn replies(
         self: Arc<Self>,
         id: u64,
-        kind: Kind,
+        kind: RequestKind,
         recv: RecvStream,
         updates: Arc<Mutex<VecDeque<u64>>>,
     ) {
@@ -489,30 +574,34 @@ impl Bridge {
         loop {
             match reader.next().await {
                 Ok(m) => {
-                    let to = match &m {
+                    let (to, kind) = match &m {
                         // After the first reply, a REQUEST_OK or REQUEST_ERROR
                         // answers the oldest update.
                         Message::RequestOk(_) | Message::RequestError(_) if answered => {
                             match updates.lock().expect("updates").pop_front() {
-                                Some(u) => u,
+                                Some(u) => (u, RequestKind::Update),
                                 None => continue,
                             }
                         }
-                        _ => id,
+                        _ => (id, kind),
                     };
+                    // Draft 14 does not answer SUBSCRIBE_UPDATE.
+                    if kind == RequestKind::Update && self.draft == Draft::D14 {
+                        continue;
+                    }
                     answered = true;
                     done |= matches!(m, Message::PublishDone(_));
-                    let m = match m {
+                    match m {
                         Message::PublishOk(_)
                         | Message::SubscribeOk(_)
                         | Message::RequestOk(_)
                         | Message::RequestError(_)
                         | Message::FetchOk(_)
-                        | Message::PublishDone(_) => m,
-                        // Nothing else has a place on a draft-16 control stream.
+                        | Message::PublishDone(_) => {}
+                        // Nothing else has a place on a legacy control stream.
                         _ => continue,
-                    };
-                    if self.control.send(Control::Reply(to, m)).await.is_err() {
+                    }
+                    if self.control.send(reply(to, kind, m)).await.is_err() {
                         return;
                     }
                 }
@@ -520,39 +609,64 @@ impl Bridge {
                 Err(_) => {
                     // Reset by the relay without a final message.
                     if answered && !done {
-                        let last = match kind {
-                            Kind::Subscribe | Kind::Publish => {
-                                Some(Control::Reply(id, Message::PublishDone(Default::default())))
-                            }
-                            Kind::PublishNamespace => Some(Control::PublishNamespaceCancel {
-                                request_id: id,
-                                code: request_error::INTERNAL_ERROR,
-                                reason: Bytes::new(),
-                            }),
-                            _ => None,
-                        };
-                        if let Some(c) = last {
+                        if let Some(c) = self.ended_by_relay(id, kind) {
                             let _ = self.control.send(c).await;
                         }
+                        done = true;
                     }
                     break;
                 }
             }
         }
-        if kind == Kind::PublishNamespace && !done {
+        if kind == RequestKind::PublishNamespace && answered && !done {
             // The relay ended a namespace the peer still publishes.
-            if self.lookup(id, true).is_some() {
-                let _ = self
-                    .control
-                    .send(Control::PublishNamespaceCancel {
-                        request_id: id,
-                        code: request_error::INTERNAL_ERROR,
-                        reason: Bytes::new(),
-                    })
-                    .await;
+            if let Some(c) = self.ended_by_relay(id, kind) {
+                let _ = self.control.send(c).await;
             }
         }
         self.remove(id);
+    }
+
+    /// What tells the peer the relay ended its request `id` without a reply
+    /// that says so.
+    fn ended_by_relay(&self, id: u64, kind: RequestKind) -> Option<Control> {
+        match kind {
+            RequestKind::Subscribe => {
+                Some(reply(id, kind, Message::PublishDone(Default::default())))
+            }
+            RequestKind::PublishNamespace => {
+                let target = match self.draft {
+                    Draft::D16 => NamespaceRef::Id(id),
+                    Draft::D14 => NamespaceRef::Namespace(
+                        self.requests
+                            .lock()
+                            .expect("requests")
+                            .get(&id)?
+                            .namespace
+                            .clone()?,
+                    ),
+                };
+                Some(Control::PublishNamespaceCancel {
+                    target,
+                    code: request_error::INTERNAL_ERROR,
+                    reason: Bytes::new(),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// The next Request ID the bridge uses towards the peer, if the peer's
+    /// MAX_REQUEST_ID allows it.
+    fn allocate_id(&self) -> Option<u64> {
+        let max = *self.peer_max_request_id.lock().expect("max");
+        let mut next = self.next_id.lock().expect("next id");
+        if *next >= max {
+            return None;
+        }
+        let id = *next;
+        *next += 2;
+        Some(id)
     }
 
     /// A request the relay opens towards the peer.
@@ -562,38 +676,54 @@ impl Bridge {
         recv: RecvStream,
     ) -> Result<(), Fail> {
         let mut reader = MessageReader::new(recv, &[]);
-        let Ok(m) = reader.next().await else {
+        let Ok(mut m) = reader.next().await else {
             return Ok(());
         };
-        let (Some(id), Some(kind)) = (m.request_id(), Kind::of(&m)) else {
-            // SUBSCRIBE_NAMESPACE and SUBSCRIBE_TRACKS towards a client: the
-            // relay does not send them; refuse rather than guess.
-            let e = Message::RequestError(RequestError {
-                code: request_error::NOT_SUPPORTED,
-                reason: Bytes::from_static(b"not available in this draft"),
+        let refuse = |code, reason: &'static [u8]| {
+            Message::RequestError(RequestError {
+                code,
+                reason: Bytes::from_static(reason),
                 ..Default::default()
-            });
-            let _ = write_message(&mut send, &e).await;
-            let _ = send.finish();
-            return Ok(());
+            })
         };
-        let max = *self.peer_max_request_id.lock().expect("max");
-        if id >= max {
+        let kind = match RequestKind::of(&m) {
+            Some(RequestKind::SubscribeNamespace) | Some(RequestKind::Update) | None => {
+                // SUBSCRIBE_NAMESPACE and SUBSCRIBE_TRACKS towards a client:
+                // the relay does not send them; refuse rather than guess.
+                let e = refuse(request_error::NOT_SUPPORTED, b"not available in this draft");
+                let _ = write_message(&mut send, &e).await;
+                let _ = send.finish();
+                return Ok(());
+            }
+            Some(k) => k,
+        };
+        let Some(id) = self.allocate_id() else {
+            let max = *self.peer_max_request_id.lock().expect("max");
             let _ = self.control.send(Control::RequestsBlocked(max)).await;
-            let e = Message::RequestError(RequestError {
-                code: request_error::EXCESSIVE_LOAD,
-                reason: Bytes::from_static(b"peer's MAX_REQUEST_ID reached"),
-                ..Default::default()
-            });
+            let e = refuse(
+                request_error::EXCESSIVE_LOAD,
+                b"peer's MAX_REQUEST_ID reached",
+            );
             let _ = write_message(&mut send, &e).await;
             let _ = send.finish();
             return Ok(());
+        };
+        let relay_id = m.request_id().unwrap_or_default();
+        set_request_id(&mut m, id);
+        if let Message::Fetch(f) = &m {
+            self.note_fetch(id, f.params.group_order, Some(relay_id));
         }
+        let namespace = match &m {
+            Message::PublishNamespace(n) => Some(n.namespace.clone()),
+            _ => None,
+        };
         self.requests.lock().expect("requests").insert(
             id,
             Request {
-                send: Arc::new(tokio::sync::Mutex::new(send)),
+                send: Some(Arc::new(tokio::sync::Mutex::new(send))),
+                kind,
                 by_peer: false,
+                namespace: namespace.clone(),
                 updates: Arc::new(Mutex::new(VecDeque::new())),
                 pump: None,
             },
@@ -605,16 +735,29 @@ impl Bridge {
         loop {
             match reader.next().await {
                 Ok(Message::RequestUpdate(u)) => {
+                    let Some(uid) = self.allocate_id() else {
+                        continue;
+                    };
                     let c = Control::Update {
-                        request_id: u.request_id,
+                        request_id: uid,
                         existing: id,
                         params: u.params,
                     };
+                    if self.draft == Draft::D14 {
+                        // No reply will come: answer for the peer.
+                        let send = self.lookup(id, false);
+                        if let Some(send) = send {
+                            let ok = Message::RequestOk(Default::default());
+                            let _ = write_message(&mut *send.lock().await, &ok).await;
+                        }
+                    } else {
+                        self.update_parent.lock().expect("updates").insert(uid, id);
+                    }
                     let _ = self.control.send(c).await;
                 }
                 // PUBLISH_DONE ends the relay's PUBLISH.
                 Ok(m @ Message::PublishDone(_)) => {
-                    let _ = self.control.send(Control::Reply(id, m)).await;
+                    let _ = self.control.send(reply(id, kind, m)).await;
                     self.remove(id);
                     return Ok(());
                 }
@@ -631,11 +774,18 @@ impl Bridge {
         // peer that already ended it removed the entry first).
         if self.take(id, false).is_some() {
             let c = match kind {
-                Kind::Subscribe => Some(Control::Unsubscribe(id)),
-                Kind::Fetch => Some(Control::FetchCancel(id)),
-                Kind::PublishNamespace => Some(Control::PublishNamespaceDone(id)),
-                Kind::Publish => Some(Control::Reply(id, Message::PublishDone(Default::default()))),
-                Kind::TrackStatus => None,
+                RequestKind::Subscribe => Some(Control::Unsubscribe(id)),
+                RequestKind::Fetch => Some(Control::FetchCancel(id)),
+                RequestKind::PublishNamespace => Some(Control::PublishNamespaceDone(
+                    match (self.draft, namespace) {
+                        (Draft::D14, Some(ns)) => NamespaceRef::Namespace(ns),
+                        _ => NamespaceRef::Id(id),
+                    },
+                )),
+                RequestKind::Publish => {
+                    Some(reply(id, kind, Message::PublishDone(Default::default())))
+                }
+                _ => None,
             };
             if let Some(c) = c {
                 let _ = self.control.send(c).await;
@@ -644,7 +794,35 @@ impl Bridge {
         Ok(())
     }
 
-    /// A SUBSCRIBE_NAMESPACE stream from the peer.
+    /// Opens the draft-18 request for a namespace subscription: namespaces
+    /// only, or (draft 16's option 0) tracks.
+    async fn open_namespace_request(
+        &self,
+        request: moqt::message::NamespaceRequest,
+        options: SubscribeOptions,
+    ) -> Result<Option<(SendStream, MessageReader)>, Fail> {
+        // Draft 16 asks for NAMESPACEs, PUBLISHes or both in one request;
+        // draft 18 has a request for each. "Both" gets the namespaces (what
+        // moq-dev's subscriber reads); the relay's PUBLISHes would need a
+        // second Request ID the peer did not allocate.
+        let m = match options {
+            SubscribeOptions::Publish => Message::SubscribeTracks(request),
+            SubscribeOptions::Namespace | SubscribeOptions::Both => {
+                Message::SubscribeNamespace(request)
+            }
+        };
+        let (mut send, recv) = self
+            .relay
+            .open_bi()
+            .await
+            .map_err(|e| Fail::protocol(e.to_string()))?;
+        if write_message(&mut send, &m).await.is_err() {
+            return Ok(None);
+        }
+        Ok(Some((send, MessageReader::new(recv, &[]))))
+    }
+
+    /// A SUBSCRIBE_NAMESPACE stream from a draft-16 peer.
     async fn namespace_stream(
         self: Arc<Self>,
         mut peer_send: SendStream,
@@ -662,31 +840,17 @@ impl Bridge {
             )));
         };
         let id = request.request_id;
-        // Draft 16 asks for NAMESPACEs, PUBLISHes or both in one request;
-        // draft 18 has a request for each. "Both" gets the namespaces (what
-        // moq-dev's subscriber reads); the relay's PUBLISHes need a second
-        // Request ID the peer did not allocate.
-        let m = match options {
-            SubscribeOptions::Publish => Message::SubscribeTracks(request),
-            SubscribeOptions::Namespace | SubscribeOptions::Both => {
-                Message::SubscribeNamespace(request)
-            }
-        };
-        let (mut send, recv) = self
-            .relay
-            .open_bi()
-            .await
-            .map_err(|e| Fail::protocol(e.to_string()))?;
-        if write_message(&mut send, &m).await.is_err() {
+        let Some((mut send, mut relay_reader)) =
+            self.open_namespace_request(request, options).await?
+        else {
             return Ok(());
-        }
-        let mut relay_reader = MessageReader::new(recv, &[]);
+        };
         let draft = self.draft;
         let forward = async {
             loop {
                 let c = match relay_reader.next().await {
                     Ok(m @ (Message::RequestOk(_) | Message::RequestError(_))) => {
-                        Control::Reply(id, m)
+                        reply(id, RequestKind::SubscribeNamespace, m)
                     }
                     Ok(Message::Namespace(ns)) => Control::Namespace(ns),
                     Ok(Message::NamespaceDone(ns)) => Control::NamespaceDone(ns),
@@ -722,11 +886,112 @@ impl Bridge {
         Ok(())
     }
 
+    /// A draft-14 SUBSCRIBE_NAMESPACE (on the control stream): SUBSCRIBE_
+    /// NAMESPACE_OK or _ERROR, then a PUBLISH_NAMESPACE (with the bridge's
+    /// own Request ID) for each namespace, PUBLISH_NAMESPACE_DONE when it goes.
+    async fn namespace_subscription_14(
+        self: Arc<Self>,
+        request: moqt::message::NamespaceRequest,
+    ) -> Result<(), Fail> {
+        let (id, prefix) = (request.request_id, request.namespace.clone());
+        if id % 2 != 0 || self.requests.lock().expect("requests").contains_key(&id) {
+            return Err(Fail {
+                code: SessionErrorCode::InvalidRequestId.code(),
+                reason: format!("request ID {id} is not the client's or is in use"),
+            });
+        }
+        let Some((send, mut reader)) = self
+            .open_namespace_request(request, SubscribeOptions::Namespace)
+            .await?
+        else {
+            return Ok(());
+        };
+        self.requests.lock().expect("requests").insert(
+            id,
+            Request {
+                send: Some(Arc::new(tokio::sync::Mutex::new(send))),
+                kind: RequestKind::SubscribeNamespace,
+                by_peer: true,
+                namespace: Some(prefix.clone()),
+                updates: Arc::default(),
+                pump: None,
+            },
+        );
+        let mut published: HashMap<TrackNamespace, u64> = HashMap::new();
+        while let Ok(m) = reader.next().await {
+            let c = match m {
+                m @ (Message::RequestOk(_) | Message::RequestError(_)) => {
+                    reply(id, RequestKind::SubscribeNamespace, m)
+                }
+                Message::Namespace(suffix) => {
+                    let ns = prefix.join(&suffix);
+                    let Some(pid) = self.allocate_id() else {
+                        continue;
+                    };
+                    published.insert(ns.clone(), pid);
+                    self.requests.lock().expect("requests").insert(
+                        pid,
+                        Request {
+                            send: None,
+                            kind: RequestKind::PublishNamespace,
+                            by_peer: false,
+                            namespace: Some(ns.clone()),
+                            updates: Arc::default(),
+                            pump: None,
+                        },
+                    );
+                    Control::Request(Message::PublishNamespace(moqt::message::NamespaceRequest {
+                        request_id: pid,
+                        namespace: ns,
+                        params: Default::default(),
+                    }))
+                }
+                Message::NamespaceDone(suffix) => {
+                    let ns = prefix.join(&suffix);
+                    let Some(pid) = published.remove(&ns) else {
+                        continue;
+                    };
+                    self.remove(pid);
+                    Control::PublishNamespaceDone(NamespaceRef::Namespace(ns))
+                }
+                _ => continue,
+            };
+            if self.control.send(c).await.is_err() {
+                break;
+            }
+        }
+        for (ns, pid) in published {
+            self.remove(pid);
+            let _ = self
+                .control
+                .send(Control::PublishNamespaceDone(NamespaceRef::Namespace(ns)))
+                .await;
+        }
+        self.remove(id);
+        Ok(())
+    }
+
+    /// The Request ID a draft-14 namespace reference names.
+    fn resolve(&self, target: &NamespaceRef, by_peer: bool, kind: RequestKind) -> Option<u64> {
+        match target {
+            NamespaceRef::Id(id) => Some(*id),
+            NamespaceRef::Namespace(ns) => self
+                .requests
+                .lock()
+                .expect("requests")
+                .iter()
+                .find(|(_, r)| {
+                    r.by_peer == by_peer && r.kind == kind && r.namespace.as_ref() == Some(ns)
+                })
+                .map(|(id, _)| *id),
+        }
+    }
+
     fn lookup(&self, id: u64, by_peer: bool) -> Option<Arc<tokio::sync::Mutex<SendStream>>> {
         let reqs = self.requests.lock().expect("requests");
         reqs.get(&id)
             .filter(|r| r.by_peer == by_peer)
-            .map(|r| r.send.clone())
+            .and_then(|r| r.send.clone())
     }
 
     /// Removes request `id` if `by_peer` opened it, stopping its reply pump.
@@ -734,6 +999,7 @@ impl Bridge {
         let mut reqs = self.requests.lock().expect("requests");
         if reqs.get(&id).is_some_and(|r| r.by_peer == by_peer) {
             let r = reqs.remove(&id)?;
+            self.fetches.lock().expect("fetches").remove(&id);
             if let Some(p) = &r.pump {
                 p.abort();
             }
@@ -745,6 +1011,31 @@ impl Bridge {
 
     fn remove(&self, id: u64) {
         self.requests.lock().expect("requests").remove(&id);
+        self.fetches.lock().expect("fetches").remove(&id);
+    }
+
+    /// Notes a FETCH for its data stream: `id` is the Request ID the stream
+    /// will carry, `relay_id` the relay's when the bridge renumbered it.
+    fn note_fetch(&self, id: u64, order: Option<moqt::GroupOrder>, relay_id: Option<u64>) {
+        let info = FetchInfo {
+            descending: order == Some(moqt::GroupOrder::Descending),
+            relay_id,
+        };
+        self.fetches.lock().expect("fetches").insert(id, info);
+    }
+}
+
+/// Rewrites the Request ID of a request message.
+fn set_request_id(m: &mut Message, id: u64) {
+    match m {
+        Message::Subscribe(s) | Message::TrackStatus(s) => s.request_id = id,
+        Message::Publish(p) => p.request_id = id,
+        Message::Fetch(f) => f.request_id = id,
+        Message::PublishNamespace(n)
+        | Message::SubscribeNamespace(n)
+        | Message::SubscribeTracks(n) => n.request_id = id,
+        Message::RequestUpdate(u) => u.request_id = id,
+        _ => {}
     }
 }
 
@@ -816,8 +1107,14 @@ impl LegacyReader {
 }
 
 /// Copies one data stream across, re-encoding it; resets and STOP_SENDING
-/// travel with it.
-async fn pipe(mut from: RecvStream, mut to: SendStream, mut t: StreamTranscoder) {
+/// travel with it. `orders` says which fetches go in descending group order
+/// (draft 18's fetch streams encode Group IDs relative to it).
+async fn pipe(
+    mut from: RecvStream,
+    mut to: SendStream,
+    mut t: StreamTranscoder,
+    fetches: Arc<Mutex<HashMap<u64, FetchInfo>>>,
+) {
     let mut out = Vec::new();
     loop {
         let chunk = tokio::select! {
@@ -829,7 +1126,30 @@ async fn pipe(mut from: RecvStream, mut to: SendStream, mut t: StreamTranscoder)
             }
         };
         match chunk {
-            Ok(Some(c)) => {
+            Ok(Some(mut c)) => {
+                // The header a byte at a time (a few bytes), so a fetch
+                // stream's group order is set before its first object.
+                while !t.header_done() && !c.is_empty() {
+                    let b = c.split_to(1);
+                    if t.push(b, &mut out).is_err() {
+                        break;
+                    }
+                    if let (true, Some(id)) = (t.header_done(), t.fetch_request_id()) {
+                        let info = fetches.lock().expect("fetches").get(&id).copied();
+                        if let Some(info) = info {
+                            t.set_descending(info.descending);
+                            // The peer answers the bridge's Request ID; the
+                            // relay waits for its own.
+                            if let Some(relay_id) = info.relay_id {
+                                out.clear();
+                                let mut h = BytesMut::with_capacity(10);
+                                moqt::coding::put_vi64(&mut h, FETCH_HEADER);
+                                moqt::coding::put_vi64(&mut h, relay_id);
+                                out.push(h.freeze());
+                            }
+                        }
+                    }
+                }
                 if t.push(c, &mut out).is_err() {
                     let _ = from.stop(reset::MALFORMED_TRACK);
                     let _ = to.reset(reset::MALFORMED_TRACK);

@@ -276,6 +276,7 @@ impl Server {
             ALPN_H3.to_vec(),
             ALPN_MQTT.to_vec(),
             moqt::legacy::Draft::D16.alpn().as_bytes().to_vec(),
+            moqt::legacy::Draft::D14.alpn().as_bytes().to_vec(),
         ];
         // Session resumption with 0-RTT (docs/zero-rtt.md). quinn wants 0 or
         // u32::MAX here. Tickets are stateful and single-use: the server keeps
@@ -667,16 +668,21 @@ async fn h3_established(
     // A client that offers subprotocols must offer ours (draft 18, or draft
     // 16 through the bridge); one that offers none (older browsers) gets
     // moqt-18 by the URL's say-so.
-    let d16 = moqt::legacy::Draft::D16.alpn();
+    use moqt::legacy::Draft;
     let chosen = if offered.is_empty() || offered.iter().any(|p| p == moqt::ALPN) {
         None
-    } else if offered.iter().any(|p| p == d16) {
-        Some(moqt::legacy::Draft::D16)
+    } else if let Some(d) = [Draft::D16, Draft::D14]
+        .into_iter()
+        .find(|d| offered.iter().any(|p| p == d.alpn()))
+    {
+        Some(d)
     } else {
         request.reject(http::StatusCode::BAD_REQUEST).await.ok();
         anyhow::bail!(
-            "WebTransport client offered {offered:?}, not {} or {d16}",
-            moqt::ALPN
+            "WebTransport client offered {offered:?}, not {}, {} or {}",
+            moqt::ALPN,
+            Draft::D16.alpn(),
+            Draft::D14.alpn()
         );
     };
     let response = match (offered.is_empty(), chosen) {

@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Every MoQT byte quichub sees or sends comes from or goes to moq-net: at
-//! draft 18, and at draft 16 (`moqt-16`) through quichub's translating bridge.
+//! draft 18, and at drafts 16 (`moqt-16`) and 14 (`moq-00`) through quichub's
+//! translating bridge.
 //! `scripts/install-moq-dev.sh` installs the tools into `.tools/bin`;
 //! `scripts/test.sh` sets `QUICHUB_MOQ_DEV_BIN` so a missing tool fails the
 //! test there instead of skipping it.
@@ -236,6 +237,16 @@ fn draft_16_peers_publish_and_subscribe_through_quichub() {
     run_case(&bin, ("moqt", 16), ("https", 18));
     run_case(&bin, ("https", 18), ("moqt", 16));
     run_case(&bin, ("https", 16), ("moqt", 16));
+}
+
+/// Draft 14 (ALPN and subprotocol `moq-00`, version 0xff00000e in
+/// CLIENT_SETUP) beside 16 and 18.
+#[test]
+fn draft_14_peers_publish_and_subscribe_through_quichub() {
+    let Some(bin) = tools() else { return };
+    run_case(&bin, ("moqt", 14), ("https", 18));
+    run_case(&bin, ("https", 18), ("moqt", 14));
+    run_case(&bin, ("https", 14), ("moqt", 16));
 }
 
 /// `quichub interop-client` against moq-dev's moq-relay as the relay under

@@ -107,9 +107,10 @@ async fn serve_shard(
                         (quichub_net::Transport::Quic, None) => moqt::ALPN,
                         (quichub_net::Transport::Quic, Some(d)) => d.alpn(),
                         (quichub_net::Transport::WebTransport, None) => "h3 (WebTransport)",
-                        (quichub_net::Transport::WebTransport, Some(_)) => {
-                            "h3 (WebTransport, moqt-16)"
-                        }
+                        (quichub_net::Transport::WebTransport, Some(d)) => match d {
+                            moqt::legacy::Draft::D16 => "h3 (WebTransport, moqt-16)",
+                            moqt::legacy::Draft::D14 => "h3 (WebTransport, moq-00)",
+                        },
                         (quichub_net::Transport::WebSocket, _) => "WebSocket",
                     };
                     log_accepted(remote, alpn);

@@ -431,6 +431,13 @@ impl StreamTranscoder {
         self.descending = descending;
     }
 
+    /// True once the stream header has been read: the stream is known to be
+    /// a subgroup or a fetch stream ([`Self::fetch_request_id`]), so a caller
+    /// can [`Self::set_descending`] before any object is translated.
+    pub fn header_done(&self) -> bool {
+        !matches!(self.state, State::Header)
+    }
+
     /// Sets the priority written into draft-14 headers whose draft-18 source
     /// left it to the subscription: the track's DEFAULT PUBLISHER PRIORITY
     /// (property 0x0E). [`DEFAULT_PRIORITY`] unless set.
