@@ -28,6 +28,8 @@ pub struct RunConfig {
     pub relay: String,
     /// Certificate check.
     pub verify: Verify,
+    /// Speak this older draft to the relay (`None`: draft 18).
+    pub draft: Option<moqt::legacy::Draft>,
     /// PUBLISH_NAMESPACE + serve SUBSCRIBE (works with any relay) or PUBLISH.
     pub publish_mode: TrackMode,
     /// How long a subscriber waits for the publisher (RENDEZVOUS_TIMEOUT,
@@ -143,6 +145,7 @@ pub async fn publish(
 ) -> anyhow::Result<PublishSummary> {
     let opts = ConnectOptions {
         verify: cfg.verify.clone(),
+        draft: cfg.draft,
         ..Default::default()
     };
     let session = ClientSession::connect(&cfg.relay, opts)
@@ -379,6 +382,7 @@ pub async fn subscribe(
         let opts = ConnectOptions {
             verify: cfg.verify.clone(),
             endpoint: endpoint.clone(),
+            draft: cfg.draft,
             ..Default::default()
         };
         let session = match ClientSession::connect(&cfg.relay, opts).await {

@@ -36,6 +36,10 @@ pub struct ConnectOptions {
     /// A client endpoint (one UDP socket) to share among many sessions, as a
     /// load generator does; `None` binds a new one at `bind`.
     pub endpoint: Option<Client>,
+    /// Speak an older draft to the server (`moqt://` and `https://` only):
+    /// the session goes through the translating bridge of
+    /// [`quichub_net::legacy`], so everything here stays draft 18.
+    pub draft: Option<moqt::legacy::Draft>,
 }
 
 impl Default for ConnectOptions {
@@ -45,6 +49,7 @@ impl Default for ConnectOptions {
             bind: "0.0.0.0:0".parse().expect("valid"),
             timeout: Duration::from_secs(5),
             endpoint: None,
+            draft: None,
         }
     }
 }
@@ -90,20 +95,21 @@ impl ClientSession {
             Some(e) => e.clone(),
             None => Client::new(opts.bind, opts.verify.clone())?,
         };
-        let connected = tokio::time::timeout(opts.timeout, endpoint.connect(&url))
-            .await
-            .with_context(|| {
-                let port = match url.port() {
-                    Some(p) => p.to_string(),
-                    None => "443: the URL names no port; `quichub relay` listens on 4443 \
+        let connected =
+            tokio::time::timeout(opts.timeout, endpoint.connect_draft(&url, opts.draft))
+                .await
+                .with_context(|| {
+                    let port = match url.port() {
+                        Some(p) => p.to_string(),
+                        None => "443: the URL names no port; `quichub relay` listens on 4443 \
                              unless told otherwise"
-                        .to_string(),
-                };
-                format!(
-                    "no answer from {url} within {} s (is a relay running there? port {port})",
-                    opts.timeout.as_secs_f64()
-                )
-            })??;
+                            .to_string(),
+                    };
+                    format!(
+                        "no answer from {url} within {} s (is a relay running there? port {port})",
+                        opts.timeout.as_secs_f64()
+                    )
+                })??;
         let session = connected.session.clone();
         let mut control = session.open_uni().await.context("open control stream")?;
         let setup = if connected.transport == Transport::Quic {

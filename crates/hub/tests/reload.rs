@@ -21,6 +21,7 @@ fn opts(fingerprint: &str) -> ConnectOptions {
         bind: "127.0.0.1:0".parse().unwrap(),
         timeout: Duration::from_secs(5),
         endpoint: None,
+        draft: None,
     }
 }
 

@@ -310,6 +310,7 @@ async fn server_side(
             bind: "127.0.0.1:0".parse()?,
             timeout: Duration::from_secs(5),
             endpoint: None,
+            draft: None,
         };
         let session = step(
             "subscriber connecting to the relay",
@@ -466,6 +467,7 @@ async fn publisher_side(
             bind: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
             timeout: Duration::from_secs(5),
             endpoint: None,
+            draft: None,
         };
         let session = step(
             "sensors connecting to the relay",

@@ -190,6 +190,27 @@ impl Client {
 
     /// Connects to a `moqt://`, `https://`, `ws://` or `wss://` URL.
     pub async fn connect(&self, url: &Url) -> anyhow::Result<Connected> {
+        self.connect_draft(url, None).await
+    }
+
+    /// Like [`Client::connect`], speaking `draft` (14 or 16) to the server
+    /// when given: ALPN or subprotocol `moq-00`/`moqt-16`, and a
+    /// [`crate::legacy`] bridge so the session returned speaks draft 18.
+    pub async fn connect_draft(
+        &self,
+        url: &Url,
+        draft: Option<moqt::legacy::Draft>,
+    ) -> anyhow::Result<Connected> {
+        let alpn = draft.map_or(moqt::ALPN, |d| d.alpn());
+        if draft.is_some() && !matches!(url.scheme(), "moqt" | "https") {
+            anyhow::bail!("drafts before 18 run over moqt:// and https:// only");
+        }
+        let bridge = |s: Session| async move {
+            match draft {
+                Some(d) => crate::legacy::connect(s, d).await,
+                None => Ok(s),
+            }
+        };
         let host = url.host_str().context("URL has no host")?.to_string();
         let port = url.port_or_known_default().unwrap_or(443);
         let to = |remote: SocketAddr| match url.port() {
@@ -227,11 +248,11 @@ impl Client {
             "moqt" => {
                 let conn = self
                     .endpoint
-                    .connect_with(self.config(moqt::ALPN.as_bytes())?, remote, &server_name)?
+                    .connect_with(self.config(alpn.as_bytes())?, remote, &server_name)?
                     .await
                     .with_context(|| to(remote))?;
                 Ok(Connected {
-                    session: web_transport_quinn::Session::raw(conn).into(),
+                    session: bridge(web_transport_quinn::Session::raw(conn).into()).await?,
                     transport: Transport::Quic,
                     authority,
                     path,
@@ -244,12 +265,12 @@ impl Client {
                     .connect_with(self.config(b"h3")?, remote, &server_name)?
                     .await
                     .with_context(|| to(remote))?;
-                let request = ConnectRequest::new(url.clone()).with_protocol(moqt::ALPN);
+                let request = ConnectRequest::new(url.clone()).with_protocol(alpn);
                 let session = web_transport_quinn::Session::connect(conn, request)
                     .await
                     .context("WebTransport CONNECT")?;
                 Ok(Connected {
-                    session: session.into(),
+                    session: bridge(session.into()).await?,
                     transport: Transport::WebTransport,
                     authority,
                     path,

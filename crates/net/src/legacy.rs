@@ -68,21 +68,53 @@ fn bridge_config() -> qmux::Config {
     c
 }
 
-/// Starts translating `peer`, a session of `draft`, and returns the draft-18
+/// Which end of the legacy session the bridge stands in for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// The peer is a legacy client; the draft-18 side is the relay.
+    Server,
+    /// The peer is a legacy server (a relay); the draft-18 side is our client.
+    Client,
+}
+
+/// Starts translating `peer`, a client of `draft`, and returns the draft-18
 /// session to hand to the relay as if the peer had spoken draft 18. The
 /// bridge runs until either side closes.
 pub async fn accept(peer: Session, draft: Draft) -> anyhow::Result<Session> {
+    start(peer, draft, Role::Server).await
+}
+
+/// Starts translating `peer`, a server of `draft` this endpoint dialled, and
+/// returns the draft-18 session for the client to use as if the server had
+/// spoken draft 18 (`quichub pub --draft 14`, ...).
+pub async fn connect(peer: Session, draft: Draft) -> anyhow::Result<Session> {
+    start(peer, draft, Role::Client).await
+}
+
+async fn start(peer: Session, draft: Draft, role: Role) -> anyhow::Result<Session> {
     let (a, b) = tokio::io::duplex(256 * 1024);
     let config = bridge_config();
     let ta = qmux::transport::Stream::new(a, config.version, config.max_record_size);
     let tb = qmux::transport::Stream::new(b, config.version, config.max_record_size);
-    let (ours, relays) = tokio::try_join!(
-        qmux::Session::connect(ta, config.clone()),
-        qmux::Session::accept(tb, config)
-    )?;
-    let ours: Session = ours.into();
-    tokio::spawn(run(peer, ours, draft));
-    Ok(relays.into())
+    // The bridge takes the peer's part on the draft-18 side.
+    let (bridge_side, other_side) = match role {
+        Role::Server => {
+            let (c, s) = tokio::try_join!(
+                qmux::Session::connect(ta, config.clone()),
+                qmux::Session::accept(tb, config)
+            )?;
+            (c, s)
+        }
+        Role::Client => {
+            let (s, c) = tokio::try_join!(
+                qmux::Session::accept(ta, config.clone()),
+                qmux::Session::connect(tb, config)
+            )?;
+            (s, c)
+        }
+    };
+    tokio::spawn(run(peer, bridge_side.into(), draft, role));
+    Ok(other_side.into())
 }
 
 /// Why the bridge closes the sessions.
@@ -111,6 +143,10 @@ struct Request {
     /// The namespace of a PUBLISH_NAMESPACE or SUBSCRIBE_NAMESPACE (draft 14
     /// names them rather than numbering them).
     namespace: Option<TrackNamespace>,
+    /// Client role, draft 14: our client's SUBSCRIBE_NAMESPACE (not
+    /// SUBSCRIBE_TRACKS), which the server answers with PUBLISH_NAMESPACEs
+    /// that the bridge turns into NAMESPACE messages.
+    wants_namespaces: bool,
     /// Updates awaiting REQUEST_OK, oldest first (draft 18 answers an update
     /// on the request's stream, draft 16 with the update's own Request ID).
     updates: Arc<Mutex<VecDeque<u64>>>,
@@ -128,6 +164,7 @@ struct FetchInfo {
 
 struct Bridge {
     draft: Draft,
+    role: Role,
     peer: Session,
     relay: Session,
     /// Messages for the peer's control stream.
@@ -137,35 +174,56 @@ struct Bridge {
     /// so the peer sees the strict sequence drafts 14 and 16 require even
     /// where the bridge sends requests of its own.
     next_id: Mutex<u64>,
+    /// Request IDs the bridge uses for requests of its own towards the relay
+    /// (the second half of a namespace subscription that asks for both
+    /// namespaces and tracks): above any the peer may use, which the
+    /// MAX_REQUEST_ID granted keeps below 2^32.
+    private_id: Mutex<u64>,
+    /// Those requests' streams, by the peer's request they belong to.
+    companions: Mutex<HashMap<u64, SendStream>>,
     /// The peer's Request ID of an update the relay sent, to its request's.
     update_parent: Mutex<HashMap<u64, u64>>,
     /// The peer's MAX_REQUEST_ID for the bridge's requests.
     peer_max_request_id: Mutex<u64>,
+    /// Our control stream on the draft-18 side (client role: GOAWAY goes
+    /// there).
+    modern_control: tokio::sync::Mutex<Option<SendStream>>,
     /// FETCHes in flight, by the Request ID their data stream carries.
     fetches: Arc<Mutex<HashMap<u64, FetchInfo>>>,
     fail: mpsc::Sender<Fail>,
 }
 
-async fn run(peer: Session, relay: Session, draft: Draft) {
+async fn run(peer: Session, relay: Session, draft: Draft, role: Role) {
     let (fail_tx, mut fail_rx) = mpsc::channel::<Fail>(4);
     let (control_tx, control_rx) = mpsc::channel::<Control>(256);
     let b = Arc::new(Bridge {
         draft,
+        role,
         peer: peer.clone(),
         relay: relay.clone(),
         control: control_tx,
         requests: Mutex::new(HashMap::new()),
-        // The client is the peer: the bridge numbers as a server does.
-        next_id: Mutex::new(1),
+        // The bridge numbers its requests as the side it stands for.
+        next_id: Mutex::new(match role {
+            Role::Server => 1,
+            Role::Client => 0,
+        }),
+        private_id: Mutex::new(1 << 32),
+        companions: Mutex::new(HashMap::new()),
         update_parent: Mutex::new(HashMap::new()),
         peer_max_request_id: Mutex::new(0),
+        modern_control: tokio::sync::Mutex::new(None),
         fetches: Arc::default(),
         fail: fail_tx,
     });
     let setup = {
         let b = b.clone();
         tokio::spawn(async move {
-            if let Err(f) = b.clone().serve(control_rx).await {
+            let r = match b.role {
+                Role::Server => b.clone().serve(control_rx).await,
+                Role::Client => b.clone().serve_client(control_rx).await,
+            };
+            if let Err(f) = r {
                 let _ = b.fail.send(f).await;
             }
         })
@@ -279,7 +337,7 @@ impl Bridge {
         tokio::spawn(write_control(
             self.clone(),
             peer_send,
-            server_setup,
+            Some(server_setup),
             control_rx,
         ));
         {
@@ -294,6 +352,92 @@ impl Bridge {
         }
         self.spawn_streams();
         // The peer's control stream, for the session's life.
+        loop {
+            let m = reader.next().await?;
+            self.on_peer_control(m).await?;
+        }
+    }
+
+    /// Client role: our client's SETUP becomes CLIENT_SETUP, the server's
+    /// SERVER_SETUP our client's SETUP.
+    async fn serve_client(
+        self: Arc<Self>,
+        control_rx: mpsc::Receiver<Control>,
+    ) -> Result<(), Fail> {
+        let uni = self
+            .relay
+            .accept_uni()
+            .await
+            .map_err(|e| Fail::protocol(e.to_string()))?;
+        let mut modern_reader = MessageReader::new(uni, &[]);
+        let Ok(Message::Setup(setup)) = modern_reader.next().await else {
+            return Err(Fail::protocol("client sent no SETUP"));
+        };
+        let (mut peer_send, peer_recv) = self
+            .peer
+            .open_bi()
+            .await
+            .map_err(|e| Fail::protocol(e.to_string()))?;
+        let mut options = vec![KeyValue::int(SETUP_MAX_REQUEST_ID, GRANTED_REQUEST_IDS)];
+        options.extend(setup.options);
+        options.sort_by_key(|kv| kv.kind);
+        let client_setup = Control::ClientSetup {
+            versions: match self.draft {
+                Draft::D14 => vec![VERSION_D14],
+                Draft::D16 => Vec::new(),
+            },
+            options,
+        };
+        let b = client_setup
+            .to_bytes(self.draft)
+            .map_err(|e| Fail::protocol(e.to_string()))?;
+        peer_send
+            .write_all(&b)
+            .await
+            .map_err(|e| Fail::protocol(e.to_string()))?;
+        let mut reader = LegacyReader::new(peer_recv, self.draft);
+        let first = tokio::time::timeout(SETUP_TIMEOUT, reader.next())
+            .await
+            .map_err(|_| Fail {
+                code: SessionErrorCode::ControlMessageTimeout.code(),
+                reason: "no SERVER_SETUP".into(),
+            })??;
+        let Control::ServerSetup { version, options } = first else {
+            return Err(Fail::protocol(format!(
+                "{} before SERVER_SETUP",
+                first.name()
+            )));
+        };
+        if self.draft == Draft::D14 && version != Some(VERSION_D14) {
+            return Err(Fail {
+                code: SessionErrorCode::VersionNegotiationFailed.code(),
+                reason: format!("server chose version {version:x?}"),
+            });
+        }
+        let mut setup = Setup::default();
+        for kv in options {
+            if kv.kind == SETUP_MAX_REQUEST_ID {
+                if let KvValue::Int(v) = kv.value {
+                    *self.peer_max_request_id.lock().expect("max") = v;
+                }
+            } else {
+                setup.options.push(kv);
+            }
+        }
+        setup.options.sort_by_key(|kv| kv.kind);
+        let mut control = self
+            .relay
+            .open_uni()
+            .await
+            .map_err(|e| Fail::protocol(e.to_string()))?;
+        write_message(&mut control, &Message::Setup(setup))
+            .await
+            .map_err(|e| Fail::protocol(e.to_string()))?;
+        *self.modern_control.lock().await = Some(control);
+        tokio::spawn(write_control(self.clone(), peer_send, None, control_rx));
+        // Our client's GOAWAY (no URI) has nothing to say to a server.
+        tokio::spawn(async move { while modern_reader.next().await.is_ok() {} });
+        self.spawn_streams();
         loop {
             let m = reader.next().await?;
             self.on_peer_control(m).await?;
@@ -433,8 +577,21 @@ impl Bridge {
             }
             Control::PublishNamespaceDone(target) => {
                 let id = self.resolve(&target, true, RequestKind::PublishNamespace);
-                if let Some(send) = id.and_then(|id| self.take(id, true)).and_then(|r| r.send) {
-                    let _ = send.lock().await.finish();
+                let Some(r) = id.and_then(|id| self.take(id, true)) else {
+                    return Ok(());
+                };
+                match (r.send, r.namespace) {
+                    (Some(send), _) => {
+                        let _ = send.lock().await.finish();
+                    }
+                    // One the bridge turned into a NAMESPACE (client role).
+                    (None, Some(ns)) => {
+                        if let Some((send, prefix)) = self.namespace_subscriber(&ns) {
+                            let done = Message::NamespaceDone(ns.suffix_after(&prefix));
+                            let _ = write_message(&mut *send.lock().await, &done).await;
+                        }
+                    }
+                    (None, None) => {}
                 }
                 Ok(())
             }
@@ -463,8 +620,19 @@ impl Bridge {
                 Ok(())
             }
             Control::RequestsBlocked(_) => Ok(()),
-            // A client's GOAWAY carries no URI and asks nothing of the relay.
-            Control::GoAway(_) => Ok(()),
+            // A client's GOAWAY carries no URI and asks nothing of the relay;
+            // a server's goes to our client.
+            Control::GoAway(uri) => {
+                if let Some(c) = self.modern_control.lock().await.as_mut() {
+                    let g = Message::GoAway(moqt::message::GoAway {
+                        new_session_uri: uri,
+                        timeout: 0,
+                        request_id: None,
+                    });
+                    let _ = write_message(c, &g).await;
+                }
+                Ok(())
+            }
             other => Err(Fail::protocol(format!(
                 "{} on the control stream",
                 other.name()
@@ -506,11 +674,18 @@ impl Bridge {
         let (Some(id), Some(kind)) = (m.request_id(), RequestKind::of(&m)) else {
             return Err(Fail::protocol(format!("{} is not a request", m.name())));
         };
-        if id % 2 != 0 || self.requests.lock().expect("requests").contains_key(&id) {
+        if !self.peers_id(id) || self.requests.lock().expect("requests").contains_key(&id) {
             return Err(Fail {
                 code: SessionErrorCode::InvalidRequestId.code(),
-                reason: format!("request ID {id} is not the client's or is in use"),
+                reason: format!("request ID {id} is not the peer's or is in use"),
             });
+        }
+        if let (Role::Client, Draft::D14, Message::PublishNamespace(n)) =
+            (self.role, self.draft, &m)
+        {
+            if let Some(send) = self.namespace_subscriber(&n.namespace) {
+                return self.namespace_from_publish_namespace(id, n, send).await;
+            }
         }
         if let Message::Fetch(f) = &m {
             self.note_fetch(id, f.params.group_order, None);
@@ -528,6 +703,53 @@ impl Bridge {
             return Ok(());
         }
         self.track_peer_request(id, kind, namespace, send, recv);
+        Ok(())
+    }
+
+    /// Client role, draft 14: the SUBSCRIBE_NAMESPACE of our client that
+    /// `ns` falls under: its stream and prefix.
+    fn namespace_subscriber(
+        &self,
+        ns: &TrackNamespace,
+    ) -> Option<(Arc<tokio::sync::Mutex<SendStream>>, TrackNamespace)> {
+        let reqs = self.requests.lock().expect("requests");
+        reqs.values().find_map(|r| {
+            let prefix = r.namespace.as_ref()?;
+            (r.wants_namespaces && ns.has_prefix(prefix))
+                .then(|| Some((r.send.clone()?, prefix.clone())))
+                .flatten()
+        })
+    }
+
+    /// A draft-14 server's PUBLISH_NAMESPACE under our client's namespace
+    /// subscription: NAMESPACE on that subscription's stream, and
+    /// PUBLISH_NAMESPACE_OK for the server.
+    async fn namespace_from_publish_namespace(
+        &self,
+        id: u64,
+        n: &moqt::message::NamespaceRequest,
+        (send, prefix): (Arc<tokio::sync::Mutex<SendStream>>, TrackNamespace),
+    ) -> Result<(), Fail> {
+        let suffix = n.namespace.suffix_after(&prefix);
+        let _ = write_message(&mut *send.lock().await, &Message::Namespace(suffix)).await;
+        self.requests.lock().expect("requests").insert(
+            id,
+            Request {
+                send: None,
+                kind: RequestKind::PublishNamespace,
+                by_peer: true,
+                namespace: Some(n.namespace.clone()),
+                wants_namespaces: false,
+                updates: Arc::default(),
+                pump: None,
+            },
+        );
+        let ok = reply(
+            id,
+            RequestKind::PublishNamespace,
+            Message::RequestOk(Default::default()),
+        );
+        let _ = self.control.send(ok).await;
         Ok(())
     }
 
@@ -554,6 +776,7 @@ impl Bridge {
                 kind,
                 by_peer: true,
                 namespace,
+                wants_namespaces: false,
                 updates,
                 pump: Some(pump.abort_handle()),
             },
@@ -656,6 +879,14 @@ impl Bridge {
         }
     }
 
+    /// True for a Request ID of the peer's parity (a client's are even).
+    fn peers_id(&self, id: u64) -> bool {
+        match self.role {
+            Role::Server => id % 2 == 0,
+            Role::Client => id % 2 == 1,
+        }
+    }
+
     /// The next Request ID the bridge uses towards the peer, if the peer's
     /// MAX_REQUEST_ID allows it.
     fn allocate_id(&self) -> Option<u64> {
@@ -687,6 +918,9 @@ impl Bridge {
             })
         };
         let kind = match RequestKind::of(&m) {
+            Some(RequestKind::SubscribeNamespace) if self.role == Role::Client => {
+                return self.client_namespace_request(send, reader, m).await;
+            }
             Some(RequestKind::SubscribeNamespace) | Some(RequestKind::Update) | None => {
                 // SUBSCRIBE_NAMESPACE and SUBSCRIBE_TRACKS towards a client:
                 // the relay does not send them; refuse rather than guess.
@@ -724,6 +958,7 @@ impl Bridge {
                 kind,
                 by_peer: false,
                 namespace: namespace.clone(),
+                wants_namespaces: false,
                 updates: Arc::new(Mutex::new(VecDeque::new())),
                 pump: None,
             },
@@ -794,21 +1029,113 @@ impl Bridge {
         Ok(())
     }
 
+    /// Client role: our client's SUBSCRIBE_NAMESPACE or SUBSCRIBE_TRACKS to
+    /// a legacy server: its own bidi stream in draft 16, the control stream
+    /// in draft 14 (where the server answers with PUBLISH_NAMESPACEs, which
+    /// reach our client as such).
+    async fn client_namespace_request(
+        self: Arc<Self>,
+        mut send: SendStream,
+        mut reader: MessageReader,
+        m: Message,
+    ) -> Result<(), Fail> {
+        let (mut request, options) = match m {
+            Message::SubscribeTracks(n) => (n, SubscribeOptions::Publish),
+            Message::SubscribeNamespace(n) => (n, SubscribeOptions::Namespace),
+            _ => return Ok(()),
+        };
+        let Some(id) = self.allocate_id() else {
+            let e = Message::RequestError(RequestError {
+                code: request_error::EXCESSIVE_LOAD,
+                reason: Bytes::from_static(b"server's MAX_REQUEST_ID reached"),
+                ..Default::default()
+            });
+            let _ = write_message(&mut send, &e).await;
+            let _ = send.finish();
+            return Ok(());
+        };
+        request.request_id = id;
+        let prefix = request.namespace.clone();
+        let c = Control::SubscribeNamespace { request, options };
+        if self.draft == Draft::D14 {
+            self.requests.lock().expect("requests").insert(
+                id,
+                Request {
+                    send: Some(Arc::new(tokio::sync::Mutex::new(send))),
+                    kind: RequestKind::SubscribeNamespace,
+                    by_peer: false,
+                    namespace: Some(prefix.clone()),
+                    wants_namespaces: options == SubscribeOptions::Namespace,
+                    updates: Arc::default(),
+                    pump: None,
+                },
+            );
+            if self.control.send(c).await.is_err() {
+                return Ok(());
+            }
+            // Until our client ends it.
+            while reader.next().await.is_ok() {}
+            if self.take(id, false).is_some() {
+                let _ = self
+                    .control
+                    .send(Control::UnsubscribeNamespace(prefix))
+                    .await;
+            }
+            return Ok(());
+        }
+        let (mut peer_send, peer_recv) = self
+            .peer
+            .open_bi()
+            .await
+            .map_err(|e| Fail::protocol(e.to_string()))?;
+        let b = c
+            .to_bytes(self.draft)
+            .map_err(|e| Fail::protocol(e.to_string()))?;
+        if peer_send.write_all(&b).await.is_err() {
+            return Ok(());
+        }
+        let mut peer_reader = LegacyReader::new(peer_recv, self.draft);
+        let forward = async {
+            loop {
+                let m = match peer_reader.next().await {
+                    Ok(Control::Reply { msg, .. }) => msg,
+                    Ok(Control::Namespace(ns)) => Message::Namespace(ns),
+                    Ok(Control::NamespaceDone(ns)) => Message::NamespaceDone(ns),
+                    Ok(_) => continue,
+                    Err(_) => {
+                        let _ = send.finish();
+                        return;
+                    }
+                };
+                if write_message(&mut send, &m).await.is_err() {
+                    return;
+                }
+            }
+        };
+        let cancelled = async { while reader.next().await.is_ok() {} };
+        tokio::select! {
+            _ = forward => {}
+            _ = cancelled => { let _ = peer_send.reset(reset::CANCELLED); }
+        }
+        Ok(())
+    }
+
     /// Opens the draft-18 request for a namespace subscription: namespaces
     /// only, or (draft 16's option 0) tracks.
     async fn open_namespace_request(
-        &self,
+        self: &Arc<Self>,
         request: moqt::message::NamespaceRequest,
         options: SubscribeOptions,
     ) -> Result<Option<(SendStream, MessageReader)>, Fail> {
-        // Draft 16 asks for NAMESPACEs, PUBLISHes or both in one request;
-        // draft 18 has a request for each. "Both" gets the namespaces (what
-        // moq-dev's subscriber reads); the relay's PUBLISHes would need a
-        // second Request ID the peer did not allocate.
+        // Drafts 14 and 16 ask for NAMESPACEs, PUBLISHes or both in one
+        // request; draft 18 has a request for each. For both, the bridge
+        // adds a SUBSCRIBE_TRACKS of its own, whose replies it drops (the
+        // PUBLISHes it brings are requests of the relay's, forwarded).
+        let id = request.request_id;
         let m = match options {
-            SubscribeOptions::Publish => Message::SubscribeTracks(request),
+            SubscribeOptions::Publish => Message::SubscribeTracks(request.clone()),
             SubscribeOptions::Namespace | SubscribeOptions::Both => {
-                Message::SubscribeNamespace(request)
+                Message::SubscribeNamespace(request.clone())
             }
         };
         let (mut send, recv) = self
@@ -819,7 +1146,35 @@ impl Bridge {
         if write_message(&mut send, &m).await.is_err() {
             return Ok(None);
         }
+        if options == SubscribeOptions::Both {
+            let private = {
+                let mut p = self.private_id.lock().expect("private id");
+                let v = *p;
+                *p += 2;
+                v
+            };
+            let tracks = Message::SubscribeTracks(moqt::message::NamespaceRequest {
+                request_id: private,
+                ..request
+            });
+            if let Ok((mut s2, recv2)) = self.relay.open_bi().await {
+                if write_message(&mut s2, &tracks).await.is_ok() {
+                    self.companions.lock().expect("companions").insert(id, s2);
+                    tokio::spawn(async move {
+                        let mut r = MessageReader::new(recv2, &[]);
+                        while r.next().await.is_ok() {}
+                    });
+                }
+            }
+        }
         Ok(Some((send, MessageReader::new(recv, &[]))))
+    }
+
+    /// Ends the bridge's own SUBSCRIBE_TRACKS that goes with request `id`.
+    fn drop_companion(&self, id: u64) {
+        if let Some(mut s) = self.companions.lock().expect("companions").remove(&id) {
+            let _ = s.reset(reset::CANCELLED);
+        }
     }
 
     /// A SUBSCRIBE_NAMESPACE stream from a draft-16 peer.
@@ -883,6 +1238,7 @@ impl Bridge {
             _ = forward => {}
             _ = cancelled => { let _ = send.reset(reset::CANCELLED); }
         }
+        self.drop_companion(id);
         Ok(())
     }
 
@@ -894,14 +1250,14 @@ impl Bridge {
         request: moqt::message::NamespaceRequest,
     ) -> Result<(), Fail> {
         let (id, prefix) = (request.request_id, request.namespace.clone());
-        if id % 2 != 0 || self.requests.lock().expect("requests").contains_key(&id) {
+        if !self.peers_id(id) || self.requests.lock().expect("requests").contains_key(&id) {
             return Err(Fail {
                 code: SessionErrorCode::InvalidRequestId.code(),
                 reason: format!("request ID {id} is not the client's or is in use"),
             });
         }
         let Some((send, mut reader)) = self
-            .open_namespace_request(request, SubscribeOptions::Namespace)
+            .open_namespace_request(request, SubscribeOptions::Both)
             .await?
         else {
             return Ok(());
@@ -913,6 +1269,7 @@ impl Bridge {
                 kind: RequestKind::SubscribeNamespace,
                 by_peer: true,
                 namespace: Some(prefix.clone()),
+                wants_namespaces: false,
                 updates: Arc::default(),
                 pump: None,
             },
@@ -936,6 +1293,7 @@ impl Bridge {
                             kind: RequestKind::PublishNamespace,
                             by_peer: false,
                             namespace: Some(ns.clone()),
+                            wants_namespaces: false,
                             updates: Arc::default(),
                             pump: None,
                         },
@@ -996,20 +1354,23 @@ impl Bridge {
 
     /// Removes request `id` if `by_peer` opened it, stopping its reply pump.
     fn take(&self, id: u64, by_peer: bool) -> Option<Request> {
-        let mut reqs = self.requests.lock().expect("requests");
-        if reqs.get(&id).is_some_and(|r| r.by_peer == by_peer) {
-            let r = reqs.remove(&id)?;
-            self.fetches.lock().expect("fetches").remove(&id);
-            if let Some(p) = &r.pump {
-                p.abort();
+        let r = {
+            let mut reqs = self.requests.lock().expect("requests");
+            match reqs.get(&id) {
+                Some(r) if r.by_peer == by_peer => reqs.remove(&id)?,
+                _ => return None,
             }
-            Some(r)
-        } else {
-            None
+        };
+        self.fetches.lock().expect("fetches").remove(&id);
+        self.drop_companion(id);
+        if let Some(p) = &r.pump {
+            p.abort();
         }
+        Some(r)
     }
 
     fn remove(&self, id: u64) {
+        self.drop_companion(id);
         self.requests.lock().expect("requests").remove(&id);
         self.fetches.lock().expect("fetches").remove(&id);
     }
@@ -1044,10 +1405,10 @@ fn set_request_id(m: &mut Message, id: u64) {
 async fn write_control(
     b: Arc<Bridge>,
     mut send: SendStream,
-    first: Control,
+    first: Option<Control>,
     mut rx: mpsc::Receiver<Control>,
 ) {
-    let mut next = Some(first);
+    let mut next = first;
     while let Some(c) = match next.take() {
         Some(c) => Some(c),
         None => rx.recv().await,

@@ -31,6 +31,10 @@ struct Common {
     /// Pin the relay certificate by SHA-256 (hex); default accepts any certificate.
     #[arg(long)]
     fingerprint: Option<String>,
+    /// MoQT draft to speak: 18 (native), 16 or 14 (through quichub's
+    /// translating bridge; `moqt://` and `https://` only).
+    #[arg(long, value_parser = crate::parse_draft, default_value = "18")]
+    draft: crate::Draft,
     /// Seconds a subscriber waits for the publisher.
     #[arg(long, default_value_t = 10.0)]
     subscribe_wait: f64,
@@ -197,6 +201,7 @@ fn config(c: &Common, relay_pid: Option<u32>) -> anyhow::Result<RunConfig> {
     Ok(RunConfig {
         relay: c.relay.clone(),
         verify: crate::verify_from(c.fingerprint.as_deref())?,
+        draft: c.draft.0,
         publish_mode: match c.publish_mode.as_str() {
             "announce" => TrackMode::Announce,
             "push" => TrackMode::Push,

@@ -31,6 +31,10 @@ pub struct InteropArgs {
     /// Pin the relay certificate by SHA-256 (hex) instead.
     #[arg(long)]
     pub fingerprint: Option<String>,
+    /// MoQT draft to speak: 18 (native), 16 or 14 (through quichub's
+    /// translating bridge; `moqt://` and `https://` only).
+    #[arg(long, value_parser = crate::parse_draft, default_value = "18")]
+    pub draft: crate::Draft,
 }
 
 /// The moq-interop-runner's control-plane cases, then quichub's data-plane
@@ -122,6 +126,7 @@ pub async fn run(a: InteropArgs) -> anyhow::Result<u8> {
         url: url.clone(),
         opts: ConnectOptions {
             verify,
+            draft: a.draft.0,
             ..Default::default()
         },
         opened: Default::default(),

@@ -223,6 +223,21 @@ pub(crate) fn human_out(json_on_stdout: bool) -> Box<dyn std::io::Write> {
     }
 }
 
+/// `--draft`: the MoQT draft to speak to the relay. 18 is native; 14 and 16
+/// go through the translating bridge (`quichub_net::legacy`).
+pub(crate) fn parse_draft(s: &str) -> Result<Draft, String> {
+    match s.trim_start_matches("draft-") {
+        "18" => Ok(Draft(None)),
+        "16" => Ok(Draft(Some(moqt::legacy::Draft::D16))),
+        "14" => Ok(Draft(Some(moqt::legacy::Draft::D14))),
+        other => Err(format!("draft {other} is not served (14, 16 or 18)")),
+    }
+}
+
+/// A parsed `--draft` (`None`: draft 18).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Draft(pub Option<moqt::legacy::Draft>);
+
 /// Parses a hex SHA-256 fingerprint option into a verifier.
 pub(crate) fn verify_from(fingerprint: Option<&str>) -> anyhow::Result<quichub_client::Verify> {
     Ok(match fingerprint {

@@ -58,6 +58,10 @@ pub struct PubArgs {
     /// `?jwt=` (the same as writing it into the URL).
     #[arg(long, env = "QUICHUB_JWT", hide_env_values = true)]
     pub jwt: Option<String>,
+    /// MoQT draft to speak: 18 (native), 16 or 14 (through quichub's
+    /// translating bridge; `moqt://` and `https://` only).
+    #[arg(long, value_parser = crate::parse_draft, default_value = "18")]
+    pub draft: crate::Draft,
     /// Real media (`--broadcast`).
     #[command(flatten)]
     pub media: crate::media_cmd::MediaPubArgs,
@@ -104,6 +108,10 @@ pub struct SubArgs {
     /// `?jwt=` (the same as writing it into the URL).
     #[arg(long, env = "QUICHUB_JWT", hide_env_values = true)]
     pub jwt: Option<String>,
+    /// MoQT draft to speak: 18 (native), 16 or 14 (through quichub's
+    /// translating bridge; `moqt://` and `https://` only).
+    #[arg(long, value_parser = crate::parse_draft, default_value = "18")]
+    pub draft: crate::Draft,
     /// Real media (`--broadcast`).
     #[command(flatten)]
     pub media: crate::media_cmd::MediaSubArgs,
@@ -154,6 +162,7 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
     let opts = ConnectOptions {
         verify,
         endpoint,
+        draft: a.draft.0,
         ..Default::default()
     };
     let url = crate::with_jwt(&a.url, a.jwt.as_deref())?;
@@ -289,6 +298,7 @@ fn sequence_gap(prev: u64, seq: u64) -> u64 {
 pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
     let opts = ConnectOptions {
         verify: crate::verify_from(a.fingerprint.as_deref())?,
+        draft: a.draft.0,
         ..Default::default()
     };
     let url = crate::with_jwt(&a.url, a.jwt.as_deref())?;

@@ -26,6 +26,7 @@ async fn bench(profile: &Profile, subscribers: usize, mode: TrackMode, scheme: &
     let cfg = RunConfig {
         relay: relay.url(scheme),
         verify: Verify::Fingerprints(vec![relay.fingerprint.clone()]),
+        draft: None,
         publish_mode: mode,
         subscribe_wait: Duration::from_secs(5),
         progress: false,

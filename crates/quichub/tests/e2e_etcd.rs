@@ -381,6 +381,7 @@ impl RelayProcess {
                 bind: "127.0.0.1:0".parse().unwrap(),
                 timeout: Duration::from_secs(5),
                 endpoint: None,
+                draft: None,
             },
         )
         .await

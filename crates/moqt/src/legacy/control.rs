@@ -1089,8 +1089,9 @@ fn decode_payload(t: u64, p: &mut &[u8], src: &Bytes) -> Result<Control, DecodeE
             code: get_varint(p)?,
             reason: get_reason(p, src)?,
         },
-        ty::NAMESPACE => Control::Namespace(get_namespace(p, src, 1)?),
-        ty::NAMESPACE_DONE => Control::NamespaceDone(get_namespace(p, src, 1)?),
+        // A suffix is empty when the namespace is the prefix itself.
+        ty::NAMESPACE => Control::Namespace(get_namespace(p, src, 0)?),
+        ty::NAMESPACE_DONE => Control::NamespaceDone(get_namespace(p, src, 0)?),
         other => return Err(DecodeError::UnknownMessage(other)),
     })
 }
@@ -1743,7 +1744,8 @@ fn decode_payload_14(t: u64, p: &mut &[u8], src: &Bytes) -> Result<Control, Deco
                 namespace: get_namespace(p, src, 0)?,
                 params: get_params_14(p, src)?,
             },
-            options: SubscribeOptions::Namespace,
+            // Draft 14's answers both: PUBLISH_NAMESPACEs and PUBLISHes.
+            options: SubscribeOptions::Both,
         },
         ty14::UNSUBSCRIBE_NAMESPACE => Control::UnsubscribeNamespace(get_namespace(p, src, 0)?),
         // Laid out as in draft 16.

@@ -44,6 +44,7 @@ impl TestRelay {
             bind: "127.0.0.1:0".parse().unwrap(),
             timeout: Duration::from_secs(5),
             endpoint: None,
+            draft: None,
         };
         let url = format!("{scheme}://127.0.0.1:{}{path}", self.addr.port());
         ClientSession::connect(&url, opts).await
