@@ -2,7 +2,8 @@
 # Runs every test of quichub on a fresh machine: installs the independent MoQT
 # implementation used by the interop tests (moq-dev's moq-relay, moq-clock and
 # moq-cli's `moq`, from crates.io, into ~/.cache/quichub/tools; about an hour on
-# 2 cores the first time, instant afterwards), the third-party MQTT/HTTP clients (mosquitto from
+# 2 cores the first time, instant afterwards), aiomoqt (PyPI) for draft-14
+# interop, the third-party MQTT/HTTP clients (mosquitto from
 # Debian, paho-mqtt and aioquic from PyPI), ffmpeg (Debian) for the media
 # tests, what the web tests need (Chromium from Debian, web/node_modules
 # with npm ci) and etcd (Debian) for the cluster tests, then the whole
@@ -13,6 +14,9 @@ cd "$(dirname "$0")/.."
 # Tools are built once per machine and shared by every checkout.
 export QUICHUB_TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
 ./scripts/install-moq-dev.sh --with-relay --with-cli
+# aiomoqt (PyPI, in a venv): a draft-14 MoQT implementation for the
+# draft-14 interop test.
+./scripts/install-aiomoqt.sh
 # mosquitto clients and broker (Debian), paho-mqtt and aioquic (PyPI, in a venv).
 ./scripts/install-mqtt-tools.sh
 # ffmpeg and ffprobe (Debian) make and check the media tests' inputs and outputs;
@@ -25,6 +29,8 @@ export QUICHUB_TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
 
 # The interop test fails (rather than skips) when this is set and a tool is missing.
 export QUICHUB_MOQ_DEV_BIN="$QUICHUB_TOOLS/bin"
+# The draft-14 interop test likewise fails (rather than skips) without aiomoqt.
+export QUICHUB_AIOMOQT_PYTHON="$QUICHUB_TOOLS/aiomoqt/bin/python"
 # The MQTT/HTTP tests likewise fail (rather than skip) without their clients.
 export QUICHUB_MQTT_PYTHON="$QUICHUB_TOOLS/py/bin/python"
 # The media tests likewise fail (rather than skip) without ffmpeg (and lab live-video without nginx-rtmp).

@@ -477,15 +477,22 @@ mod protocol_negotiation {
 
         list.iter()
             .map(|entry| match entry {
-                ListEntry::Item(item) => Ok(item
-                    .bare_item
-                    .as_string()
-                    .ok_or(ConnectError::InvalidProtocol)?
-                    .as_str()
-                    .to_string()),
+                ListEntry::Item(item) => bare_text(&item.bare_item),
                 _ => Err(ConnectError::InvalidProtocol),
             })
             .collect()
+    }
+
+    /// A protocol name: an sf-string, as the draft says, or an sf-token
+    /// (quichub patch: aiomoqt sends `wt-available-protocols: moq-00`, a
+    /// token, and its meaning is unambiguous).
+    fn bare_text(item: &sfv::BareItem) -> Result<String, ConnectError> {
+        if let Some(s) = item.as_string() {
+            return Ok(s.as_str().to_string());
+        }
+        item.as_token()
+            .map(|t| t.as_str().to_string())
+            .ok_or(ConnectError::InvalidProtocol)
     }
 
     /// Encode a single string as an RFC 8941 Structured Field Item.
@@ -497,12 +504,7 @@ mod protocol_negotiation {
     /// Decode an RFC 8941 Structured Field Item (single string).
     pub fn decode_item(value: &str) -> Result<String, ConnectError> {
         let item = Parser::new(value).parse::<Item>()?;
-        Ok(item
-            .bare_item
-            .as_string()
-            .ok_or(ConnectError::InvalidProtocol)?
-            .as_str()
-            .to_string())
+        bare_text(&item.bare_item)
     }
 }
 
