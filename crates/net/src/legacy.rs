@@ -50,22 +50,33 @@ use crate::mux::{RecvStream, SendStream, Session};
 /// limit (moq-dev grants the same).
 const GRANTED_REQUEST_IDS: u64 = u32::MAX as u64;
 
+/// Updates of the relay's requests waiting for the peer's reply, at most.
+const MAX_PENDING_UPDATES: usize = 1024;
+
+/// FETCHes whose data stream has not been seen yet, at most; past it, a
+/// fetch stream is read in ascending order under the Request ID it carries.
+const MAX_PENDING_FETCHES: usize = 4096;
+
 /// How long the peer may take to open its control stream and send
 /// CLIENT_SETUP; the relay's own SETUP timeout runs too, on its side.
 const SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The in-memory QMux session's limits. The peer's QUIC limits bound what it
-/// can open; these only need to not be the tighter ones.
-fn bridge_config() -> qmux::Config {
-    let mut c = qmux::Config::default();
-    c.max_streams_bidi = 10_000;
-    c.max_streams_uni = 10_000;
-    c.max_data = 16 << 20;
-    c.max_stream_data_bidi_local = 1 << 20;
-    c.max_stream_data_bidi_remote = 1 << 20;
-    c.max_stream_data_uni = 1 << 20;
+/// The in-memory QMux session's limits: `limits` (the stream counts and
+/// windows a QUIC peer of the relay gets, as for WebSocket sessions) without
+/// the idle timeout, which the peer's own session enforces.
+fn bridge_config(limits: qmux::Config) -> qmux::Config {
+    let mut c = limits;
     c.max_idle_timeout = 0;
     c
+}
+
+/// Most requests a peer may have open through the bridge at once: the
+/// relay's draft-18 side grants that many request streams (its QUIC limit),
+/// and a legacy peer's requests all share its one control stream, so the
+/// bridge answers EXCESSIVE_LOAD beyond it rather than waiting for credit
+/// while the UNSUBSCRIBEs that would free it queue behind.
+fn request_limit(c: &qmux::Config) -> usize {
+    c.max_streams_bidi.clamp(1, 1 << 16) as usize
 }
 
 /// Which end of the legacy session the bridge stands in for.
@@ -80,20 +91,27 @@ enum Role {
 /// Starts translating `peer`, a client of `draft`, and returns the draft-18
 /// session to hand to the relay as if the peer had spoken draft 18. The
 /// bridge runs until either side closes.
-pub async fn accept(peer: Session, draft: Draft) -> anyhow::Result<Session> {
-    start(peer, draft, Role::Server).await
+pub async fn accept(peer: Session, draft: Draft, limits: qmux::Config) -> anyhow::Result<Session> {
+    start(peer, draft, Role::Server, limits).await
 }
 
 /// Starts translating `peer`, a server of `draft` this endpoint dialled, and
 /// returns the draft-18 session for the client to use as if the server had
 /// spoken draft 18 (`quichub pub --draft 14`, ...).
 pub async fn connect(peer: Session, draft: Draft) -> anyhow::Result<Session> {
-    start(peer, draft, Role::Client).await
+    let limits = crate::websocket::session_config(&crate::QuicConfig::default());
+    start(peer, draft, Role::Client, limits).await
 }
 
-async fn start(peer: Session, draft: Draft, role: Role) -> anyhow::Result<Session> {
+async fn start(
+    peer: Session,
+    draft: Draft,
+    role: Role,
+    limits: qmux::Config,
+) -> anyhow::Result<Session> {
     let (a, b) = tokio::io::duplex(256 * 1024);
-    let config = bridge_config();
+    let config = bridge_config(limits);
+    let max_requests = request_limit(&config);
     let ta = qmux::transport::Stream::new(a, config.version, config.max_record_size);
     let tb = qmux::transport::Stream::new(b, config.version, config.max_record_size);
     // The bridge takes the peer's part on the draft-18 side.
@@ -113,7 +131,7 @@ async fn start(peer: Session, draft: Draft, role: Role) -> anyhow::Result<Sessio
             (s, c)
         }
     };
-    tokio::spawn(run(peer, bridge_side.into(), draft, role));
+    tokio::spawn(run(peer, bridge_side.into(), draft, role, max_requests));
     Ok(other_side.into())
 }
 
@@ -191,10 +209,15 @@ struct Bridge {
     /// FETCHes in flight, by the Request ID their data stream carries.
     fetches: Arc<Mutex<HashMap<u64, FetchInfo>>>,
     fail: mpsc::Sender<Fail>,
+    /// Set when the bridge ends: every task it spawned stops.
+    shutdown: tokio::sync::watch::Sender<bool>,
+    /// Most requests open at once ([`request_limit`]).
+    max_requests: usize,
 }
 
-async fn run(peer: Session, relay: Session, draft: Draft, role: Role) {
+async fn run(peer: Session, relay: Session, draft: Draft, role: Role, max_requests: usize) {
     let (fail_tx, mut fail_rx) = mpsc::channel::<Fail>(4);
+    let (shutdown, _) = tokio::sync::watch::channel(false);
     let (control_tx, control_rx) = mpsc::channel::<Control>(256);
     let b = Arc::new(Bridge {
         draft,
@@ -215,10 +238,13 @@ async fn run(peer: Session, relay: Session, draft: Draft, role: Role) {
         modern_control: tokio::sync::Mutex::new(None),
         fetches: Arc::default(),
         fail: fail_tx,
+        shutdown,
+        max_requests,
     });
-    let setup = {
-        let b = b.clone();
-        tokio::spawn(async move {
+    {
+        let b2 = b.clone();
+        b.spawn(async move {
+            let b = b2;
             let r = match b.role {
                 Role::Server => b.clone().serve(control_rx).await,
                 Role::Client => b.clone().serve_client(control_rx).await,
@@ -226,8 +252,8 @@ async fn run(peer: Session, relay: Session, draft: Draft, role: Role) {
             if let Err(f) = r {
                 let _ = b.fail.send(f).await;
             }
-        })
-    };
+        });
+    }
     let outcome = tokio::select! {
         f = fail_rx.recv() => f,
         e = peer.closed() => {
@@ -252,7 +278,10 @@ async fn run(peer: Session, relay: Session, draft: Draft, role: Role) {
         peer.close(code, reason.as_bytes());
         relay.close(code, reason.as_bytes());
     }
-    setup.abort();
+    // Every task of the bridge ends with it (they hold the bridge, its
+    // streams and both sessions).
+    b.shutdown.send_replace(true);
+    drop(b);
     // The relay side stays open a moment so its CONNECTION_CLOSE gets out.
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 }
@@ -266,9 +295,59 @@ fn reply(request_id: u64, to: RequestKind, msg: Message) -> Control {
 }
 
 impl Bridge {
+    /// Spawns a task that ends, at the latest, with the bridge.
+    fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut stop = self.shutdown.subscribe();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = fut => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
+    }
+
+    /// Checks the Request ID of a new request (or update) of the peer's: its
+    /// parity, below the MAX_REQUEST_ID granted, and not in use. Drafts 14
+    /// and 16 also want them in sequence, which is not checked here: a
+    /// draft-16 SUBSCRIBE_NAMESPACE travels on its own stream and may
+    /// overtake the control stream. (The relay refuses duplicates too.)
+    fn accept_peer_id(&self, id: u64) -> Result<(), Fail> {
+        if !self.peers_id(id)
+            || id >= GRANTED_REQUEST_IDS
+            || self.requests.lock().expect("requests").contains_key(&id)
+        {
+            return Err(Fail {
+                code: SessionErrorCode::InvalidRequestId.code(),
+                reason: format!("request ID {id} is not the peer's, beyond the maximum or in use"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Answers the peer's request `id` with EXCESSIVE_LOAD when it has as
+    /// many open as the bridge carries; true when it did.
+    async fn refuse_over_limit(&self, id: u64, kind: RequestKind) -> bool {
+        if !self.at_request_limit() {
+            return false;
+        }
+        let e = Message::RequestError(RequestError {
+            code: request_error::EXCESSIVE_LOAD,
+            reason: Bytes::from_static(b"too many requests open"),
+            ..Default::default()
+        });
+        let _ = self.control.send(reply(id, kind, e)).await;
+        true
+    }
+
+    /// True when the peer may open no more requests now.
+    fn at_request_limit(&self) -> bool {
+        self.requests.lock().expect("requests").len() >= self.max_requests
+    }
+
     async fn serve(self: Arc<Self>, control_rx: mpsc::Receiver<Control>) -> Result<(), Fail> {
-        // The peer's control stream and its CLIENT_SETUP.
-        let (peer_send, peer_recv) = tokio::time::timeout(SETUP_TIMEOUT, self.peer.accept_bi())
+        // The peer's control stream and its CLIENT_SETUP, within one deadline.
+        let deadline = tokio::time::Instant::now() + SETUP_TIMEOUT;
+        let (peer_send, peer_recv) = tokio::time::timeout_at(deadline, self.peer.accept_bi())
             .await
             .map_err(|_| Fail {
                 code: SessionErrorCode::ControlMessageTimeout.code(),
@@ -276,7 +355,7 @@ impl Bridge {
             })?
             .map_err(|e| Fail::protocol(e.to_string()))?;
         let mut reader = LegacyReader::new(peer_recv, self.draft);
-        let first = tokio::time::timeout(SETUP_TIMEOUT, reader.next())
+        let first = tokio::time::timeout_at(deadline, reader.next())
             .await
             .map_err(|_| Fail {
                 code: SessionErrorCode::ControlMessageTimeout.code(),
@@ -334,15 +413,15 @@ impl Bridge {
             version: (self.draft == Draft::D14).then_some(VERSION_D14),
             options,
         };
-        tokio::spawn(write_control(
-            self.clone(),
+        self.spawn(write_control(
+            self.draft,
             peer_send,
             Some(server_setup),
             control_rx,
         ));
         {
             let b = self.clone();
-            tokio::spawn(async move {
+            self.spawn(async move {
                 while let Ok(m) = relay_reader.next().await {
                     if let Message::GoAway(g) = m {
                         let _ = b.control.send(Control::GoAway(g.new_session_uri)).await;
@@ -364,6 +443,26 @@ impl Bridge {
         self: Arc<Self>,
         control_rx: mpsc::Receiver<Control>,
     ) -> Result<(), Fail> {
+        // A server that grants no stream or never answers: the client hears
+        // of it as a closed session, not a hang.
+        let mut reader = tokio::time::timeout(SETUP_TIMEOUT, self.clone().setup_client(control_rx))
+            .await
+            .map_err(|_| Fail {
+                code: SessionErrorCode::ControlMessageTimeout.code(),
+                reason: "no SERVER_SETUP exchanged".into(),
+            })??;
+        self.spawn_streams();
+        loop {
+            let m = reader.next().await?;
+            self.on_peer_control(m).await?;
+        }
+    }
+
+    /// The client role's SETUP exchange; returns the server's control stream.
+    async fn setup_client(
+        self: Arc<Self>,
+        control_rx: mpsc::Receiver<Control>,
+    ) -> Result<LegacyReader, Fail> {
         let uni = self
             .relay
             .accept_uni()
@@ -434,22 +533,18 @@ impl Bridge {
             .await
             .map_err(|e| Fail::protocol(e.to_string()))?;
         *self.modern_control.lock().await = Some(control);
-        tokio::spawn(write_control(self.clone(), peer_send, None, control_rx));
+        self.spawn(write_control(self.draft, peer_send, None, control_rx));
         // Our client's GOAWAY (no URI) has nothing to say to a server.
-        tokio::spawn(async move { while modern_reader.next().await.is_ok() {} });
-        self.spawn_streams();
-        loop {
-            let m = reader.next().await?;
-            self.on_peer_control(m).await?;
-        }
+        self.spawn(async move { while modern_reader.next().await.is_ok() {} });
+        Ok(reader)
     }
 
     fn spawn_streams(self: &Arc<Self>) {
         let b = self.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             while let Ok(s) = b.peer.accept_uni().await {
                 let (relay, draft, fetches) = (b.relay.clone(), b.draft, b.fetches.clone());
-                tokio::spawn(async move {
+                b.spawn(async move {
                     if let Ok(out) = relay.open_uni().await {
                         let t = StreamTranscoder::new(draft, Direction::ToModern);
                         pipe(s, out, t, fetches).await;
@@ -458,10 +553,10 @@ impl Bridge {
             }
         });
         let b = self.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             while let Ok(s) = b.relay.accept_uni().await {
                 let (peer, draft, fetches) = (b.peer.clone(), b.draft, b.fetches.clone());
-                tokio::spawn(async move {
+                b.spawn(async move {
                     if let Ok(out) = peer.open_uni().await {
                         let t = StreamTranscoder::new(draft, Direction::ToLegacy);
                         pipe(s, out, t, fetches).await;
@@ -470,7 +565,7 @@ impl Bridge {
             }
         });
         let b = self.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             while let Ok(d) = b.peer.read_datagram().await {
                 match transcode_datagram(b.draft, Direction::ToModern, &d) {
                     Ok(d) => {
@@ -486,7 +581,7 @@ impl Bridge {
             }
         });
         let b = self.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             while let Ok(d) = b.relay.read_datagram().await {
                 if let Ok(d) = transcode_datagram(b.draft, Direction::ToLegacy, &d) {
                     let _ = b.peer.send_datagram(d);
@@ -495,10 +590,11 @@ impl Bridge {
         });
         // The peer's other bidi streams: draft 16's SUBSCRIBE_NAMESPACE.
         let b = self.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             while let Ok((send, recv)) = b.peer.accept_bi().await {
-                let b = b.clone();
-                tokio::spawn(async move {
+                let b2 = b.clone();
+                b.spawn(async move {
+                    let b = b2;
                     if let Err(f) = b.clone().namespace_stream(send, recv).await {
                         let _ = b.fail.send(f).await;
                     }
@@ -507,10 +603,11 @@ impl Bridge {
         });
         // The relay's requests.
         let b = self.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             while let Ok((send, recv)) = b.relay.accept_bi().await {
-                let b = b.clone();
-                tokio::spawn(async move {
+                let b2 = b.clone();
+                b.spawn(async move {
+                    let b = b2;
                     if let Err(f) = b.clone().relay_request(send, recv).await {
                         let _ = b.fail.send(f).await;
                     }
@@ -525,12 +622,34 @@ impl Bridge {
             Control::SubscribeNamespace { request, .. } if self.draft == Draft::D14 => {
                 // Draft 14's SUBSCRIBE_NAMESPACE travels on the control
                 // stream and is answered with PUBLISH_NAMESPACEs.
+                let (id, prefix) = (request.request_id, request.namespace.clone());
+                self.accept_peer_id(id)?;
+                if self
+                    .refuse_over_limit(id, RequestKind::SubscribeNamespace)
+                    .await
+                {
+                    return Ok(());
+                }
+                let Some((send, reader)) = self
+                    .open_namespace_request(request, SubscribeOptions::Both)
+                    .await?
+                else {
+                    return Ok(());
+                };
+                self.requests.lock().expect("requests").insert(
+                    id,
+                    Request {
+                        send: Some(Arc::new(tokio::sync::Mutex::new(send))),
+                        kind: RequestKind::SubscribeNamespace,
+                        by_peer: true,
+                        namespace: Some(prefix.clone()),
+                        wants_namespaces: false,
+                        updates: Arc::default(),
+                        pump: None,
+                    },
+                );
                 let b = self.clone();
-                tokio::spawn(async move {
-                    if let Err(f) = b.clone().namespace_subscription_14(request).await {
-                        let _ = b.fail.send(f).await;
-                    }
-                });
+                self.spawn(async move { b.namespace_subscription_14(id, prefix, reader).await });
                 Ok(())
             }
             Control::Reply {
@@ -544,10 +663,13 @@ impl Bridge {
                 existing,
                 params,
             } => {
+                self.accept_peer_id(request_id)?;
+                // The peer's own requests, and the relay's PUBLISHes to it
+                // (a subscription the peer holds).
                 let found = {
                     let reqs = self.requests.lock().expect("requests");
                     reqs.get(&existing)
-                        .filter(|r| r.by_peer)
+                        .filter(|r| r.by_peer || r.kind == RequestKind::Publish)
                         .and_then(|r| Some((r.send.clone()?, r.updates.clone())))
                 };
                 let Some((send, updates)) = found else {
@@ -570,7 +692,18 @@ impl Bridge {
                 Ok(())
             }
             Control::Unsubscribe(id) | Control::FetchCancel(id) => {
-                if let Some(send) = self.take(id, true).and_then(|r| r.send) {
+                // The peer's SUBSCRIBE or FETCH, or a PUBLISH of the relay's
+                // it no longer wants: draft 18 cancels both with a reset.
+                let r = self.take(id, true).or_else(|| {
+                    let publish = self
+                        .requests
+                        .lock()
+                        .expect("requests")
+                        .get(&id)
+                        .is_some_and(|r| r.kind == RequestKind::Publish);
+                    publish.then(|| self.take(id, false)).flatten()
+                });
+                if let Some(send) = r.and_then(|r| r.send) {
                     let _ = send.lock().await.reset(reset::CANCELLED);
                 }
                 Ok(())
@@ -647,25 +780,39 @@ impl Bridge {
         let found = {
             let reqs = self.requests.lock().expect("requests");
             reqs.get(&target)
-                .filter(|r| !r.by_peer)
-                .map(|r| r.send.clone())
+                .map(|r| (r.send.clone(), r.by_peer, r.kind))
         };
-        // Gone (the relay cancelled it) or the bridge's own PUBLISH_NAMESPACE:
-        // nothing waits for the reply.
-        let Some(Some(send)) = found else {
-            if matches!(msg, Message::RequestError(_)) && parent.is_none() {
-                self.remove(id);
+        match found {
+            // PUBLISH_DONE ends the peer's own PUBLISH.
+            Some((Some(send), true, RequestKind::Publish))
+                if parent.is_none() && matches!(msg, Message::PublishDone(_)) =>
+            {
+                let mut send = send.lock().await;
+                let _ = write_message(&mut send, &msg).await;
+                let _ = send.finish();
+                drop(send);
+                self.take(id, true);
             }
-            return;
-        };
-        let ends =
-            parent.is_none() && matches!(msg, Message::PublishDone(_) | Message::RequestError(_));
-        let mut send = send.lock().await;
-        let _ = write_message(&mut send, &msg).await;
-        if ends {
-            let _ = send.finish();
-            drop(send);
-            self.remove(id);
+            // Any other reply belongs to a request the relay (or the bridge)
+            // sent.
+            Some((_, true, _)) | None => {}
+            // The bridge's own PUBLISH_NAMESPACE: nothing waits for a reply.
+            Some((None, false, _)) => {
+                if matches!(msg, Message::RequestError(_)) && parent.is_none() {
+                    self.remove(id);
+                }
+            }
+            Some((Some(send), false, _)) => {
+                let ends = parent.is_none()
+                    && matches!(msg, Message::PublishDone(_) | Message::RequestError(_));
+                let mut send = send.lock().await;
+                let _ = write_message(&mut send, &msg).await;
+                if ends {
+                    let _ = send.finish();
+                    drop(send);
+                    self.remove(id);
+                }
+            }
         }
     }
 
@@ -674,12 +821,7 @@ impl Bridge {
         let (Some(id), Some(kind)) = (m.request_id(), RequestKind::of(&m)) else {
             return Err(Fail::protocol(format!("{} is not a request", m.name())));
         };
-        if !self.peers_id(id) || self.requests.lock().expect("requests").contains_key(&id) {
-            return Err(Fail {
-                code: SessionErrorCode::InvalidRequestId.code(),
-                reason: format!("request ID {id} is not the peer's or is in use"),
-            });
-        }
+        self.accept_peer_id(id)?;
         if let (Role::Client, Draft::D14, Message::PublishNamespace(n)) =
             (self.role, self.draft, &m)
         {
@@ -687,8 +829,8 @@ impl Bridge {
                 return self.namespace_from_publish_namespace(id, n, send).await;
             }
         }
-        if let Message::Fetch(f) = &m {
-            self.note_fetch(id, f.params.group_order, None);
+        if self.refuse_over_limit(id, kind).await {
+            return Ok(());
         }
         let namespace = match &m {
             Message::PublishNamespace(n) => Some(n.namespace.clone()),
@@ -701,6 +843,9 @@ impl Bridge {
             .map_err(|e| Fail::protocol(e.to_string()))?;
         if write_message(&mut send, &m).await.is_err() {
             return Ok(());
+        }
+        if let Message::Fetch(f) = &m {
+            self.note_fetch(id, f.params.group_order, None);
         }
         self.track_peer_request(id, kind, namespace, send, recv);
         Ok(())
@@ -767,7 +912,13 @@ impl Bridge {
         let mut reqs = self.requests.lock().expect("requests");
         let pump = {
             let (b, updates) = (self.clone(), updates.clone());
-            tokio::spawn(async move { b.replies(id, kind, recv, updates).await })
+            let mut stop = self.shutdown.subscribe();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = b.replies(id, kind, recv, updates) => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+            })
         };
         reqs.insert(
             id,
@@ -808,12 +959,6 @@ impl Bridge {
                         }
                         _ => (id, kind),
                     };
-                    // Draft 14 does not answer SUBSCRIBE_UPDATE.
-                    if kind == RequestKind::Update && self.draft == Draft::D14 {
-                        continue;
-                    }
-                    answered = true;
-                    done |= matches!(m, Message::PublishDone(_));
                     match m {
                         Message::PublishOk(_)
                         | Message::SubscribeOk(_)
@@ -824,6 +969,12 @@ impl Bridge {
                         // Nothing else has a place on a legacy control stream.
                         _ => continue,
                     }
+                    answered = true;
+                    // Draft 14 does not answer SUBSCRIBE_UPDATE.
+                    if kind == RequestKind::Update && self.draft == Draft::D14 {
+                        continue;
+                    }
+                    done |= matches!(m, Message::PublishDone(_));
                     if self.control.send(reply(to, kind, m)).await.is_err() {
                         return;
                     }
@@ -857,6 +1008,8 @@ impl Bridge {
             RequestKind::Subscribe => {
                 Some(reply(id, kind, Message::PublishDone(Default::default())))
             }
+            // The relay, subscriber of the peer's PUBLISH, cancelled it.
+            RequestKind::Publish => Some(Control::Unsubscribe(id)),
             RequestKind::PublishNamespace => {
                 let target = match self.draft {
                     Draft::D16 => NamespaceRef::Id(id),
@@ -951,6 +1104,7 @@ impl Bridge {
             Message::PublishNamespace(n) => Some(n.namespace.clone()),
             _ => None,
         };
+        let updates: Arc<Mutex<VecDeque<u64>>> = Arc::default();
         self.requests.lock().expect("requests").insert(
             id,
             Request {
@@ -959,7 +1113,7 @@ impl Bridge {
                 by_peer: false,
                 namespace: namespace.clone(),
                 wants_namespaces: false,
-                updates: Arc::new(Mutex::new(VecDeque::new())),
+                updates: updates.clone(),
                 pump: None,
             },
         );
@@ -970,7 +1124,17 @@ impl Bridge {
         loop {
             match reader.next().await {
                 Ok(Message::RequestUpdate(u)) => {
-                    let Some(uid) = self.allocate_id() else {
+                    let full =
+                        self.update_parent.lock().expect("updates").len() >= MAX_PENDING_UPDATES;
+                    let Some(uid) = self.allocate_id().filter(|_| !full) else {
+                        if let Some(send) = self.lookup(id, false) {
+                            let e = Message::RequestError(RequestError {
+                                code: request_error::EXCESSIVE_LOAD,
+                                reason: Bytes::from_static(b"peer's MAX_REQUEST_ID reached"),
+                                ..Default::default()
+                            });
+                            let _ = write_message(&mut *send.lock().await, &e).await;
+                        }
                         continue;
                     };
                     let c = Control::Update {
@@ -995,6 +1159,17 @@ impl Bridge {
                     let _ = self.control.send(reply(id, kind, m)).await;
                     self.remove(id);
                     return Ok(());
+                }
+                // The relay's answer to the peer's update of this PUBLISH.
+                Ok(m @ (Message::RequestOk(_) | Message::RequestError(_)))
+                    if kind == RequestKind::Publish =>
+                {
+                    let Some(uid) = updates.lock().expect("updates").pop_front() else {
+                        continue;
+                    };
+                    if self.draft != Draft::D14 {
+                        let _ = self.control.send(reply(uid, RequestKind::Update, m)).await;
+                    }
                 }
                 Ok(other) => {
                     return Err(Fail::protocol(format!(
@@ -1170,6 +1345,14 @@ impl Bridge {
         Ok(Some((send, MessageReader::new(recv, &[]))))
     }
 
+    /// Forgets the updates of request `id` still waiting for the peer.
+    fn forget_updates(&self, id: u64) {
+        self.update_parent
+            .lock()
+            .expect("updates")
+            .retain(|_, parent| *parent != id);
+    }
+
     /// Ends the bridge's own SUBSCRIBE_TRACKS that goes with request `id`.
     fn drop_companion(&self, id: u64) {
         if let Some(mut s) = self.companions.lock().expect("companions").remove(&id) {
@@ -1184,9 +1367,9 @@ impl Bridge {
         peer_recv: RecvStream,
     ) -> Result<(), Fail> {
         let mut reader = LegacyReader::new(peer_recv, self.draft);
-        let first = match reader.next().await {
-            Ok(m) => m,
-            Err(_) => return Ok(()),
+        let first = match tokio::time::timeout(SETUP_TIMEOUT, reader.next()).await {
+            Ok(Ok(m)) => m,
+            _ => return Ok(()),
         };
         let Control::SubscribeNamespace { request, options } = first else {
             return Err(Fail::protocol(format!(
@@ -1195,9 +1378,41 @@ impl Bridge {
             )));
         };
         let id = request.request_id;
+        self.accept_peer_id(id)?;
+        if self.at_request_limit() {
+            let e = reply(
+                id,
+                RequestKind::SubscribeNamespace,
+                Message::RequestError(RequestError {
+                    code: request_error::EXCESSIVE_LOAD,
+                    reason: Bytes::from_static(b"too many requests open"),
+                    ..Default::default()
+                }),
+            );
+            if let Ok(b) = e.to_bytes(self.draft) {
+                let _ = peer_send.write_all(&b).await;
+            }
+            let _ = peer_send.finish();
+            return Ok(());
+        }
+        // Held in the table (with no stream of its own there) so it counts
+        // towards the limit and its Request ID stays taken.
+        self.requests.lock().expect("requests").insert(
+            id,
+            Request {
+                send: None,
+                kind: RequestKind::SubscribeNamespace,
+                by_peer: true,
+                namespace: Some(request.namespace.clone()),
+                wants_namespaces: false,
+                updates: Arc::default(),
+                pump: None,
+            },
+        );
         let Some((mut send, mut relay_reader)) =
             self.open_namespace_request(request, options).await?
         else {
+            self.remove(id);
             return Ok(());
         };
         let draft = self.draft;
@@ -1238,7 +1453,7 @@ impl Bridge {
             _ = forward => {}
             _ = cancelled => { let _ = send.reset(reset::CANCELLED); }
         }
-        self.drop_companion(id);
+        self.remove(id);
         Ok(())
     }
 
@@ -1247,33 +1462,10 @@ impl Bridge {
     /// own Request ID) for each namespace, PUBLISH_NAMESPACE_DONE when it goes.
     async fn namespace_subscription_14(
         self: Arc<Self>,
-        request: moqt::message::NamespaceRequest,
-    ) -> Result<(), Fail> {
-        let (id, prefix) = (request.request_id, request.namespace.clone());
-        if !self.peers_id(id) || self.requests.lock().expect("requests").contains_key(&id) {
-            return Err(Fail {
-                code: SessionErrorCode::InvalidRequestId.code(),
-                reason: format!("request ID {id} is not the client's or is in use"),
-            });
-        }
-        let Some((send, mut reader)) = self
-            .open_namespace_request(request, SubscribeOptions::Both)
-            .await?
-        else {
-            return Ok(());
-        };
-        self.requests.lock().expect("requests").insert(
-            id,
-            Request {
-                send: Some(Arc::new(tokio::sync::Mutex::new(send))),
-                kind: RequestKind::SubscribeNamespace,
-                by_peer: true,
-                namespace: Some(prefix.clone()),
-                wants_namespaces: false,
-                updates: Arc::default(),
-                pump: None,
-            },
-        );
+        id: u64,
+        prefix: TrackNamespace,
+        mut reader: MessageReader,
+    ) {
         let mut published: HashMap<TrackNamespace, u64> = HashMap::new();
         while let Ok(m) = reader.next().await {
             let c = match m {
@@ -1326,7 +1518,6 @@ impl Bridge {
                 .await;
         }
         self.remove(id);
-        Ok(())
     }
 
     /// The Request ID a draft-14 namespace reference names.
@@ -1363,16 +1554,19 @@ impl Bridge {
         };
         self.fetches.lock().expect("fetches").remove(&id);
         self.drop_companion(id);
+        self.forget_updates(id);
         if let Some(p) = &r.pump {
             p.abort();
         }
         Some(r)
     }
 
+    /// Forgets request `id`. Its fetch data stream, if any, may still be on
+    /// its way: `pipe` takes that entry when it reads the stream's header.
     fn remove(&self, id: u64) {
         self.drop_companion(id);
+        self.forget_updates(id);
         self.requests.lock().expect("requests").remove(&id);
-        self.fetches.lock().expect("fetches").remove(&id);
     }
 
     /// Notes a FETCH for its data stream: `id` is the Request ID the stream
@@ -1382,7 +1576,10 @@ impl Bridge {
             descending: order == Some(moqt::GroupOrder::Descending),
             relay_id,
         };
-        self.fetches.lock().expect("fetches").insert(id, info);
+        let mut fetches = self.fetches.lock().expect("fetches");
+        if fetches.len() < MAX_PENDING_FETCHES {
+            fetches.insert(id, info);
+        }
     }
 }
 
@@ -1403,7 +1600,7 @@ fn set_request_id(m: &mut Message, id: u64) {
 /// Writes SERVER_SETUP, then whatever the bridge sends the peer on its
 /// control stream.
 async fn write_control(
-    b: Arc<Bridge>,
+    draft: Draft,
     mut send: SendStream,
     first: Option<Control>,
     mut rx: mpsc::Receiver<Control>,
@@ -1414,17 +1611,16 @@ async fn write_control(
         None => rx.recv().await,
     } {
         let mut buf = BytesMut::with_capacity(64);
-        if let Err(e) = c.encode(b.draft, &mut buf) {
-            // A draft-18 value a varint cannot hold: the relay's own IDs and
-            // sizes never get there, so this is a peer's doing upstream.
-            let _ = b
-                .fail
-                .send(Fail {
-                    code: SessionErrorCode::InternalError.code(),
-                    reason: format!("{}: {e}", c.name()),
-                })
-                .await;
-            return;
+        if let Err(e) = c.encode(draft, &mut buf) {
+            // A draft-18 value the old draft cannot carry (an integer of
+            // 2^62 or more, say, from a draft-18 publisher): this message is
+            // lost, not the session.
+            tracing::debug!(
+                draft = draft.number(),
+                message = c.name(),
+                "not translated: {e}"
+            );
+            continue;
         }
         if send.write_all(&buf).await.is_err() {
             return;
@@ -1496,7 +1692,7 @@ async fn pipe(
                         break;
                     }
                     if let (true, Some(id)) = (t.header_done(), t.fetch_request_id()) {
-                        let info = fetches.lock().expect("fetches").get(&id).copied();
+                        let info = fetches.lock().expect("fetches").remove(&id);
                         if let Some(info) = info {
                             t.set_descending(info.descending);
                             // The peer answers the bridge's Request ID; the

@@ -131,6 +131,7 @@ impl Acceptor {
                         slot: HandshakeSlot(self.handshakes.clone()),
                         timeout: self.config.handshake_timeout(),
                         stats: self.stats.clone(),
+                        bridge: crate::websocket::session_config(&self.config),
                     });
                 }
                 Admission::Retry => match incoming.retry() {
@@ -173,6 +174,9 @@ pub struct Pending {
     /// Longest the handshake may take.
     pub timeout: Duration,
     stats: Arc<AdmissionStats>,
+    /// The limits of a draft-14/16 session's bridge to the relay: the
+    /// stream counts and windows a QUIC peer gets.
+    bridge: qmux::Config,
 }
 
 impl Pending {
@@ -194,6 +198,7 @@ impl IntoFuture for Pending {
                 slot,
                 timeout,
                 stats,
+                ..
             } = self;
             let connecting = incoming.accept()?;
             let r = tokio::time::timeout(timeout, connecting).await;
@@ -540,6 +545,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
         slot,
         timeout,
         stats,
+        bridge,
     } = pending;
     let remote = incoming.remote_address();
     let deadline = tokio::time::Instant::now() + timeout;
@@ -571,7 +577,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
                 spawn_handshake_watch(conn.clone(), slot, deadline, stats, async move {
                     watch.wait().await;
                 });
-                return h3_established(conn, handshake, remote).await;
+                return h3_established(conn, handshake, remote, bridge).await;
             }
             Ok((conn, done)) => {
                 spawn_handshake_watch(conn.clone(), slot, deadline, stats, async move {
@@ -600,7 +606,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
     if let Some(draft) = moqt::legacy::Draft::from_alpn(&alpn) {
         let peer = web_transport_quinn::Session::raw(conn).into();
         return Ok(Established::Moqt(Box::new(Accepted {
-            session: crate::legacy::accept(peer, draft).await?,
+            session: crate::legacy::accept(peer, draft, bridge).await?,
             transport: Transport::Quic,
             path: None,
             remote,
@@ -616,7 +622,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
         "unexpected ALPN {:?}",
         String::from_utf8_lossy(&alpn)
     );
-    h3_established(conn, crate::h3::Handshake::completed(), remote).await
+    h3_established(conn, crate::h3::Handshake::completed(), remote, bridge).await
 }
 
 /// Holds `slot` until `done` (the handshake of a connection handed over before
@@ -644,6 +650,7 @@ async fn h3_established(
     conn: quinn::Connection,
     handshake: crate::h3::Handshake,
     remote: SocketAddr,
+    bridge: qmux::Config,
 ) -> anyhow::Result<Established> {
     let (request, http, forward) =
         match crate::h3::accept(conn, handshake).await.context("HTTP/3")? {
@@ -697,7 +704,7 @@ async fn h3_established(
     // Plain HTTP/3 requests on this connection reach `http`.
     session.forward_other_bi(forward);
     let session = match chosen {
-        Some(draft) => crate::legacy::accept(session.into(), draft).await?,
+        Some(draft) => crate::legacy::accept(session.into(), draft, bridge).await?,
         None => session.into(),
     };
     Ok(Established::Moqt(Box::new(Accepted {

@@ -114,6 +114,11 @@ async fn serve_shard(
                         (quichub_net::Transport::WebSocket, _) => "WebSocket",
                     };
                     log_accepted(remote, alpn);
+                    if let Some(d) = accepted.draft {
+                        let i = usize::from(d == moqt::legacy::Draft::D16);
+                        relay.metrics.legacy_sessions[i]
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     // Plain HTTP/3 requests beside a WebTransport session.
                     if let (Some(http), Some(h)) = (accepted.http.take(), http3.as_ref()) {
                         tokio::spawn(h(http));

@@ -37,6 +37,9 @@ pub struct Metrics {
     pub sessions_refused_draft: AtomicU64,
     /// MoQT sessions that came over a WebSocket (QMux) upgrade.
     pub websocket_sessions: AtomicU64,
+    /// Sessions of draft 14 and of draft 16, served through the
+    /// translating bridge (`quichub_net::legacy`).
+    pub legacy_sessions: [AtomicU64; 2],
     /// WebSocket upgrades refused (not a valid handshake, no MoQT
     /// subprotocol offered, relay shutting down).
     pub websocket_refused: AtomicU64,
@@ -261,6 +264,14 @@ impl Metrics {
             "quichub_websocket_sessions_total{{upgrade=\"refused\"}} {}",
             self.websocket_refused.load(Relaxed)
         );
+        let _ = writeln!(s, "# HELP quichub_legacy_sessions_total MoQT sessions of an older draft, served through the translating bridge.\n# TYPE quichub_legacy_sessions_total counter");
+        for (i, draft) in ["14", "16"].iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "quichub_legacy_sessions_total{{draft=\"{draft}\"}} {}",
+                self.legacy_sessions[i].load(Relaxed)
+            );
+        }
         let _ = writeln!(s, "# HELP quichub_protocol_violations_total Sessions closed for protocol violations.\n# TYPE quichub_protocol_violations_total counter");
         let _ = writeln!(
             s,

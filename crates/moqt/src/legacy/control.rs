@@ -1785,29 +1785,23 @@ impl LegacyFrameReader {
         self.buf.len()
     }
 
-    /// The next complete message, `None` until one is buffered.
+    /// The next complete message, `None` until one is buffered. Only a
+    /// whole frame is split off and decoded (its fields are slices of it),
+    /// so a stream of small or trickled messages costs linear time.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Control>, DecodeError> {
-        if self.buf.is_empty() {
+        let mut cur = &self.buf[..];
+        let header = match get_varint(&mut cur).and_then(|_| get_u16(&mut cur)) {
+            Ok(len) => self.buf.len() - cur.len() + len as usize,
+            Err(DecodeError::Short) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if self.buf.len() < header {
             return Ok(None);
         }
-        let src = Bytes::copy_from_slice(&self.buf);
-        let mut s = &src[..];
-        match Control::decode(self.draft, &mut s, &src) {
-            Ok(m) => {
-                let used = src.len() - s.len();
-                let _ = self.buf.split_to(used);
-                Ok(Some(m))
-            }
-            Err(DecodeError::Short) => {
-                // A frame is at most a 8-byte type, 2-byte length and 65535 bytes.
-                if self.buf.len() > MAX_MESSAGE + 10 {
-                    return Err(DecodeError::TooLong);
-                }
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
+        let frame = self.buf.split_to(header).freeze();
+        let mut s = &frame[..];
+        Control::decode(self.draft, &mut s, &frame).map(Some)
     }
 }
 
