@@ -544,10 +544,23 @@ impl Bridge {
         self.spawn(async move {
             while let Ok(s) = b.peer.accept_uni().await {
                 let (relay, draft, fetches) = (b.relay.clone(), b.draft, b.fetches.clone());
+                let fail = b.fail.clone();
                 b.spawn(async move {
                     if let Ok(out) = relay.open_uni().await {
-                        let t = StreamTranscoder::new(draft, Direction::ToModern);
-                        pipe(s, out, t, fetches).await;
+                        let dir = Direction::ToModern;
+                        let t = StreamTranscoder::new(draft, dir);
+                        pipe(
+                            s,
+                            out,
+                            t,
+                            Pipe {
+                                draft,
+                                dir,
+                                fetches,
+                                fail,
+                            },
+                        )
+                        .await;
                     }
                 });
             }
@@ -556,10 +569,23 @@ impl Bridge {
         self.spawn(async move {
             while let Ok(s) = b.relay.accept_uni().await {
                 let (peer, draft, fetches) = (b.peer.clone(), b.draft, b.fetches.clone());
+                let fail = b.fail.clone();
                 b.spawn(async move {
                     if let Ok(out) = peer.open_uni().await {
-                        let t = StreamTranscoder::new(draft, Direction::ToLegacy);
-                        pipe(s, out, t, fetches).await;
+                        let dir = Direction::ToLegacy;
+                        let t = StreamTranscoder::new(draft, dir);
+                        pipe(
+                            s,
+                            out,
+                            t,
+                            Pipe {
+                                draft,
+                                dir,
+                                fetches,
+                                fail,
+                            },
+                        )
+                        .await;
                     }
                 });
             }
@@ -1663,22 +1689,54 @@ impl LegacyReader {
     }
 }
 
-/// Copies one data stream across, re-encoding it; resets and STOP_SENDING
-/// travel with it. `orders` says which fetches go in descending group order
-/// (draft 18's fetch streams encode Group IDs relative to it).
-async fn pipe(
-    mut from: RecvStream,
-    mut to: SendStream,
-    mut t: StreamTranscoder,
+/// What a data stream's copy needs besides its two ends.
+struct Pipe {
+    draft: Draft,
+    dir: Direction,
+    /// FETCHes in flight: the group order of each, and the relay's Request
+    /// ID where the bridge renumbered it (draft 18's fetch streams encode
+    /// Group IDs relative to the order).
     fetches: Arc<Mutex<HashMap<u64, FetchInfo>>>,
-) {
+    fail: mpsc::Sender<Fail>,
+}
+
+impl Pipe {
+    /// A stream that does not translate. The peer's garbage is a protocol
+    /// violation (the draft closes the session on a malformed data stream);
+    /// what only has no form in the other draft (draft 14's "does not
+    /// exist" status as a subgroup's first object, a value of 2^62 or more)
+    /// loses that stream.
+    async fn failed(&self, e: TranscodeError, from: &mut RecvStream, to: &mut SendStream) {
+        let code = match (&e, self.dir) {
+            (TranscodeError::Unsupported(_), _) | (_, Direction::ToLegacy) => reset::INTERNAL_ERROR,
+            (_, Direction::ToModern) => {
+                let _ = self
+                    .fail
+                    .send(Fail::protocol(format!("data stream: {e}")))
+                    .await;
+                reset::MALFORMED_TRACK
+            }
+        };
+        let _ = from.stop(code);
+        let _ = to.reset(map_reset(self.draft, self.dir, code));
+    }
+}
+
+/// Copies one data stream across, re-encoding it; resets and STOP_SENDING
+/// travel with it.
+async fn pipe(mut from: RecvStream, mut to: SendStream, mut t: StreamTranscoder, p: Pipe) {
     let mut out = Vec::new();
     loop {
         let chunk = tokio::select! {
             r = from.read_chunk(64 * 1024) => r,
             s = to.stopped() => {
                 let code = s.ok().flatten().unwrap_or(reset::CANCELLED);
-                let _ = from.stop(code);
+                // STOP_SENDING goes the other way: back to the source's draft.
+                let back = match p.dir {
+                    Direction::ToModern => Direction::ToLegacy,
+                    Direction::ToLegacy => Direction::ToModern,
+                };
+                let _ = from.stop(map_reset(p.draft, back, code));
                 return;
             }
         };
@@ -1688,11 +1746,11 @@ async fn pipe(
                 // stream's group order is set before its first object.
                 while !t.header_done() && !c.is_empty() {
                     let b = c.split_to(1);
-                    if t.push(b, &mut out).is_err() {
-                        break;
+                    if let Err(e) = t.push(b, &mut out) {
+                        return p.failed(e, &mut from, &mut to).await;
                     }
                     if let (true, Some(id)) = (t.header_done(), t.fetch_request_id()) {
-                        let info = fetches.lock().expect("fetches").remove(&id);
+                        let info = p.fetches.lock().expect("fetches").remove(&id);
                         if let Some(info) = info {
                             t.set_descending(info.descending);
                             // The peer answers the bridge's Request ID; the
@@ -1707,10 +1765,8 @@ async fn pipe(
                         }
                     }
                 }
-                if t.push(c, &mut out).is_err() {
-                    let _ = from.stop(reset::MALFORMED_TRACK);
-                    let _ = to.reset(reset::MALFORMED_TRACK);
-                    return;
+                if let Err(e) = t.push(c, &mut out) {
+                    return p.failed(e, &mut from, &mut to).await;
                 }
                 for piece in out.drain(..) {
                     if to.write_chunk(piece).await.is_err() {
@@ -1720,18 +1776,41 @@ async fn pipe(
                 }
             }
             Ok(None) => {
-                if t.finish().is_err() {
-                    let _ = to.reset(reset::MALFORMED_TRACK);
-                } else {
-                    let _ = to.finish();
+                match t.finish() {
+                    Ok(()) => {
+                        let _ = to.finish();
+                    }
+                    Err(e) => p.failed(e, &mut from, &mut to).await,
                 }
                 return;
             }
             Err(e) => {
-                let _ = to.reset(reset_code(&e).unwrap_or(reset::INTERNAL_ERROR));
+                let code = reset_code(&e).unwrap_or(reset::INTERNAL_ERROR);
+                let _ = to.reset(map_reset(p.draft, p.dir, code));
                 return;
             }
         }
+    }
+}
+
+/// A RESET_STREAM or STOP_SENDING code, from the draft of one side to the
+/// other's: draft 16 has UNKNOWN_OBJECT_STATUS at 0x4, where draft 18 put
+/// GOING_AWAY (and moved UNKNOWN_OBJECT_STATUS to 0x6); draft 14 stops at
+/// 0x3. Codes a side does not define become INTERNAL_ERROR.
+fn map_reset(draft: Draft, dir: Direction, code: u32) -> u32 {
+    const D16_UNKNOWN_OBJECT_STATUS: u32 = 0x4;
+    match (dir, draft, code) {
+        (_, _, c @ 0x0..=0x3) => c,
+        (Direction::ToModern, Draft::D16, D16_UNKNOWN_OBJECT_STATUS) => {
+            reset::UNKNOWN_OBJECT_STATUS
+        }
+        (Direction::ToModern, Draft::D16, reset::MALFORMED_TRACK) => reset::MALFORMED_TRACK,
+        (Direction::ToLegacy, _, reset::GOING_AWAY) => reset::SESSION_CLOSED,
+        (Direction::ToLegacy, Draft::D16, reset::UNKNOWN_OBJECT_STATUS) => {
+            D16_UNKNOWN_OBJECT_STATUS
+        }
+        (Direction::ToLegacy, Draft::D16, reset::MALFORMED_TRACK) => reset::MALFORMED_TRACK,
+        _ => reset::INTERNAL_ERROR,
     }
 }
 
@@ -1741,5 +1820,41 @@ fn reset_code(e: &crate::mux::Error) -> Option<u32> {
         crate::mux::Error::Read(web_transport_quinn::ReadError::Reset(c)) => Some(*c),
         crate::mux::Error::Qmux(qmux::Error::StreamReset(c)) => u32::try_from(c.into_inner()).ok(),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reset_codes_follow_each_draft() {
+        use Direction::*;
+        // Shared codes pass.
+        for c in 0..=3 {
+            assert_eq!(map_reset(Draft::D16, ToLegacy, c), c);
+            assert_eq!(map_reset(Draft::D14, ToModern, c), c);
+        }
+        // UNKNOWN_OBJECT_STATUS moved from 0x4 to 0x6; 0x4 became GOING_AWAY.
+        assert_eq!(
+            map_reset(Draft::D16, ToModern, 0x4),
+            reset::UNKNOWN_OBJECT_STATUS
+        );
+        assert_eq!(
+            map_reset(Draft::D16, ToLegacy, reset::UNKNOWN_OBJECT_STATUS),
+            0x4
+        );
+        assert_eq!(
+            map_reset(Draft::D16, ToLegacy, reset::GOING_AWAY),
+            reset::SESSION_CLOSED
+        );
+        assert_eq!(
+            map_reset(Draft::D16, ToLegacy, reset::MALFORMED_TRACK),
+            0x12
+        );
+        // Draft 14 knows only 0 to 3.
+        assert_eq!(map_reset(Draft::D14, ToLegacy, reset::MALFORMED_TRACK), 0);
+        assert_eq!(map_reset(Draft::D14, ToModern, 0x4), 0);
+        assert_eq!(map_reset(Draft::D16, ToLegacy, reset::EXCESSIVE_LOAD), 0);
     }
 }

@@ -233,3 +233,135 @@ async fn an_older_drafts_client_setup_is_refused_as_such() {
         .render()
         .contains("quichub_sessions_refused_total{limit=\"draft\"} 1"));
 }
+
+/// Draft-16 CLIENT_SETUP: no versions; MAX_REQUEST_ID 100, PATH `/test`.
+fn client_setup_16() -> Bytes {
+    use moqt::legacy::control::Control;
+    use moqt::KeyValue;
+    Control::ClientSetup {
+        versions: vec![],
+        options: vec![KeyValue::bytes(1, "/test"), KeyValue::int(2, 100)],
+    }
+    .to_bytes(moqt::legacy::Draft::D16)
+    .unwrap()
+}
+
+/// Bad input from a draft-16 peer (through the relay's translating bridge)
+/// closes that session with the draft's code and nothing else: the healthy
+/// draft-18 flow keeps going, and the session is counted by draft.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_legacy_input_closes_only_that_session() {
+    let relay = TestRelay::start().await;
+    let count = healthy_flow(&relay).await;
+    still_flowing(&count).await;
+
+    // 1. An unknown message type after CLIENT_SETUP.
+    let s = relay.raw_alpn("moqt-16").await;
+    let (mut send, _recv) = s.open_bi().await.unwrap();
+    send.write_all(&client_setup_16()).await.unwrap();
+    send.write_all(&[0x3f, 0x00, 0x00]).await.unwrap();
+    let err = within(5, s.closed()).await;
+    assert_eq!(close_code(&err), Some(PROTOCOL_VIOLATION), "{err}");
+    still_flowing(&count).await;
+
+    // 2. A length that runs past the message (UNSUBSCRIBE with two bytes
+    //    where the payload holds one varint).
+    let s = relay.raw_alpn("moqt-16").await;
+    let (mut send, _recv) = s.open_bi().await.unwrap();
+    send.write_all(&client_setup_16()).await.unwrap();
+    send.write_all(&[0x0a, 0x00, 0x02, 0x04, 0x00])
+        .await
+        .unwrap();
+    let err = within(5, s.closed()).await;
+    assert_eq!(close_code(&err), Some(PROTOCOL_VIOLATION), "{err}");
+
+    // 3. A request with the server's Request ID parity.
+    let s = relay.raw_alpn("moqt-16").await;
+    let (mut send, _recv) = s.open_bi().await.unwrap();
+    send.write_all(&client_setup_16()).await.unwrap();
+    let sub =
+        moqt::legacy::control::Control::Request(Message::Subscribe(moqt::message::Subscribe {
+            request_id: 1,
+            track: FullTrackName::new("ok", "beat"),
+            params: Parameters::default(),
+        }));
+    send.write_all(&sub.to_bytes(moqt::legacy::Draft::D16).unwrap())
+        .await
+        .unwrap();
+    let err = within(5, s.closed()).await;
+    assert_eq!(
+        close_code(&err),
+        Some(moqt::SessionErrorCode::InvalidRequestId.code().into()),
+        "{err}"
+    );
+
+    // 4. Something other than CLIENT_SETUP first.
+    let s = relay.raw_alpn("moqt-16").await;
+    let (mut send, _recv) = s.open_bi().await.unwrap();
+    send.write_all(&sub.to_bytes(moqt::legacy::Draft::D16).unwrap())
+        .await
+        .unwrap();
+    let err = within(5, s.closed()).await;
+    assert_eq!(close_code(&err), Some(PROTOCOL_VIOLATION), "{err}");
+
+    // 5. A garbage data stream (a stream type that does not exist).
+    let s = relay.raw_alpn("moqt-16").await;
+    let (mut send, _recv) = s.open_bi().await.unwrap();
+    send.write_all(&client_setup_16()).await.unwrap();
+    let mut data = s.open_uni().await.unwrap();
+    data.write_all(&[0x3f, 1, 2, 3]).await.unwrap();
+    let err = within(5, s.closed()).await;
+    assert_eq!(close_code(&err), Some(PROTOCOL_VIOLATION), "{err}");
+
+    still_flowing(&count).await;
+    let metrics = relay.relay.metrics.render();
+    assert!(
+        metrics.contains("quichub_legacy_sessions_total{draft=\"16\"} 5"),
+        "{metrics}"
+    );
+}
+
+/// A draft-14 client whose CLIENT_SETUP offers no version the relay serves
+/// is told VERSION_NEGOTIATION_FAILED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draft_14_client_without_a_served_version_is_refused() {
+    use moqt::legacy::control::Control;
+    let relay = TestRelay::start().await;
+    let s = relay.raw_alpn("moq-00").await;
+    let (mut send, _recv) = s.open_bi().await.unwrap();
+    let setup = Control::ClientSetup {
+        versions: vec![0xff00_000c],
+        options: vec![],
+    };
+    send.write_all(&setup.to_bytes(moqt::legacy::Draft::D14).unwrap())
+        .await
+        .unwrap();
+    let err = within(5, s.closed()).await;
+    assert_eq!(
+        close_code(&err),
+        Some(
+            moqt::SessionErrorCode::VersionNegotiationFailed
+                .code()
+                .into()
+        ),
+        "{err}"
+    );
+}
+
+/// A draft-16 peer that never sends CLIENT_SETUP is closed by the relay's
+/// SETUP timeout, as a draft-18 one is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_legacy_peer_is_closed_by_the_setup_timeout() {
+    let relay = TestRelay::with_config(quichub_relay::config::Config {
+        setup_timeout_ms: 300,
+        ..Default::default()
+    })
+    .await;
+    let s = relay.raw_alpn("moqt-16").await;
+    let err = within(5, s.closed()).await;
+    assert_eq!(
+        close_code(&err),
+        Some(moqt::SessionErrorCode::ControlMessageTimeout.code().into()),
+        "{err}"
+    );
+}

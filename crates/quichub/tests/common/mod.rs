@@ -88,6 +88,20 @@ impl TestRelay {
             .unwrap()
     }
 
+    /// A raw QUIC session with ALPN `alpn` (`moqt-16`, `moq-00`) and nothing
+    /// on it: hand-made bytes of an older draft reach the relay's bridge.
+    pub async fn raw_alpn(&self, alpn: &str) -> quichub_net::Session {
+        let c = quichub_net::client::Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure)
+            .unwrap();
+        let dialed = c
+            .dial(self.addr, "localhost", alpn.as_bytes(), false)
+            .await
+            .unwrap();
+        let conn = dialed.connection().clone();
+        std::mem::forget(c);
+        web_transport_quinn::Session::raw(conn).into()
+    }
+
     /// A raw transport session with no MoQT on it, for hand-made bytes.
     pub async fn raw(&self, scheme: &str) -> quichub_net::Session {
         let c = quichub_net::client::Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure)
