@@ -33,7 +33,9 @@ use moqt::error::{request_error, reset};
 use moqt::legacy::control::{
     Control, LegacyFrameReader, NamespaceRef, RequestKind, SubscribeOptions, SETUP_MAX_REQUEST_ID,
 };
-use moqt::legacy::data::{transcode_datagram, Direction, StreamTranscoder, TranscodeError};
+use moqt::legacy::data::{
+    transcode_datagram, Direction, StreamTranscoder, TranscodeError, DEFAULT_PRIORITY,
+};
 use moqt::legacy::{Draft, VERSION_D14};
 use moqt::message::{setup_option, RequestError, RequestUpdate, Setup};
 use moqt::{KeyValue, KvValue, Message, SessionErrorCode, TrackNamespace};
@@ -1726,6 +1728,10 @@ impl Pipe {
 /// travel with it.
 async fn pipe(mut from: RecvStream, mut to: SendStream, mut t: StreamTranscoder, p: Pipe) {
     let mut out = Vec::new();
+    // The draft-18 stream header, kept to give the stream towards a legacy
+    // peer the publisher's priority (the relay's own scheduling of it stays
+    // on the in-memory session).
+    let mut header = Vec::new();
     loop {
         let chunk = tokio::select! {
             r = from.read_chunk(64 * 1024) => r,
@@ -1746,8 +1752,24 @@ async fn pipe(mut from: RecvStream, mut to: SendStream, mut t: StreamTranscoder,
                 // stream's group order is set before its first object.
                 while !t.header_done() && !c.is_empty() {
                     let b = c.split_to(1);
+                    if p.dir == Direction::ToLegacy {
+                        header.push(b[0]);
+                    }
                     if let Err(e) = t.push(b, &mut out) {
                         return p.failed(e, &mut from, &mut to).await;
+                    }
+                    if t.header_done() && t.fetch_request_id().is_none() && !header.is_empty() {
+                        if let Ok(h) = moqt::data::SubgroupHeader::decode(&mut &header[..]) {
+                            // Subscriber priority and group order are the
+                            // subscription's, which the bridge does not
+                            // track by alias: the defaults.
+                            let _ = to.set_priority(moqt::priority::stream_priority(
+                                DEFAULT_PRIORITY,
+                                h.priority.unwrap_or(DEFAULT_PRIORITY),
+                                h.group,
+                                moqt::GroupOrder::Ascending,
+                            ));
+                        }
                     }
                     if let (true, Some(id)) = (t.header_done(), t.fetch_request_id()) {
                         let info = p.fetches.lock().expect("fetches").remove(&id);
