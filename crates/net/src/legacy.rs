@@ -52,8 +52,22 @@ use crate::mux::{RecvStream, SendStream, Session};
 /// limit (moq-dev grants the same).
 const GRANTED_REQUEST_IDS: u64 = u32::MAX as u64;
 
-/// Updates of the relay's requests waiting for the peer's reply, at most.
+/// Updates of the relay's requests waiting for the peer's reply, at most
+/// (moq-net answers none at drafts 14 to 16: the oldest are forgotten).
 const MAX_PENDING_UPDATES: usize = 1024;
+
+/// Updates of one request waiting for the peer's reply, at most.
+const MAX_PENDING_UPDATES_PER_REQUEST: usize = 16;
+
+/// The first of the Request IDs the bridge uses towards the relay for
+/// requests of its own (above any the peer may use: the MAX_REQUEST_ID
+/// granted keeps them below 2^32).
+const PRIVATE_IDS: u64 = 1 << 32;
+
+/// How many of those a session may use: the relay keeps each one (they do
+/// not join the peer's run of IDs), so past this a namespace subscription
+/// that asks for both namespaces and tracks gets the namespaces only.
+const MAX_PRIVATE_IDS: u64 = 1024;
 
 /// FETCHes whose data stream has not been seen yet, at most; past it, a
 /// fetch stream is read in ascending order under the Request ID it carries.
@@ -172,6 +186,9 @@ struct Request {
     updates: Arc<Mutex<VecDeque<u64>>>,
     /// Reads the draft-18 stream; aborted when the peer cancels.
     pump: Option<tokio::task::AbortHandle>,
+    /// The bridge's share of the relay's request streams, held while a
+    /// stream the bridge opened to the relay is open.
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// A FETCH whose data stream passes through: its group order, and the
@@ -200,7 +217,14 @@ struct Bridge {
     /// MAX_REQUEST_ID granted keeps below 2^32.
     private_id: Mutex<u64>,
     /// Those requests' streams, by the peer's request they belong to.
-    companions: Mutex<HashMap<u64, SendStream>>,
+    companions: Mutex<HashMap<u64, (SendStream, tokio::sync::OwnedSemaphorePermit)>>,
+    /// Request streams the bridge may have open to the relay (the relay's
+    /// bidi stream limit): a permit per stream, so the control loop never
+    /// waits for stream credit behind the UNSUBSCRIBEs that would free it.
+    streams: Arc<tokio::sync::Semaphore>,
+    /// Held from taking one of the bridge's Request IDs to queueing the
+    /// message that carries it, so they reach the peer in sequence.
+    send_order: tokio::sync::Mutex<()>,
     /// The peer's Request ID of an update the relay sent, to its request's.
     update_parent: Mutex<HashMap<u64, u64>>,
     /// The peer's MAX_REQUEST_ID for the bridge's requests.
@@ -213,8 +237,6 @@ struct Bridge {
     fail: mpsc::Sender<Fail>,
     /// Set when the bridge ends: every task it spawned stops.
     shutdown: tokio::sync::watch::Sender<bool>,
-    /// Most requests open at once ([`request_limit`]).
-    max_requests: usize,
 }
 
 async fn run(peer: Session, relay: Session, draft: Draft, role: Role, max_requests: usize) {
@@ -233,7 +255,8 @@ async fn run(peer: Session, relay: Session, draft: Draft, role: Role, max_reques
             Role::Server => 1,
             Role::Client => 0,
         }),
-        private_id: Mutex::new(1 << 32),
+        // The parity of the side the bridge stands for towards the relay.
+        private_id: Mutex::new(PRIVATE_IDS | u64::from(role == Role::Client)),
         companions: Mutex::new(HashMap::new()),
         update_parent: Mutex::new(HashMap::new()),
         peer_max_request_id: Mutex::new(0),
@@ -241,7 +264,8 @@ async fn run(peer: Session, relay: Session, draft: Draft, role: Role, max_reques
         fetches: Arc::default(),
         fail: fail_tx,
         shutdown,
-        max_requests,
+        streams: Arc::new(tokio::sync::Semaphore::new(max_requests)),
+        send_order: tokio::sync::Mutex::new(()),
     });
     {
         let b2 = b.clone();
@@ -326,11 +350,54 @@ impl Bridge {
         Ok(())
     }
 
-    /// Answers the peer's request `id` with EXCESSIVE_LOAD when it has as
-    /// many open as the bridge carries; true when it did.
-    async fn refuse_over_limit(&self, id: u64, kind: RequestKind) -> bool {
-        if !self.at_request_limit() {
-            return false;
+    /// Checks a new request's ID as [`Self::accept_peer_id`] does and takes
+    /// it, under one lock (a draft-16 SUBSCRIBE_NAMESPACE stream races the
+    /// control stream): the entry is a placeholder until the request's
+    /// stream to the relay is open.
+    fn reserve_peer_id(
+        &self,
+        id: u64,
+        kind: RequestKind,
+        namespace: Option<TrackNamespace>,
+    ) -> Result<(), Fail> {
+        let mut reqs = self.requests.lock().expect("requests");
+        if !self.peers_id(id) || id >= GRANTED_REQUEST_IDS || reqs.contains_key(&id) {
+            return Err(Fail {
+                code: SessionErrorCode::InvalidRequestId.code(),
+                reason: format!("request ID {id} is not the peer's, beyond the maximum or in use"),
+            });
+        }
+        reqs.insert(
+            id,
+            Request {
+                send: None,
+                kind,
+                by_peer: true,
+                namespace,
+                wants_namespaces: false,
+                updates: Arc::default(),
+                pump: None,
+                permit: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// One of the relay's request streams, if the bridge has one to spare.
+    fn stream_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.streams.clone().try_acquire_owned().ok()
+    }
+
+    /// A request stream to the relay for the peer's request `id`, or
+    /// EXCESSIVE_LOAD to the peer when the bridge has as many open as the
+    /// relay allows.
+    async fn permit_or_refuse(
+        &self,
+        id: u64,
+        kind: RequestKind,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if let Some(p) = self.stream_permit() {
+            return Some(p);
         }
         let e = Message::RequestError(RequestError {
             code: request_error::EXCESSIVE_LOAD,
@@ -338,18 +405,49 @@ impl Bridge {
             ..Default::default()
         });
         let _ = self.control.send(reply(id, kind, e)).await;
-        true
+        None
     }
 
-    /// True when the peer may open no more requests now.
-    fn at_request_limit(&self) -> bool {
-        self.requests.lock().expect("requests").len() >= self.max_requests
+    /// Takes the bridge's next Request ID towards the peer and queues the
+    /// message `make` builds with it, in one step (so IDs reach the peer in
+    /// sequence); `None` when the peer's MAX_REQUEST_ID allows no more.
+    async fn send_numbered(&self, make: impl FnOnce(u64) -> Control) -> Option<u64> {
+        let _order = self.send_order.lock().await;
+        let id = self.allocate_id()?;
+        self.control.send(make(id)).await.ok()?;
+        Some(id)
+    }
+
+    /// True when `c` can be written in the peer's draft.
+    fn encodable(&self, c: &Control) -> bool {
+        c.to_bytes(self.draft).is_ok()
+    }
+
+    /// Notes that the peer's reply to update `uid` goes to request `parent`,
+    /// forgetting the oldest waiting when there are too many.
+    fn expect_update_reply(&self, uid: u64, parent: u64) {
+        let mut map = self.update_parent.lock().expect("updates");
+        let mine = map.values().filter(|p| **p == parent).count();
+        let oldest = if mine >= MAX_PENDING_UPDATES_PER_REQUEST {
+            map.iter()
+                .filter(|(_, p)| **p == parent)
+                .map(|(k, _)| *k)
+                .min()
+        } else if map.len() >= MAX_PENDING_UPDATES {
+            map.keys().min().copied()
+        } else {
+            None
+        };
+        if let Some(k) = oldest {
+            map.remove(&k);
+        }
+        map.insert(uid, parent);
     }
 
     async fn serve(self: Arc<Self>, control_rx: mpsc::Receiver<Control>) -> Result<(), Fail> {
         // The peer's control stream and its CLIENT_SETUP, within one deadline.
         let deadline = tokio::time::Instant::now() + SETUP_TIMEOUT;
-        let (peer_send, peer_recv) = tokio::time::timeout_at(deadline, self.peer.accept_bi())
+        let (mut peer_send, peer_recv) = tokio::time::timeout_at(deadline, self.peer.accept_bi())
             .await
             .map_err(|_| Fail {
                 code: SessionErrorCode::ControlMessageTimeout.code(),
@@ -411,6 +509,8 @@ impl Bridge {
             kv.kind == setup_option::MAX_AUTH_TOKEN_CACHE_SIZE
                 || kv.kind == setup_option::MOQT_IMPLEMENTATION
         }));
+        // Control messages go before data when the peer's link is behind.
+        let _ = peer_send.set_priority(i32::MAX);
         let server_setup = Control::ServerSetup {
             version: (self.draft == Draft::D14).then_some(VERSION_D14),
             options,
@@ -479,6 +579,7 @@ impl Bridge {
             .open_bi()
             .await
             .map_err(|e| Fail::protocol(e.to_string()))?;
+        let _ = peer_send.set_priority(i32::MAX);
         let mut options = vec![KeyValue::int(SETUP_MAX_REQUEST_ID, GRANTED_REQUEST_IDS)];
         options.extend(setup.options);
         options.sort_by_key(|kv| kv.kind);
@@ -651,17 +752,17 @@ impl Bridge {
                 // Draft 14's SUBSCRIBE_NAMESPACE travels on the control
                 // stream and is answered with PUBLISH_NAMESPACEs.
                 let (id, prefix) = (request.request_id, request.namespace.clone());
-                self.accept_peer_id(id)?;
-                if self
-                    .refuse_over_limit(id, RequestKind::SubscribeNamespace)
-                    .await
-                {
+                let kind = RequestKind::SubscribeNamespace;
+                self.reserve_peer_id(id, kind, Some(prefix.clone()))?;
+                let Some(permit) = self.permit_or_refuse(id, kind).await else {
+                    self.remove(id);
                     return Ok(());
-                }
+                };
                 let Some((send, reader)) = self
                     .open_namespace_request(request, SubscribeOptions::Both)
                     .await?
                 else {
+                    self.remove(id);
                     return Ok(());
                 };
                 self.requests.lock().expect("requests").insert(
@@ -674,6 +775,7 @@ impl Bridge {
                         wants_namespaces: false,
                         updates: Arc::default(),
                         pump: None,
+                        permit: Some(permit),
                     },
                 );
                 let b = self.clone();
@@ -821,6 +923,10 @@ impl Bridge {
                 drop(send);
                 self.take(id, true);
             }
+            // The peer's answer to the relay's update of the peer's PUBLISH.
+            Some((Some(send), true, _)) if parent.is_some() => {
+                let _ = write_message(&mut *send.lock().await, &msg).await;
+            }
             // Any other reply belongs to a request the relay (or the bridge)
             // sent.
             Some((_, true, _)) | None => {}
@@ -830,9 +936,13 @@ impl Bridge {
                     self.remove(id);
                 }
             }
-            Some((Some(send), false, _)) => {
+            Some((Some(send), false, kind)) => {
                 let ends = parent.is_none()
                     && matches!(msg, Message::PublishDone(_) | Message::RequestError(_));
+                if ends && kind == RequestKind::Fetch {
+                    // No data stream will come.
+                    self.fetches.lock().expect("fetches").remove(&id);
+                }
                 let mut send = send.lock().await;
                 let _ = write_message(&mut send, &msg).await;
                 if ends {
@@ -849,7 +959,11 @@ impl Bridge {
         let (Some(id), Some(kind)) = (m.request_id(), RequestKind::of(&m)) else {
             return Err(Fail::protocol(format!("{} is not a request", m.name())));
         };
-        self.accept_peer_id(id)?;
+        let namespace = match &m {
+            Message::PublishNamespace(n) => Some(n.namespace.clone()),
+            _ => None,
+        };
+        self.reserve_peer_id(id, kind, namespace.clone())?;
         if let (Role::Client, Draft::D14, Message::PublishNamespace(n)) =
             (self.role, self.draft, &m)
         {
@@ -857,25 +971,25 @@ impl Bridge {
                 return self.namespace_from_publish_namespace(id, n, send).await;
             }
         }
-        if self.refuse_over_limit(id, kind).await {
+        let Some(permit) = self.permit_or_refuse(id, kind).await else {
+            self.remove(id);
             return Ok(());
-        }
-        let namespace = match &m {
-            Message::PublishNamespace(n) => Some(n.namespace.clone()),
-            _ => None,
         };
+        // Noted before the FETCH goes out: its data stream may come first.
+        if let Message::Fetch(f) = &m {
+            self.note_fetch(id, f.params.group_order, None);
+        }
         let (mut send, recv) = self
             .relay
             .open_bi()
             .await
             .map_err(|e| Fail::protocol(e.to_string()))?;
         if write_message(&mut send, &m).await.is_err() {
+            self.fetches.lock().expect("fetches").remove(&id);
+            self.remove(id);
             return Ok(());
         }
-        if let Message::Fetch(f) = &m {
-            self.note_fetch(id, f.params.group_order, None);
-        }
-        self.track_peer_request(id, kind, namespace, send, recv);
+        self.track_peer_request(id, kind, namespace, send, recv, permit);
         Ok(())
     }
 
@@ -915,6 +1029,7 @@ impl Bridge {
                 wants_namespaces: false,
                 updates: Arc::default(),
                 pump: None,
+                permit: None,
             },
         );
         let ok = reply(
@@ -935,20 +1050,11 @@ impl Bridge {
         namespace: Option<TrackNamespace>,
         send: SendStream,
         recv: RecvStream,
+        permit: tokio::sync::OwnedSemaphorePermit,
     ) {
-        let updates = Arc::new(Mutex::new(VecDeque::new()));
-        let mut reqs = self.requests.lock().expect("requests");
-        let pump = {
-            let (b, updates) = (self.clone(), updates.clone());
-            let mut stop = self.shutdown.subscribe();
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = b.replies(id, kind, recv, updates) => {}
-                    _ = stop.wait_for(|s| *s) => {}
-                }
-            })
-        };
-        reqs.insert(
+        let updates: Arc<Mutex<VecDeque<u64>>> = Arc::default();
+        // In the table before the pump starts, which may remove it at once.
+        self.requests.lock().expect("requests").insert(
             id,
             Request {
                 send: Some(Arc::new(tokio::sync::Mutex::new(send))),
@@ -956,10 +1062,22 @@ impl Bridge {
                 by_peer: true,
                 namespace,
                 wants_namespaces: false,
-                updates,
-                pump: Some(pump.abort_handle()),
+                updates: updates.clone(),
+                pump: None,
+                permit: Some(permit),
             },
         );
+        let b = self.clone();
+        let mut stop = self.shutdown.subscribe();
+        let pump = tokio::spawn(async move {
+            tokio::select! {
+                () = b.replies(id, kind, recv, updates) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
+        if let Some(r) = self.requests.lock().expect("requests").get_mut(&id) {
+            r.pump = Some(pump.abort_handle());
+        }
     }
 
     /// The relay's replies to the peer's request `id`, until the stream ends.
@@ -994,8 +1112,18 @@ impl Bridge {
                         | Message::RequestError(_)
                         | Message::FetchOk(_)
                         | Message::PublishDone(_) => {}
+                        // The relay, subscriber of the peer's PUBLISH,
+                        // updates it (NEW_GROUP_REQUEST, FORWARD).
+                        Message::RequestUpdate(u) => {
+                            self.relay_updates_peer_request(id, u.params).await;
+                            continue;
+                        }
                         // Nothing else has a place on a legacy control stream.
                         _ => continue,
+                    }
+                    if kind == RequestKind::Fetch && matches!(m, Message::RequestError(_)) {
+                        // No data stream will come.
+                        self.fetches.lock().expect("fetches").remove(&id);
                     }
                     answered = true;
                     // Draft 14 does not answer SUBSCRIBE_UPDATE.
@@ -1003,7 +1131,28 @@ impl Bridge {
                         continue;
                     }
                     done |= matches!(m, Message::PublishDone(_));
-                    if self.control.send(reply(to, kind, m)).await.is_err() {
+                    let c = reply(to, kind, m);
+                    if !self.encodable(&c) {
+                        // A draft-18 value the old draft cannot carry (from
+                        // another publisher): the peer is told, and the
+                        // request ends, rather than the peer waiting.
+                        tracing::debug!(
+                            draft = self.draft.number(),
+                            message = c.name(),
+                            "not translatable"
+                        );
+                        let e = Message::RequestError(RequestError {
+                            code: request_error::INTERNAL_ERROR,
+                            reason: Bytes::from_static(b"reply not representable in this draft"),
+                            ..Default::default()
+                        });
+                        let _ = self.control.send(reply(to, kind, e)).await;
+                        if let Some(send) = self.lookup(id, true) {
+                            let _ = send.lock().await.reset(reset::CANCELLED);
+                        }
+                        break;
+                    }
+                    if self.control.send(c).await.is_err() {
                         return;
                     }
                 }
@@ -1027,6 +1176,37 @@ impl Bridge {
             }
         }
         self.remove(id);
+    }
+
+    /// The relay's REQUEST_UPDATE of the peer's request `id` (a PUBLISH it
+    /// subscribes to): SUBSCRIBE_UPDATE or REQUEST_UPDATE to the peer. Draft
+    /// 16 answers it under the update's own Request ID, routed back to this
+    /// request's stream; draft 14 does not, so the bridge answers.
+    async fn relay_updates_peer_request(&self, id: u64, params: moqt::Parameters) {
+        let uid = self
+            .send_numbered(|uid| {
+                if self.draft == Draft::D16 {
+                    self.expect_update_reply(uid, id);
+                }
+                Control::Update {
+                    request_id: uid,
+                    existing: id,
+                    params,
+                }
+            })
+            .await;
+        let answer = match (uid, self.draft) {
+            (Some(_), Draft::D16) => None,
+            (Some(_), Draft::D14) => Some(Message::RequestOk(Default::default())),
+            (None, _) => Some(Message::RequestError(RequestError {
+                code: request_error::EXCESSIVE_LOAD,
+                reason: Bytes::from_static(b"peer's MAX_REQUEST_ID reached"),
+                ..Default::default()
+            })),
+        };
+        if let (Some(a), Some(send)) = (answer, self.lookup(id, true)) {
+            let _ = write_message(&mut *send.lock().await, &a).await;
+        }
     }
 
     /// What tells the peer the relay ended its request `id` without a reply
@@ -1112,75 +1292,94 @@ impl Bridge {
             }
             Some(k) => k,
         };
-        let Some(id) = self.allocate_id() else {
+        let relay_id = m.request_id().unwrap_or_default();
+        let namespace = match &m {
+            Message::PublishNamespace(n) => Some(n.namespace.clone()),
+            _ => None,
+        };
+        let order = match &m {
+            Message::Fetch(f) => Some(f.params.group_order),
+            _ => None,
+        };
+        // A request the peer's draft cannot carry is refused to the relay
+        // here, rather than left waiting for a reply that cannot come.
+        set_request_id(&mut m, 0);
+        if !self.encodable(&Control::Request(m.clone())) {
+            let e = refuse(
+                request_error::NOT_SUPPORTED,
+                b"not representable in this draft",
+            );
+            let _ = write_message(&mut send, &e).await;
+            let _ = send.finish();
+            return Ok(());
+        }
+        let updates: Arc<Mutex<VecDeque<u64>>> = Arc::default();
+        let send = Arc::new(tokio::sync::Mutex::new(send));
+        // The ID is taken, the request registered and sent in one step, so
+        // IDs reach the peer in sequence and a fast reply finds its entry.
+        let sent = self
+            .send_numbered(|id| {
+                set_request_id(&mut m, id);
+                if let Some(order) = order {
+                    self.note_fetch(id, order, Some(relay_id));
+                }
+                self.requests.lock().expect("requests").insert(
+                    id,
+                    Request {
+                        send: Some(send.clone()),
+                        kind,
+                        by_peer: false,
+                        namespace: namespace.clone(),
+                        wants_namespaces: false,
+                        updates: updates.clone(),
+                        pump: None,
+                        permit: None,
+                    },
+                );
+                Control::Request(m)
+            })
+            .await;
+        let Some(id) = sent else {
             let max = *self.peer_max_request_id.lock().expect("max");
             let _ = self.control.send(Control::RequestsBlocked(max)).await;
             let e = refuse(
                 request_error::EXCESSIVE_LOAD,
                 b"peer's MAX_REQUEST_ID reached",
             );
+            let mut send = send.lock().await;
             let _ = write_message(&mut send, &e).await;
             let _ = send.finish();
             return Ok(());
         };
-        let relay_id = m.request_id().unwrap_or_default();
-        set_request_id(&mut m, id);
-        if let Message::Fetch(f) = &m {
-            self.note_fetch(id, f.params.group_order, Some(relay_id));
-        }
-        let namespace = match &m {
-            Message::PublishNamespace(n) => Some(n.namespace.clone()),
-            _ => None,
-        };
-        let updates: Arc<Mutex<VecDeque<u64>>> = Arc::default();
-        self.requests.lock().expect("requests").insert(
-            id,
-            Request {
-                send: Some(Arc::new(tokio::sync::Mutex::new(send))),
-                kind,
-                by_peer: false,
-                namespace: namespace.clone(),
-                wants_namespaces: false,
-                updates: updates.clone(),
-                pump: None,
-            },
-        );
-        if self.control.send(Control::Request(m)).await.is_err() {
-            return Ok(());
-        }
         // Later messages on the stream, and its end.
         loop {
             match reader.next().await {
                 Ok(Message::RequestUpdate(u)) => {
-                    let full =
-                        self.update_parent.lock().expect("updates").len() >= MAX_PENDING_UPDATES;
-                    let Some(uid) = self.allocate_id().filter(|_| !full) else {
-                        if let Some(send) = self.lookup(id, false) {
-                            let e = Message::RequestError(RequestError {
-                                code: request_error::EXCESSIVE_LOAD,
-                                reason: Bytes::from_static(b"peer's MAX_REQUEST_ID reached"),
-                                ..Default::default()
-                            });
-                            let _ = write_message(&mut *send.lock().await, &e).await;
-                        }
-                        continue;
+                    let uid = self
+                        .send_numbered(|uid| {
+                            if self.draft == Draft::D16 {
+                                self.expect_update_reply(uid, id);
+                            }
+                            Control::Update {
+                                request_id: uid,
+                                existing: id,
+                                params: u.params,
+                            }
+                        })
+                        .await;
+                    // Draft 14 does not answer: the bridge does.
+                    let answer = match (uid, self.draft) {
+                        (Some(_), Draft::D16) => None,
+                        (Some(_), Draft::D14) => Some(Message::RequestOk(Default::default())),
+                        (None, _) => Some(Message::RequestError(RequestError {
+                            code: request_error::EXCESSIVE_LOAD,
+                            reason: Bytes::from_static(b"peer's MAX_REQUEST_ID reached"),
+                            ..Default::default()
+                        })),
                     };
-                    let c = Control::Update {
-                        request_id: uid,
-                        existing: id,
-                        params: u.params,
-                    };
-                    if self.draft == Draft::D14 {
-                        // No reply will come: answer for the peer.
-                        let send = self.lookup(id, false);
-                        if let Some(send) = send {
-                            let ok = Message::RequestOk(Default::default());
-                            let _ = write_message(&mut *send.lock().await, &ok).await;
-                        }
-                    } else {
-                        self.update_parent.lock().expect("updates").insert(uid, id);
+                    if let Some(a) = answer {
+                        let _ = write_message(&mut *send.lock().await, &a).await;
                     }
-                    let _ = self.control.send(c).await;
                 }
                 // PUBLISH_DONE ends the relay's PUBLISH.
                 Ok(m @ Message::PublishDone(_)) => {
@@ -1247,7 +1446,7 @@ impl Bridge {
             Message::SubscribeNamespace(n) => (n, SubscribeOptions::Namespace),
             _ => return Ok(()),
         };
-        let Some(id) = self.allocate_id() else {
+        let refuse = |mut send: SendStream| async move {
             let e = Message::RequestError(RequestError {
                 code: request_error::EXCESSIVE_LOAD,
                 reason: Bytes::from_static(b"server's MAX_REQUEST_ID reached"),
@@ -1255,27 +1454,36 @@ impl Bridge {
             });
             let _ = write_message(&mut send, &e).await;
             let _ = send.finish();
-            return Ok(());
         };
-        request.request_id = id;
         let prefix = request.namespace.clone();
-        let c = Control::SubscribeNamespace { request, options };
         if self.draft == Draft::D14 {
-            self.requests.lock().expect("requests").insert(
-                id,
-                Request {
-                    send: Some(Arc::new(tokio::sync::Mutex::new(send))),
-                    kind: RequestKind::SubscribeNamespace,
-                    by_peer: false,
-                    namespace: Some(prefix.clone()),
-                    wants_namespaces: options == SubscribeOptions::Namespace,
-                    updates: Arc::default(),
-                    pump: None,
-                },
-            );
-            if self.control.send(c).await.is_err() {
+            // On the control stream, numbered and registered in one step.
+            let send = Arc::new(tokio::sync::Mutex::new(send));
+            let sent = self
+                .send_numbered(|id| {
+                    request.request_id = id;
+                    self.requests.lock().expect("requests").insert(
+                        id,
+                        Request {
+                            send: Some(send.clone()),
+                            kind: RequestKind::SubscribeNamespace,
+                            by_peer: false,
+                            namespace: Some(prefix.clone()),
+                            wants_namespaces: options == SubscribeOptions::Namespace,
+                            updates: Arc::default(),
+                            pump: None,
+                            permit: None,
+                        },
+                    );
+                    Control::SubscribeNamespace { request, options }
+                })
+                .await;
+            let Some(id) = sent else {
+                if let Some(send) = Arc::into_inner(send) {
+                    refuse(send.into_inner()).await;
+                }
                 return Ok(());
-            }
+            };
             // Until our client ends it.
             while reader.next().await.is_ok() {}
             if self.take(id, false).is_some() {
@@ -1286,11 +1494,19 @@ impl Bridge {
             }
             return Ok(());
         }
+        // Draft 16: its own stream.
+        let Some(id) = self.allocate_id() else {
+            refuse(send).await;
+            return Ok(());
+        };
+        request.request_id = id;
+        let c = Control::SubscribeNamespace { request, options };
         let (mut peer_send, peer_recv) = self
             .peer
             .open_bi()
             .await
             .map_err(|e| Fail::protocol(e.to_string()))?;
+        let _ = peer_send.set_priority(i32::MAX);
         let b = c
             .to_bytes(self.draft)
             .map_err(|e| Fail::protocol(e.to_string()))?;
@@ -1349,21 +1565,31 @@ impl Bridge {
         if write_message(&mut send, &m).await.is_err() {
             return Ok(None);
         }
-        if options == SubscribeOptions::Both {
-            let private = {
-                let mut p = self.private_id.lock().expect("private id");
-                let v = *p;
+        // The second request needs a Request ID of the bridge's (bounded
+        // per session) and a request stream to spare; without either the
+        // subscription gets the namespaces only.
+        let private = {
+            let mut p = self.private_id.lock().expect("private id");
+            let v = *p;
+            let left = v < PRIVATE_IDS + 2 * MAX_PRIVATE_IDS;
+            if options == SubscribeOptions::Both && left {
                 *p += 2;
-                v
-            };
+            }
+            (options == SubscribeOptions::Both && left).then_some(v)
+        };
+        if let (Some(private), Some(permit)) = (private, private.and_then(|_| self.stream_permit()))
+        {
             let tracks = Message::SubscribeTracks(moqt::message::NamespaceRequest {
                 request_id: private,
                 ..request
             });
             if let Ok((mut s2, recv2)) = self.relay.open_bi().await {
                 if write_message(&mut s2, &tracks).await.is_ok() {
-                    self.companions.lock().expect("companions").insert(id, s2);
-                    tokio::spawn(async move {
+                    self.companions
+                        .lock()
+                        .expect("companions")
+                        .insert(id, (s2, permit));
+                    self.spawn(async move {
                         let mut r = MessageReader::new(recv2, &[]);
                         while r.next().await.is_ok() {}
                     });
@@ -1383,7 +1609,8 @@ impl Bridge {
 
     /// Ends the bridge's own SUBSCRIBE_TRACKS that goes with request `id`.
     fn drop_companion(&self, id: u64) {
-        if let Some(mut s) = self.companions.lock().expect("companions").remove(&id) {
+        let companion = self.companions.lock().expect("companions").remove(&id);
+        if let Some((mut s, _permit)) = companion {
             let _ = s.reset(reset::CANCELLED);
         }
     }
@@ -1406,8 +1633,11 @@ impl Bridge {
             )));
         };
         let id = request.request_id;
-        self.accept_peer_id(id)?;
-        if self.at_request_limit() {
+        let kind = RequestKind::SubscribeNamespace;
+        self.reserve_peer_id(id, kind, Some(request.namespace.clone()))?;
+        let _ = peer_send.set_priority(i32::MAX);
+        let Some(permit) = self.stream_permit() else {
+            self.remove(id);
             let e = reply(
                 id,
                 RequestKind::SubscribeNamespace,
@@ -1422,21 +1652,12 @@ impl Bridge {
             }
             let _ = peer_send.finish();
             return Ok(());
+        };
+        // Its stream to the relay lives in this task; the table keeps its
+        // Request ID taken and its permit.
+        if let Some(r) = self.requests.lock().expect("requests").get_mut(&id) {
+            r.permit = Some(permit);
         }
-        // Held in the table (with no stream of its own there) so it counts
-        // towards the limit and its Request ID stays taken.
-        self.requests.lock().expect("requests").insert(
-            id,
-            Request {
-                send: None,
-                kind: RequestKind::SubscribeNamespace,
-                by_peer: true,
-                namespace: Some(request.namespace.clone()),
-                wants_namespaces: false,
-                updates: Arc::default(),
-                pump: None,
-            },
-        );
         let Some((mut send, mut relay_reader)) =
             self.open_namespace_request(request, options).await?
         else {
@@ -1502,27 +1723,36 @@ impl Bridge {
                 }
                 Message::Namespace(suffix) => {
                     let ns = prefix.join(&suffix);
-                    let Some(pid) = self.allocate_id() else {
-                        continue;
-                    };
-                    published.insert(ns.clone(), pid);
-                    self.requests.lock().expect("requests").insert(
-                        pid,
-                        Request {
-                            send: None,
-                            kind: RequestKind::PublishNamespace,
-                            by_peer: false,
-                            namespace: Some(ns.clone()),
-                            wants_namespaces: false,
-                            updates: Arc::default(),
-                            pump: None,
-                        },
-                    );
-                    Control::Request(Message::PublishNamespace(moqt::message::NamespaceRequest {
-                        request_id: pid,
-                        namespace: ns,
-                        params: Default::default(),
-                    }))
+                    let sent = self
+                        .send_numbered(|pid| {
+                            self.requests.lock().expect("requests").insert(
+                                pid,
+                                Request {
+                                    send: None,
+                                    kind: RequestKind::PublishNamespace,
+                                    by_peer: false,
+                                    namespace: Some(ns.clone()),
+                                    wants_namespaces: false,
+                                    updates: Arc::default(),
+                                    pump: None,
+                                    permit: None,
+                                },
+                            );
+                            Control::Request(Message::PublishNamespace(
+                                moqt::message::NamespaceRequest {
+                                    request_id: pid,
+                                    namespace: ns.clone(),
+                                    params: Default::default(),
+                                },
+                            ))
+                        })
+                        .await;
+                    // No Request ID left (the peer's MAX_REQUEST_ID): this
+                    // namespace is not announced to it.
+                    if let Some(pid) = sent {
+                        published.insert(ns, pid);
+                    }
+                    continue;
                 }
                 Message::NamespaceDone(suffix) => {
                     let ns = prefix.join(&suffix);

@@ -365,3 +365,59 @@ async fn a_silent_legacy_peer_is_closed_by_the_setup_timeout() {
         "{err}"
     );
 }
+
+/// A draft-16 peer may have as many requests open through the bridge as the
+/// relay grants request streams: past that, EXCESSIVE_LOAD (TIMEOUT, in
+/// draft 16's codes) for the request,
+/// and the session stays up (the bridge never waits for stream credit with
+/// the peer's control stream unread).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_peer_past_the_request_limit_gets_excessive_load() {
+    use moqt::legacy::control::{Control, LegacyFrameReader};
+    use moqt::legacy::Draft;
+    let quic = quichub_net::QuicConfig {
+        max_concurrent_bidi_streams: 4,
+        ..Default::default()
+    };
+    let relay = TestRelay::with_quic(Default::default(), quic).await;
+    let s = relay.raw_alpn("moqt-16").await;
+    let (mut send, mut recv) = s.open_bi().await.unwrap();
+    send.write_all(&client_setup_16()).await.unwrap();
+    // Six PUBLISH_NAMESPACEs: each keeps its request stream to the relay
+    // open for as long as the namespace is published.
+    for i in 0..6u64 {
+        let pn = Control::Request(Message::PublishNamespace(moqt::message::NamespaceRequest {
+            request_id: 2 * i,
+            namespace: moqt::TrackNamespace::from_path(&format!("limit/{i}")),
+            params: Parameters::default(),
+        }));
+        send.write_all(&pn.to_bytes(Draft::D16).unwrap())
+            .await
+            .unwrap();
+    }
+    let mut frames = LegacyFrameReader::new(Draft::D16);
+    let mut refused = Vec::new();
+    within(5, async {
+        while refused.len() < 2 {
+            let chunk = recv.read_chunk(4096).await.unwrap().unwrap();
+            frames.push(&chunk);
+            while let Some(m) = frames.next().unwrap() {
+                if let Control::Reply {
+                    request_id,
+                    msg: Message::RequestError(e),
+                    ..
+                } = m
+                {
+                    // Draft 16 has no EXCESSIVE_LOAD: its nearest is TIMEOUT.
+                    if e.code == moqt::error::request_error::TIMEOUT {
+                        refused.push(request_id);
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    refused.sort();
+    assert_eq!(refused, [8, 10]);
+    assert!(s.close_reason().is_none(), "the session stays up");
+}
