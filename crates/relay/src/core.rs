@@ -168,6 +168,11 @@ struct TrackSub {
 #[derive(Default)]
 struct State {
     namespaces: HashMap<TrackNamespace, Arc<dyn Peer>>,
+    /// Which PUBLISH_NAMESPACE holds each namespace: a session that ends a
+    /// namespace and publishes it again has two streams for it for a
+    /// moment, and the old one's end must not withdraw the new one.
+    ns_grants: HashMap<TrackNamespace, u64>,
+    next_ns_grant: u64,
     tracks: HashMap<FullTrackName, Arc<TrackEntry>>,
     ns_subs: HashMap<u64, NsSub>,
     track_subs: HashMap<u64, TrackSub>,
@@ -383,12 +388,13 @@ impl Relay {
         self.shutdown.subscribe()
     }
 
-    /// PUBLISH_NAMESPACE: `session` serves tracks under `ns`.
+    /// PUBLISH_NAMESPACE: `session` serves tracks under `ns`. Returns the
+    /// grant that [`Relay::unpublish_namespace`] names.
     pub(crate) fn publish_namespace(
         &self,
         ns: TrackNamespace,
         session: Arc<dyn Peer>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<u64, Refusal> {
         let stale = {
             let mut st = self.lock();
             let mut stale = Vec::new();
@@ -420,8 +426,12 @@ impl Relay {
                 }
             }
             st.namespaces.insert(ns.clone(), session);
-            stale
+            st.next_ns_grant += 1;
+            let grant = st.next_ns_grant;
+            st.ns_grants.insert(ns.clone(), grant);
+            (stale, grant)
         };
+        let (stale, grant) = stale;
         for e in stale {
             e.cancel.notify_one();
             e.track.end(moqt::error::publish_done::TRACK_ENDED);
@@ -430,7 +440,7 @@ impl Relay {
         }
         self.notify_namespace(NamespaceEvent::Added(ns));
         self.changed.notify_waiters();
-        Ok(())
+        Ok(grant)
     }
 
     /// Names session `id` (ours to another relay) by that relay's URL, for
@@ -569,13 +579,22 @@ impl Relay {
         self.claims.get().cloned()
     }
 
-    /// Withdraws a namespace if `session` still owns it; `true` if it did.
-    pub(crate) fn unpublish_namespace(&self, ns: &TrackNamespace, session_id: u64) -> bool {
+    /// Withdraws a namespace if `session` still owns it, through `grant`
+    /// when given (the PUBLISH_NAMESPACE that published it, not a later one
+    /// of the same session); `true` if it did.
+    pub(crate) fn unpublish_namespace(
+        &self,
+        ns: &TrackNamespace,
+        session_id: u64,
+        grant: Option<u64>,
+    ) -> bool {
         let removed = {
             let mut st = self.lock();
+            let current = grant.is_none_or(|g| st.ns_grants.get(ns) == Some(&g));
             match st.namespaces.get(ns) {
-                Some(s) if s.id() == session_id => {
+                Some(s) if s.id() == session_id && current => {
                     st.namespaces.remove(ns);
+                    st.ns_grants.remove(ns);
                     true
                 }
                 _ => false,
@@ -1026,6 +1045,24 @@ mod tests {
                 fetch.finish(crate::upstream_fetch::Outcome::Complete);
             })
         }
+    }
+
+    /// A session that ends a namespace and publishes it again: the first
+    /// PUBLISH_NAMESPACE's end, handled after the second, leaves it published.
+    #[test]
+    fn an_old_publish_namespace_does_not_withdraw_a_new_one() {
+        let relay = Relay::new(Config::default());
+        let peer = Arc::new(SlowPeer {
+            answer: tokio::sync::Semaphore::new(0),
+        });
+        let ns = TrackNamespace::from_path("live/room");
+        let first = relay.publish_namespace(ns.clone(), peer.clone()).unwrap();
+        let second = relay.publish_namespace(ns.clone(), peer.clone()).unwrap();
+        assert_ne!(first, second);
+        assert!(!relay.unpublish_namespace(&ns, 77, Some(first)));
+        assert!(relay.lock().namespaces.contains_key(&ns));
+        assert!(relay.unpublish_namespace(&ns, 77, Some(second)));
+        assert!(!relay.lock().namespaces.contains_key(&ns));
     }
 
     #[tokio::test]

@@ -47,10 +47,13 @@ pub(super) async fn on_publish_namespace(
             return Ok(());
         }
     }
-    if let Err(r) = relay.publish_namespace(m.namespace.clone(), h.clone()) {
-        reply_error(&mut send, Some(slot), r.code, &r.reason).await;
-        return Ok(());
-    }
+    let grant = match relay.publish_namespace(m.namespace.clone(), h.clone()) {
+        Ok(g) => g,
+        Err(r) => {
+            reply_error(&mut send, Some(slot), r.code, &r.reason).await;
+            return Ok(());
+        }
+    };
     let ok = Message::RequestOk(RequestOk::default());
     let _ = write_message(&mut send, &ok).await;
     // The namespace stays published until the publisher cancels the stream.
@@ -72,7 +75,7 @@ pub(super) async fn on_publish_namespace(
         }
     };
     // Released only when no other session here took it over meanwhile.
-    if relay.unpublish_namespace(&m.namespace, h.id) {
+    if relay.unpublish_namespace(&m.namespace, h.id, Some(grant)) {
         if let Some(c) = &claims {
             c.release(&m.namespace);
         }
@@ -512,7 +515,7 @@ pub(super) async fn follow_origin(
             Ok(Message::NamespaceDone(suffix)) => {
                 let ns = prefix.join(&suffix);
                 followed.remove(&ns);
-                relay.unpublish_namespace(&ns, h.id);
+                relay.unpublish_namespace(&ns, h.id, None);
             }
             Ok(other) => return Some(format!("{} on a SUBSCRIBE_NAMESPACE stream", other.name())),
             Err(e) => return Some(format!("SUBSCRIBE_NAMESPACE stream: {e:?}")),
