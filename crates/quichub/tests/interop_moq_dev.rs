@@ -170,8 +170,10 @@ fn run_case(bin: &Path, publisher: (&str, u32), subscriber: (&str, u32)) {
     std::thread::sleep(Duration::from_secs(2));
 
     // moq-clock's subscriber can race its own broadcast discovery ("not found"):
-    // retry it a few times within the budget.
-    let deadline = Instant::now() + Duration::from_secs(45);
+    // retry it a few times within the budget. moq-clock starts a group a
+    // minute, so a subscriber that misses one waits for the next: the budget
+    // covers that wait (it only runs out when the case fails).
+    let deadline = Instant::now() + Duration::from_secs(90);
     let mut seen = 0;
     while Instant::now() < deadline && seen < 5 {
         let mut sub = clock(bin, &dir, sp, "subscribe", "clock-sub.log")
