@@ -326,7 +326,7 @@ impl Bridge {
                         // The relay, subscriber of the peer's PUBLISH,
                         // updates it (NEW_GROUP_REQUEST, FORWARD).
                         Message::RequestUpdate(u) => {
-                            self.relay_updates_peer_request(id, u.params).await;
+                            self.relay_update(id, u.params, self.lookup(id, true)).await;
                             continue;
                         }
                         // Nothing else has a place on a legacy control stream.
@@ -389,11 +389,17 @@ impl Bridge {
         self.remove(id);
     }
 
-    /// The relay's REQUEST_UPDATE of the peer's request `id` (a PUBLISH it
-    /// subscribes to): SUBSCRIBE_UPDATE or REQUEST_UPDATE to the peer. Draft
-    /// 16 answers it under the update's own Request ID, routed back to this
-    /// request's stream; draft 14 does not, so the bridge answers.
-    pub(super) async fn relay_updates_peer_request(&self, id: u64, params: moqt::Parameters) {
+    /// The relay's REQUEST_UPDATE of request `id` (its own, or a PUBLISH of
+    /// the peer's it subscribes to), arriving on `send`'s stream:
+    /// SUBSCRIBE_UPDATE or REQUEST_UPDATE to the peer. Draft 16 answers it
+    /// under the update's own Request ID, routed back to this request's
+    /// stream; draft 14 does not, so the bridge answers on `send`.
+    pub(super) async fn relay_update(
+        &self,
+        id: u64,
+        params: moqt::Parameters,
+        send: Option<Arc<tokio::sync::Mutex<SendStream>>>,
+    ) {
         let uid = self
             .send_numbered(|uid| {
                 if self.draft == Draft::D16 {
@@ -415,7 +421,7 @@ impl Bridge {
                 ..Default::default()
             })),
         };
-        if let (Some(a), Some(send)) = (answer, self.lookup(id, true)) {
+        if let (Some(a), Some(send)) = (answer, send) {
             let _ = write_message(&mut *send.lock().await, &a).await;
         }
     }
@@ -545,31 +551,7 @@ impl Bridge {
         loop {
             match reader.next().await {
                 Ok(Message::RequestUpdate(u)) => {
-                    let uid = self
-                        .send_numbered(|uid| {
-                            if self.draft == Draft::D16 {
-                                self.expect_update_reply(uid, id);
-                            }
-                            Control::Update {
-                                request_id: uid,
-                                existing: id,
-                                params: u.params,
-                            }
-                        })
-                        .await;
-                    // Draft 14 does not answer: the bridge does.
-                    let answer = match (uid, self.draft) {
-                        (Some(_), Draft::D16) => None,
-                        (Some(_), Draft::D14) => Some(Message::RequestOk(Default::default())),
-                        (None, _) => Some(Message::RequestError(RequestError {
-                            code: request_error::EXCESSIVE_LOAD,
-                            reason: Bytes::from_static(b"peer's MAX_REQUEST_ID reached"),
-                            ..Default::default()
-                        })),
-                    };
-                    if let Some(a) = answer {
-                        let _ = write_message(&mut *send.lock().await, &a).await;
-                    }
+                    self.relay_update(id, u.params, Some(send.clone())).await;
                 }
                 // PUBLISH_DONE ends the relay's PUBLISH.
                 Ok(m @ Message::PublishDone(_)) => {

@@ -205,57 +205,31 @@ impl Bridge {
         Ok(reader)
     }
 
+    /// Carries every unidirectional (data) stream `from` opens to a stream
+    /// of `to`, re-encoded in direction `dir`.
+    fn carry_uni_streams(self: &Arc<Self>, from: Session, to: Session, dir: Direction) {
+        let b = self.clone();
+        self.spawn(async move {
+            while let Ok(s) = from.accept_uni().await {
+                let to = to.clone();
+                let p = Pipe {
+                    draft: b.draft,
+                    dir,
+                    fetches: b.fetches.clone(),
+                    fail: b.fail.clone(),
+                };
+                b.spawn(async move {
+                    if let Ok(out) = to.open_uni().await {
+                        pipe(s, out, StreamTranscoder::new(p.draft, dir), p).await;
+                    }
+                });
+            }
+        });
+    }
+
     pub(super) fn spawn_streams(self: &Arc<Self>) {
-        let b = self.clone();
-        self.spawn(async move {
-            while let Ok(s) = b.peer.accept_uni().await {
-                let (relay, draft, fetches) = (b.relay.clone(), b.draft, b.fetches.clone());
-                let fail = b.fail.clone();
-                b.spawn(async move {
-                    if let Ok(out) = relay.open_uni().await {
-                        let dir = Direction::ToModern;
-                        let t = StreamTranscoder::new(draft, dir);
-                        pipe(
-                            s,
-                            out,
-                            t,
-                            Pipe {
-                                draft,
-                                dir,
-                                fetches,
-                                fail,
-                            },
-                        )
-                        .await;
-                    }
-                });
-            }
-        });
-        let b = self.clone();
-        self.spawn(async move {
-            while let Ok(s) = b.relay.accept_uni().await {
-                let (peer, draft, fetches) = (b.peer.clone(), b.draft, b.fetches.clone());
-                let fail = b.fail.clone();
-                b.spawn(async move {
-                    if let Ok(out) = peer.open_uni().await {
-                        let dir = Direction::ToLegacy;
-                        let t = StreamTranscoder::new(draft, dir);
-                        pipe(
-                            s,
-                            out,
-                            t,
-                            Pipe {
-                                draft,
-                                dir,
-                                fetches,
-                                fail,
-                            },
-                        )
-                        .await;
-                    }
-                });
-            }
-        });
+        self.carry_uni_streams(self.peer.clone(), self.relay.clone(), Direction::ToModern);
+        self.carry_uni_streams(self.relay.clone(), self.peer.clone(), Direction::ToLegacy);
         let b = self.clone();
         self.spawn(async move {
             while let Ok(d) = b.peer.read_datagram().await {
