@@ -234,8 +234,11 @@ impl Level {
     fn equals(&self, s: &str, who: &Who) -> bool {
         match self {
             Level::Literal(l) => &**l == s,
-            Level::ClientId => who.client_id == Some(s),
-            Level::Username => who.username == Some(s),
+            // An empty id or name (an anonymous MoQT or HTTP client has
+            // client id "") substitutes nothing: `devices/%c/out` must not
+            // grant `devices//out` to every such client.
+            Level::ClientId => who.client_id.is_some_and(|c| !c.is_empty() && c == s),
+            Level::Username => who.username.is_some_and(|u| !u.is_empty() && u == s),
             Level::Plus | Level::Hash => false,
         }
     }
@@ -451,6 +454,21 @@ pattern read mixed/x%u/#
         // No user name: a %u level matches nothing.
         assert!(!ok(&acl, None, Read, Topic, "users/%u/inbox"));
         assert!(!ok(&acl, None, Read, Topic, "users//inbox"));
+        // An empty client id or user name matches no level (an anonymous
+        // MoQT/HTTP client's id is "").
+        let empty = |user| Who {
+            username: user,
+            client_id: Some(""),
+        };
+        for (who, topic) in [
+            (empty(None), "devices//out"),
+            (empty(Some("")), "users//inbox"),
+        ] {
+            let v = check(&[], &acl.patterns(), &who, Write, Topic, topic.split('/'));
+            assert_eq!(v, Verdict::NoMatch, "{topic}");
+            let v = check(&[], &acl.patterns(), &who, Read, Topic, topic.split('/'));
+            assert_eq!(v, Verdict::NoMatch, "{topic}");
+        }
         // %u inside a level is literal, as in mosquitto 2.
         assert!(ok(&acl, Some("carol"), Read, Topic, "mixed/x%u/a"));
         assert!(!ok(&acl, Some("carol"), Read, Topic, "mixed/xcarol/a"));

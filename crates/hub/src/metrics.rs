@@ -1,5 +1,6 @@
 //! What the metrics listener serves besides `/healthz`.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use quichub_gateway::Broker;
@@ -12,6 +13,28 @@ pub(crate) fn text(relay: &Relay, broker: &Broker, quic: &AdmissionStats) -> Str
         + &quichub_relay::metrics::render_upstreams(&relay.upstream_by_origin())
         + &quic.render()
         + &broker.render_metrics()
+}
+
+/// Reloads (SIGHUP, [`crate::Hub::reload`]) applied and refused: a refused
+/// one left the configuration as it was, which an operator who thinks
+/// they changed it needs to see.
+#[derive(Debug, Default)]
+pub(crate) struct Reloads {
+    pub(crate) applied: AtomicU64,
+    pub(crate) refused: AtomicU64,
+}
+
+impl Reloads {
+    pub(crate) fn render(&self) -> String {
+        format!(
+            "# HELP quichub_config_reloads_total Configuration reloads, applied or refused whole.\n\
+             # TYPE quichub_config_reloads_total counter\n\
+             quichub_config_reloads_total{{result=\"applied\"}} {}\n\
+             quichub_config_reloads_total{{result=\"refused\"}} {}\n",
+            self.applied.load(Relaxed),
+            self.refused.load(Relaxed)
+        )
+    }
 }
 
 /// `/readyz`: ready until the relay starts draining (shutdown), so a load

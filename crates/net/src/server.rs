@@ -38,6 +38,9 @@ pub struct Server {
     config: QuicConfig,
     handshakes: Arc<AtomicUsize>,
     stats: Arc<AdmissionStats>,
+    /// Every connection must present a client certificate
+    /// (`tls.require_certificate`).
+    require_certificate: bool,
 }
 
 /// What the endpoint did with connection attempts, for `/metrics`.
@@ -49,6 +52,9 @@ pub struct AdmissionStats {
     pub refused: AtomicU64,
     /// Handshakes closed for taking longer than the handshake timeout.
     pub timeouts: AtomicU64,
+    /// Connections closed for coming without the client certificate
+    /// `require_certificate` asks for.
+    pub no_certificate: AtomicU64,
     handshakes: Arc<AtomicUsize>,
     endpoints: usize,
 }
@@ -74,6 +80,9 @@ impl AdmissionStats {
              # HELP quichub_quic_handshake_timeouts_total Handshakes closed for taking too long.\n\
              # TYPE quichub_quic_handshake_timeouts_total counter\n\
              quichub_quic_handshake_timeouts_total {}\n\
+             # HELP quichub_quic_no_certificate_total Connections closed for presenting no client certificate (tls.require_certificate).\n\
+             # TYPE quichub_quic_no_certificate_total counter\n\
+             quichub_quic_no_certificate_total {}\n\
              # HELP quichub_quic_endpoints QUIC endpoints (threads) serving the UDP port.\n\
              # TYPE quichub_quic_endpoints gauge\n\
              quichub_quic_endpoints {}\n",
@@ -81,6 +90,7 @@ impl AdmissionStats {
             self.retries.load(Relaxed),
             self.refused.load(Relaxed),
             self.timeouts.load(Relaxed),
+            self.no_certificate.load(Relaxed),
             self.endpoints.max(1),
         )
     }
@@ -94,6 +104,7 @@ pub struct Acceptor {
     config: QuicConfig,
     handshakes: Arc<AtomicUsize>,
     stats: Arc<AdmissionStats>,
+    require_certificate: bool,
 }
 
 impl Acceptor {
@@ -132,6 +143,7 @@ impl Acceptor {
                         timeout: self.config.handshake_timeout(),
                         stats: self.stats.clone(),
                         bridge: crate::websocket::session_config(&self.config),
+                        require_certificate: self.require_certificate,
                     });
                 }
                 Admission::Retry => match incoming.retry() {
@@ -177,6 +189,7 @@ pub struct Pending {
     /// The limits of a draft-14/16 session's bridge to the relay: the
     /// stream counts and windows a QUIC peer gets.
     bridge: qmux::Config,
+    require_certificate: bool,
 }
 
 impl Pending {
@@ -258,10 +271,12 @@ impl Server {
     }
 
     /// [`Server::bind_config`], asking clients for a certificate verified
-    /// against `clients.cafile` when it is set. The certificate is always
-    /// optional in the handshake (browsers and MoQT clients share the
-    /// endpoint); the `mqtt` handler refuses a connection without one when
-    /// `require_certificate` is set ([`crate::tls::PeerCert::of_quic`]).
+    /// against `clients.cafile` when it is set. The certificate is optional
+    /// in the TLS handshake, since one endpoint serves every ALPN; with
+    /// `require_certificate`, [`establish_any`] closes a MoQT, WebTransport
+    /// or HTTP/3 connection that presented none (UNAUTHORIZED, counted in
+    /// `quichub_quic_no_certificate_total`), and the `mqtt` handler refuses
+    /// such a CONNECT with Not authorized ([`crate::tls::PeerCert::of_quic`]).
     pub fn bind_clients(
         addr: SocketAddr,
         identity: &Identity,
@@ -345,6 +360,7 @@ impl Server {
                 ..Default::default()
             }),
             handshakes,
+            require_certificate: clients.require_certificate,
         })
     }
 
@@ -423,6 +439,7 @@ impl Server {
             config: self.config.clone(),
             handshakes: self.handshakes.clone(),
             stats: self.stats.clone(),
+            require_certificate: self.require_certificate,
         })
     }
 
@@ -546,6 +563,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
         timeout,
         stats,
         bridge,
+        require_certificate,
     } = pending;
     let remote = incoming.remote_address();
     let deadline = tokio::time::Instant::now() + timeout;
@@ -566,7 +584,10 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
             .unwrap_or_default(),
         Err(_) => return Err(timed_out(&stats)),
     };
-    if alpn == ALPN_MQTT || alpn == ALPN_H3 {
+    // An HTTP/3 connection that must show a certificate is not served
+    // before its handshake completes: 0-RTT requests come before the
+    // client's certificate does.
+    if alpn == ALPN_MQTT || (alpn == ALPN_H3 && !require_certificate) {
         match connecting.into_0rtt() {
             // On the server this always succeeds; the connection serves 0-RTT
             // data (and sends 0.5-RTT data) until the handshake completes.
@@ -593,6 +614,15 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
         Err(_) => return Err(timed_out(&stats)),
     };
     drop(slot);
+    if require_certificate && alpn != ALPN_MQTT && conn.peer_identity().is_none() {
+        stats.no_certificate.fetch_add(1, Relaxed);
+        let code = match alpn.as_slice() {
+            ALPN_H3 => crate::h3::codec::code::REQUEST_REJECTED,
+            _ => moqt::SessionErrorCode::Unauthorized.code(),
+        };
+        conn.close(code.into(), b"client certificate required");
+        anyhow::bail!("{remote}: no client certificate (tls.require_certificate)");
+    }
     if alpn == moqt::ALPN.as_bytes() {
         return Ok(Established::Moqt(Box::new(Accepted {
             session: web_transport_quinn::Session::raw(conn).into(),

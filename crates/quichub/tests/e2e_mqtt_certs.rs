@@ -323,10 +323,42 @@ async fn mqtt_over_quic_refuses_a_client_without_a_certificate_at_connect() {
     assert_eq!(quic_connack(&pki, &gw, None).await, [0x20, 2, 0, 5]);
     // No CN: Bad user name or password.
     assert_eq!(quic_connack(&pki, &gw, Some("nocn")).await, [0x20, 2, 0, 4]);
-    // A MoQT client needs no certificate to complete its handshake.
-    let ep = quic_client(&pki, None, moqt::ALPN.as_bytes());
-    let conn = within(10, ep.connect(gw.udp, "localhost").unwrap()).await;
-    assert!(conn.is_ok(), "{conn:?}");
+    // require_certificate holds on every ALPN of the endpoint: a MoQT
+    // (raw QUIC, any draft) or HTTP/3 (WebTransport, the HTTP API)
+    // connection without a certificate is closed right after its
+    // handshake, UNAUTHORIZED / H3_REQUEST_REJECTED; with one it stays.
+    for (alpn, code) in [
+        (moqt::ALPN.as_bytes(), 0x2u32),
+        (b"moqt-16".as_slice(), 0x2),
+        (b"h3".as_slice(), 0x10b),
+    ] {
+        let ep = quic_client(&pki, None, alpn);
+        let conn = within(10, ep.connect(gw.udp, "localhost").unwrap()).await;
+        let e = match conn {
+            Ok(c) => within(10, c.closed()).await,
+            Err(e) => e,
+        };
+        match &e {
+            quinn::ConnectionError::ApplicationClosed(c) => {
+                assert_eq!(c.error_code, code.into(), "{e}");
+                assert_eq!(&c.reason[..], b"client certificate required", "{e}");
+            }
+            other => panic!("{}: {other}", String::from_utf8_lossy(alpn)),
+        }
+        let ep = quic_client(&pki, Some("client"), alpn);
+        let conn = within(10, ep.connect(gw.udp, "localhost").unwrap())
+            .await
+            .unwrap();
+        let still = tokio::time::timeout(std::time::Duration::from_millis(300), conn.closed()).await;
+        assert!(still.is_err(), "closed with a certificate: {still:?}");
+    }
+    assert_eq!(
+        gw._server
+            .stats()
+            .no_certificate
+            .load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
     let text = gw.broker.render_metrics();
     assert!(
         text.contains("quichub_mqtt_connections_total{transport=\"quic\"} 1\n"),

@@ -202,6 +202,24 @@ pub trait SessionAccess: Send + Sync {
     fn still_allows(&self, _op: &Operation<'_>) -> bool {
         true
     }
+
+    /// When `op`, just allowed, stops being allowed by the credentials that
+    /// allowed it: the expiry of the request's own token when only that
+    /// token allowed it (the session's own expiry ends the whole session
+    /// and is not repeated here). `None`: never. Asked when a subscription
+    /// starts being served; it ends then.
+    fn request_expires(&self, _op: &Operation<'_>) -> Option<SystemTime> {
+        None
+    }
+
+    /// Whether the session proved to be another relay of this relay's
+    /// cluster (the cluster token's identity): only such a session, and
+    /// only when it also says it is a peer (`cluster=peer`), is shown and
+    /// served the relays' own namespaces (`.quichub/...`,
+    /// [`crate::cluster`]). Asked once, at SETUP. Default: no.
+    fn cluster_member(&self) -> bool {
+        false
+    }
 }
 
 /// The access of a session the relay opened towards an origin relay: the
@@ -243,6 +261,12 @@ pub struct AllowAll;
 impl SessionAccess for AllowAll {
     fn authorize(&self, _op: &Operation<'_>) -> Result<(), Denied> {
         Ok(())
+    }
+
+    /// Without auth there is no identity to prove: a peer is whoever says
+    /// so, and may read everything anyway.
+    fn cluster_member(&self) -> bool {
+        true
     }
 }
 

@@ -77,6 +77,8 @@ pub struct Forwarder {
     header: BytesMut,
     /// Signalled when the subscriber lost the right to read the track.
     revoked: Option<Arc<Notify>>,
+    /// When the token that admitted the subscription expires.
+    expires: Option<std::time::SystemTime>,
 }
 
 impl Forwarder {
@@ -101,7 +103,19 @@ impl Forwarder {
             lagged: 0,
             header: BytesMut::with_capacity(64),
             revoked: None,
+            expires: None,
         }
+    }
+
+    /// Ends the subscription with PUBLISH_DONE UNAUTHORIZED at `expires`,
+    /// its open data streams reset with EXPIRED_AUTH_TOKEN: the
+    /// subscription was admitted by a token of its own (not the session's,
+    /// whose expiry ends the whole session) that is no longer valid then.
+    /// (Draft 18 has no PUBLISH_DONE code for an expired token;
+    /// UNAUTHORIZED is "no longer authorized to subscribe".)
+    pub fn expiring(mut self, expires: Option<std::time::SystemTime>) -> Self {
+        self.expires = expires;
+        self
     }
 
     /// Ends the subscription with PUBLISH_DONE UNAUTHORIZED, its open data
@@ -132,6 +146,19 @@ impl Forwarder {
             }
         };
         tokio::pin!(revoked);
+        let expires = self.expires;
+        let expiry = async move {
+            match expires {
+                Some(at) => {
+                    let left = at
+                        .duration_since(std::time::SystemTime::now())
+                        .unwrap_or_default();
+                    tokio::time::sleep(left).await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(expiry);
         let status = loop {
             tokio::select! {
                 biased;
@@ -193,6 +220,11 @@ impl Forwarder {
                     // Nothing more of the track may reach the subscriber,
                     // not even what is already queued on open streams.
                     self.reset_all(reset::CANCELLED);
+                    break publish_done::UNAUTHORIZED;
+                }
+                () = &mut expiry => {
+                    self.metrics.subscriptions_expired.fetch_add(1, Relaxed);
+                    self.reset_all(reset::EXPIRED_AUTH_TOKEN);
                     break publish_done::UNAUTHORIZED;
                 }
             }

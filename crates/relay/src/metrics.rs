@@ -22,6 +22,9 @@ pub struct Metrics {
     pub sessions_expired: AtomicU64,
     /// Sessions closed because a reload of the auth revoked their credentials.
     pub sessions_revoked: AtomicU64,
+    /// Subscriptions ended because the token of their own that admitted
+    /// them expired.
+    pub subscriptions_expired: AtomicU64,
     /// Waiting (rendezvous) subscriptions that kept waiting after the
     /// namespace's publisher did not have the track yet.
     pub rendezvous_retries: AtomicU64,
@@ -153,6 +156,13 @@ impl Metrics {
             "MoQT sessions closed because a reload revoked their credentials.",
             "counter",
             self.sessions_revoked.load(Relaxed) as i128,
+            "",
+        );
+        g(
+            "subscriptions_expired_total",
+            "Subscriptions ended (PUBLISH_DONE UNAUTHORIZED) because the token of their own that admitted them expired.",
+            "counter",
+            self.subscriptions_expired.load(Relaxed) as i128,
             "",
         );
         g(

@@ -37,14 +37,62 @@ const PROTOCOL: &str = "moqt";
 pub struct TokenAuthorizer {
     auth: Arc<SharedAuth>,
     max_cache: u64,
+    /// The token this relay presents to the other relays of its cluster
+    /// (`cluster.token`): who presents it, or another token of its `sub`,
+    /// is a member ([`SessionAccess::cluster_member`]).
+    cluster_token: Option<String>,
 }
 
 impl TokenAuthorizer {
     /// Checks against `auth`; sessions may register up to `max_cache` bytes
     /// of token aliases (advertised as MAX_AUTH_TOKEN_CACHE_SIZE).
     pub fn new(auth: Arc<SharedAuth>, max_cache: u64) -> Arc<Self> {
-        Arc::new(Self { auth, max_cache })
+        Self::for_cluster(auth, max_cache, "")
     }
+
+    /// [`TokenAuthorizer::new`] for a relay of a cluster whose members
+    /// present `cluster_token` (empty: none; then, outside the open mode,
+    /// no session is a member).
+    pub fn for_cluster(auth: Arc<SharedAuth>, max_cache: u64, cluster_token: &str) -> Arc<Self> {
+        Arc::new(Self {
+            auth,
+            max_cache,
+            cluster_token: (!cluster_token.is_empty()).then(|| cluster_token.to_string()),
+        })
+    }
+
+    /// Whether a session that authenticated with `token` as `id` is a
+    /// cluster member: it presented the cluster token itself, or a token
+    /// (verified) with the cluster token's `sub`. In the open mode anyone
+    /// is, as anyone may read everything there.
+    fn member(
+        &self,
+        auth: &quichub_auth::Auth,
+        token: Option<&str>,
+        id: Option<&Identity>,
+    ) -> bool {
+        if auth.open() {
+            return true;
+        }
+        let (Some(own), Some(token), Some(id)) = (&self.cluster_token, token, id) else {
+            return false;
+        };
+        if id.method() != quichub_auth::Method::Jwt {
+            return false;
+        }
+        if constant_time_eq(own.as_bytes(), token.as_bytes()) {
+            return true;
+        }
+        let own_name = auth.jwt(own, SystemTime::now()).ok();
+        let own_name = own_name.as_ref().and_then(|i| i.name());
+        own_name.is_some() && own_name == id.name()
+    }
+}
+
+/// Token comparison that takes as long wherever the first difference is
+/// (the length is not secret).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The `jwt` parameter of a path's query, percent-decoded; an empty one
@@ -121,6 +169,7 @@ impl Authorizer for TokenAuthorizer {
             },
         };
         Ok(Arc::new(TokenAccess {
+            member: self.member(&auth, token.as_deref(), identity.as_ref()),
             auth: self.auth.clone(),
             changes,
             admitted: identity.is_some(),
@@ -138,6 +187,8 @@ impl Authorizer for TokenAuthorizer {
 /// One session's identity and registered token aliases.
 struct TokenAccess {
     auth: Arc<SharedAuth>,
+    /// A relay of the cluster ([`TokenAuthorizer::member`]).
+    member: bool,
     /// Reloads since SETUP.
     changes: watch::Receiver<u64>,
     /// The session had an identity at SETUP (a token, or anonymous access to
@@ -323,6 +374,36 @@ impl SessionAccess for TokenAccess {
                 .and_then(|t| auth.jwt(t, now).ok())
                 .is_some_and(|id| allows(&id, op))
         })
+    }
+
+    fn cluster_member(&self) -> bool {
+        self.member
+    }
+
+    fn request_expires(&self, op: &Operation<'_>) -> Option<SystemTime> {
+        if self.identity().is_some_and(|id| allows(&id, op)) {
+            return None;
+        }
+        // The latest expiry among the request's tokens that allow it (one
+        // without `exp` never expires).
+        let auth = self.auth.get();
+        let now = SystemTime::now();
+        let mut latest: Option<Option<SystemTime>> = None;
+        for v in self.token_values(op.tokens()) {
+            let Some(id) = std::str::from_utf8(&v)
+                .ok()
+                .and_then(|t| auth.jwt(t, now).ok())
+                .filter(|id| allows(id, op))
+            else {
+                continue;
+            };
+            latest = Some(match (latest, id.expires()) {
+                (Some(None), _) | (_, None) => None,
+                (Some(Some(a)), Some(b)) => Some(a.max(b)),
+                (None, Some(b)) => Some(b),
+            });
+        }
+        latest.flatten()
     }
 
     fn expires(&self) -> Option<SystemTime> {

@@ -108,7 +108,8 @@ pub(crate) struct SessionHandle {
     /// Client role: the New Session URI of the origin's GOAWAY.
     goaway_uri: Mutex<Option<String>>,
     /// Server role: another relay of a registry cluster follows us on this
-    /// session (its URL's query has `cluster=peer`, [`crate::cluster`]).
+    /// session: its URL's query has `cluster=peer` and its credentials are
+    /// the cluster's ([`SessionAccess::cluster_member`], [`crate::cluster`]).
     cluster_peer: AtomicBool,
     /// Our FETCHes to this peer waiting for their data stream, by Request ID.
     fetch_streams: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<(RecvStream, Bytes)>>>,
@@ -664,14 +665,22 @@ async fn on_control(
                 // Before the session takes a slot: a refused one never counts.
                 let info = h.connect_info(s);
                 let access = relay.authorizer().connect(&info)?;
-                let _ = h.access.set(access);
-                if info
+                // `cluster=peer` is only a claim: the relays' own
+                // namespaces go to a session that proved it is a member.
+                let peer = info
                     .path
                     .as_deref()
-                    .is_some_and(crate::cluster::is_peer_path)
-                {
+                    .is_some_and(crate::cluster::is_peer_path);
+                if peer && access.cluster_member() {
                     h.cluster_peer.store(true, Relaxed);
+                } else if peer {
+                    tracing::warn!(
+                        session = h.id,
+                        remote = %h.remote,
+                        "cluster=peer without the cluster's credentials: served as a client"
+                    );
                 }
+                let _ = h.access.set(access);
             }
             // Client role: the origin relay's SETUP. It asks nothing of us;
             // what it may do here is what the relay allows any peer it
@@ -683,7 +692,11 @@ async fn on_control(
             if h.role == Role::Server && !g.new_session_uri.is_empty() {
                 return Err(SessionError::protocol("client GOAWAY with a URI"));
             }
-            tracing::info!(session = h.id, uri = %String::from_utf8_lossy(&g.new_session_uri), "peer GOAWAY");
+            tracing::info!(
+                session = h.id,
+                uri = %crate::origin::Redacted(&String::from_utf8_lossy(&g.new_session_uri)),
+                "peer GOAWAY"
+            );
             if h.role == Role::Client {
                 h.goaway_received.store(true, Relaxed);
                 if !g.new_session_uri.is_empty() {

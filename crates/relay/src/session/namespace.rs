@@ -218,9 +218,10 @@ pub(super) async fn on_subscribe_namespace(
         // here: what we learnt from the others it learns from them, so no
         // announcement goes round the mesh.
         let local_only = h.cluster_peer.load(Relaxed);
-        // The relays' own namespaces (`.quichub/...`) are not announced to
-        // a subscriber of ordinary ones.
-        let mut hide_reserved = !reserved_namespace(&prefix);
+        // The relays' own namespaces (`.quichub/...`) are announced only to
+        // another relay of the cluster, and only when it asks for them.
+        let member = h.cluster_peer.load(Relaxed);
+        let mut hide_reserved = !(member && reserved_namespace(&prefix));
         for ns in existing {
             if (local_only && relay.namespace_is_learnt(&ns))
                 || (hide_reserved && reserved_namespace(&ns))
@@ -269,7 +270,7 @@ pub(super) async fn on_subscribe_namespace(
                                 // what is outside it is no longer this request's
                                 // (it cannot be named relative to the new prefix).
                                 prefix = p;
-                                hide_reserved = !reserved_namespace(&prefix);
+                                hide_reserved = !(member && reserved_namespace(&prefix));
                                 let (now, events) = relay.subscribe_namespace(id, prefix.clone());
                                 rx = events;
                                 let now: std::collections::HashSet<TrackNamespace> = now
@@ -346,7 +347,12 @@ pub(super) async fn on_subscribe_tracks(
     // there), nor the MQTT gateway's tracks (they reach it as MQTT
     // messages, `quichub-gateway`'s cluster link).
     let local_only = h.cluster_peer.load(Relaxed);
-    let wanted = |e: &Arc<crate::core::TrackEntry>| !local_only || relay.track_is_pushed_here(e);
+    // The relays' own tracks (`.quichub/...`) are pushed to no one: a
+    // member subscribes to them by name.
+    let wanted = |e: &Arc<crate::core::TrackEntry>| {
+        !reserved_namespace(&e.track.name.namespace)
+            && (!local_only || relay.track_is_pushed_here(e))
+    };
     // The track entries pushed for this request, so a prefix moved back
     // and forth pushes none twice (a track published again is a new entry,
     // and is pushed). Weak: an ended entry is not kept, and its address is

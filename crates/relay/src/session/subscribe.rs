@@ -18,6 +18,7 @@ use tokio::sync::{watch, Notify};
 use super::{
     reply_error, reserved_namespace, RequestSlot, Reservation, Result, SessionHandle, SubInfo,
 };
+use crate::access::Operation;
 use crate::core::{Relay, TrackEntry};
 use crate::forward::{Forwarder, Settings};
 use crate::track::TrackInfo;
@@ -213,7 +214,11 @@ pub(super) async fn serve_subscription(
         relay.metrics.clone(),
         relay.config.clone(),
     )
-    .revocable(revoked);
+    .revocable(revoked)
+    .expiring(h.access().request_expires(&Operation::Subscribe {
+        track: &track.name,
+        tokens,
+    }));
     let mut run = Box::pin(forwarder.run(joined));
     let done = loop {
         let next = async {

@@ -20,6 +20,8 @@ use quichub_relay::{Config, Relay};
 pub struct TestRelay {
     /// The bound UDP address.
     pub addr: std::net::SocketAddr,
+    /// The relay behind it.
+    pub relay: Arc<quichub_relay::Relay>,
     fingerprint: Vec<u8>,
 }
 
@@ -30,9 +32,10 @@ impl TestRelay {
         let server = Arc::new(Server::bind("127.0.0.1:0".parse().unwrap(), &id).unwrap());
         let relay = Relay::with_authorizer(Config::default(), authorizer);
         let addr = server.local_addr().unwrap();
-        tokio::spawn(quichub_relay::endpoint::accept_loop(relay, server));
+        tokio::spawn(quichub_relay::endpoint::accept_loop(relay.clone(), server));
         Self {
             addr,
+            relay,
             fingerprint: id.fingerprint().to_vec(),
         }
     }
