@@ -31,7 +31,7 @@ etcd --name bench --data-dir "$WORK/etcd" --listen-client-urls http://127.0.0.1:
 	--initial-advertise-peer-urls http://127.0.0.1:17380 --initial-cluster bench=http://127.0.0.1:17380 \
 	--log-level error >"$WORK/etcd.log" 2>&1 &
 sleep 2
-common=(--metrics off --mqtt off --http off --data-dir off --cluster etcd://127.0.0.1:17379/bench)
+common=(--config contrib/bench-relay.toml --metrics off --mqtt off --http off --data-dir off --cluster etcd://127.0.0.1:17379/bench)
 all="0-$(($(nproc) - 1))"
 # `exec` so that $! is the relay's PID (its CPU is read from /proc).
 (exec taskset -c "${RELAY_A_CPUS:-$all}" "$Q" relay --bind 127.0.0.1:17443 "${common[@]}" >"$WORK/a.log" 2>&1) &

@@ -13,7 +13,7 @@ SECS="${3:-20}"
 PORT="${PORT:-14443}"
 cargo build --release --quiet -p quichub
 BIN=target/release/quichub
-QUICHUB_THREADS=1 taskset -c 0 "$BIN" relay --bind "127.0.0.1:$PORT" --metrics off --mqtt off --http off >/tmp/quichub-bench-relay.log 2>&1 &
+QUICHUB_THREADS=1 taskset -c 0 "$BIN" relay --config contrib/bench-relay.toml --bind "127.0.0.1:$PORT" --metrics off --mqtt off --http off >/tmp/quichub-bench-relay.log 2>&1 &
 RELAY=$!
 trap 'kill $RELAY 2>/dev/null || true' EXIT
 sleep 1

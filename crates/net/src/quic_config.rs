@@ -62,6 +62,17 @@ pub struct QuicConfig {
     /// Longest a handshake may take, in milliseconds; then the connection is
     /// closed (quinn would otherwise keep it until the idle timeout).
     pub handshake_timeout_ms: u64,
+    /// Handshakes in flight from one address (IPv6: one /64) whose address
+    /// is validated (it answered a Retry); further ones are refused
+    /// (CONNECTION_REFUSED). Unvalidated attempts are not counted here, so
+    /// that a spoofed flood cannot use up a victim's share: above
+    /// `retry_above_handshakes` they must validate first, and then count.
+    /// 0: no cap per address.
+    pub max_handshakes_per_ip: usize,
+    /// Connections open at once from one address (IPv6: one /64), as
+    /// `[tcp] max_connections_per_ip` for TCP; further ones are closed as
+    /// soon as they are accepted. 0: no cap per address.
+    pub max_connections_per_ip: usize,
     /// Congestion controller of the connections: `cubic`, `newreno` or `bbr`
     /// (the lab's `--cc` compares them).
     pub congestion_control: crate::CongestionControl,
@@ -88,6 +99,8 @@ impl Default for QuicConfig {
             max_handshakes: 1024,
             retry_above_handshakes: 64,
             handshake_timeout_ms: 10_000,
+            max_handshakes_per_ip: 256,
+            max_connections_per_ip: 4096,
             congestion_control: crate::CongestionControl::default(),
             endpoints: 1,
         }

@@ -14,6 +14,7 @@ use anyhow::Context;
 use web_transport_quinn::proto::ConnectResponse;
 
 use crate::quic_config::{Admission, QuicConfig};
+use crate::tcp_limits::{ConnGuard, ConnLimiter};
 use crate::tls::{provider, ClientCertConfig, Identity};
 use crate::{AckFrequency, Transport};
 
@@ -41,6 +42,24 @@ pub struct Server {
     /// Every connection must present a client certificate
     /// (`tls.require_certificate`).
     require_certificate: bool,
+    per_ip: PerIp,
+}
+
+/// The caps per client address: validated handshakes in flight, and
+/// connections open.
+#[derive(Clone)]
+struct PerIp {
+    handshakes: Arc<ConnLimiter>,
+    connections: Arc<ConnLimiter>,
+}
+
+impl PerIp {
+    fn new(quic: &QuicConfig) -> Self {
+        Self {
+            handshakes: ConnLimiter::new("quic-handshakes", usize::MAX, quic.max_handshakes_per_ip),
+            connections: ConnLimiter::new("quic", usize::MAX, quic.max_connections_per_ip),
+        }
+    }
 }
 
 /// What the endpoint did with connection attempts, for `/metrics`.
@@ -55,6 +74,12 @@ pub struct AdmissionStats {
     /// Connections closed for coming without the client certificate
     /// `require_certificate` asks for.
     pub no_certificate: AtomicU64,
+    /// Validated attempts refused: `max_handshakes_per_ip` in flight from
+    /// their address.
+    pub refused_handshakes_per_ip: AtomicU64,
+    /// Connections closed at once: `max_connections_per_ip` open from their
+    /// address.
+    pub refused_connections_per_ip: AtomicU64,
     handshakes: Arc<AtomicUsize>,
     endpoints: usize,
 }
@@ -83,6 +108,10 @@ impl AdmissionStats {
              # HELP quichub_quic_no_certificate_total Connections closed for presenting no client certificate (tls.require_certificate).\n\
              # TYPE quichub_quic_no_certificate_total counter\n\
              quichub_quic_no_certificate_total {}\n\
+             # HELP quichub_quic_refused_per_ip_total Connection attempts refused by a cap per client address.\n\
+             # TYPE quichub_quic_refused_per_ip_total counter\n\
+             quichub_quic_refused_per_ip_total{{limit=\"handshakes\"}} {}\n\
+             quichub_quic_refused_per_ip_total{{limit=\"connections\"}} {}\n\
              # HELP quichub_quic_endpoints QUIC endpoints (threads) serving the UDP port.\n\
              # TYPE quichub_quic_endpoints gauge\n\
              quichub_quic_endpoints {}\n",
@@ -91,6 +120,8 @@ impl AdmissionStats {
             self.refused.load(Relaxed),
             self.timeouts.load(Relaxed),
             self.no_certificate.load(Relaxed),
+            self.refused_handshakes_per_ip.load(Relaxed),
+            self.refused_connections_per_ip.load(Relaxed),
             self.endpoints.max(1),
         )
     }
@@ -105,6 +136,7 @@ pub struct Acceptor {
     handshakes: Arc<AtomicUsize>,
     stats: Arc<AdmissionStats>,
     require_certificate: bool,
+    per_ip: PerIp,
 }
 
 impl Acceptor {
@@ -117,6 +149,23 @@ impl Acceptor {
     pub async fn accept(&self) -> Option<Pending> {
         loop {
             let incoming = self.endpoint.accept().await?;
+            // A validated address is a real one: its share of handshakes
+            // can be counted without letting spoofers use up a victim's.
+            let per_ip = match incoming.remote_address_validated() {
+                true => match self
+                    .per_ip
+                    .handshakes
+                    .try_acquire(incoming.remote_address().ip())
+                {
+                    Ok(g) => Some(g),
+                    Err(_) => {
+                        self.stats.refused_handshakes_per_ip.fetch_add(1, Relaxed);
+                        incoming.refuse();
+                        continue;
+                    }
+                },
+                false => None,
+            };
             // Reserved by compare-and-swap: endpoints on other threads admit
             // at the same time, and `max_handshakes` holds for all of them.
             let validated = incoming.remote_address_validated();
@@ -139,11 +188,12 @@ impl Acceptor {
                 Admission::Accept => {
                     return Some(Pending {
                         incoming,
-                        slot: HandshakeSlot(self.handshakes.clone()),
+                        slot: HandshakeSlot(self.handshakes.clone(), per_ip),
                         timeout: self.config.handshake_timeout(),
                         stats: self.stats.clone(),
                         bridge: crate::websocket::session_config(&self.config),
                         require_certificate: self.require_certificate,
+                        connections: self.per_ip.connections.clone(),
                     });
                 }
                 Admission::Retry => match incoming.retry() {
@@ -166,9 +216,14 @@ impl Acceptor {
     }
 }
 
-/// One handshake in flight, counted against `max_handshakes` until dropped.
+/// One handshake in flight, counted against `max_handshakes` (and, for a
+/// validated address, `max_handshakes_per_ip`) until dropped.
 #[derive(Debug)]
-pub struct HandshakeSlot(Arc<AtomicUsize>);
+pub struct HandshakeSlot(
+    Arc<AtomicUsize>,
+    // Held for its Drop: the address's place among its handshakes.
+    #[allow(dead_code)] Option<ConnGuard>,
+);
 
 impl Drop for HandshakeSlot {
     fn drop(&mut self) {
@@ -190,6 +245,7 @@ pub struct Pending {
     /// stream counts and windows a QUIC peer gets.
     bridge: qmux::Config,
     require_certificate: bool,
+    connections: Arc<ConnLimiter>,
 }
 
 impl Pending {
@@ -361,6 +417,7 @@ impl Server {
             }),
             handshakes,
             require_certificate: clients.require_certificate,
+            per_ip: PerIp::new(quic),
         })
     }
 
@@ -440,6 +497,7 @@ impl Server {
             handshakes: self.handshakes.clone(),
             stats: self.stats.clone(),
             require_certificate: self.require_certificate,
+            per_ip: self.per_ip.clone(),
         })
     }
 
@@ -564,7 +622,33 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
         stats,
         bridge,
         require_certificate,
+        connections,
     } = pending;
+    // Counted from admission until the connection closes.
+    let remote_ip = incoming.remote_address().ip();
+    let count = |conn: &quinn::Connection, stats: &AdmissionStats| match connections
+        .try_acquire(remote_ip)
+    {
+        Ok(guard) => {
+            let conn = conn.clone();
+            tokio::spawn(async move {
+                conn.closed().await;
+                drop(guard);
+            });
+            Ok(())
+        }
+        Err(_) => {
+            stats.refused_connections_per_ip.fetch_add(1, Relaxed);
+            // As the relay refuses a session over `max_sessions`.
+            conn.close(
+                moqt::SessionErrorCode::InternalError.code().into(),
+                b"too many connections from this address",
+            );
+            Err(anyhow::anyhow!(
+                "{remote_ip}: max_connections_per_ip open from this address"
+            ))
+        }
+    };
     let remote = incoming.remote_address();
     let deadline = tokio::time::Instant::now() + timeout;
     let timed_out = |stats: &AdmissionStats| {
@@ -593,6 +677,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
             // data (and sends 0.5-RTT data) until the handshake completes.
             // The handshake slot and its deadline go with the connection.
             Ok((conn, done)) if alpn == ALPN_H3 => {
+                count(&conn, &stats)?;
                 let handshake = crate::h3::Handshake::from_0rtt(&conn, done);
                 let watch = handshake.clone();
                 spawn_handshake_watch(conn.clone(), slot, deadline, stats, async move {
@@ -601,6 +686,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
                 return h3_established(conn, handshake, remote, bridge).await;
             }
             Ok((conn, done)) => {
+                count(&conn, &stats)?;
                 spawn_handshake_watch(conn.clone(), slot, deadline, stats, async move {
                     let _ = done.await;
                 });
@@ -614,6 +700,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
         Err(_) => return Err(timed_out(&stats)),
     };
     drop(slot);
+    count(&conn, &stats)?;
     if require_certificate && alpn != ALPN_MQTT && conn.peer_identity().is_none() {
         stats.no_certificate.fetch_add(1, Relaxed);
         let code = match alpn.as_slice() {

@@ -149,6 +149,55 @@ async fn retry_is_required_above_the_threshold() {
     drop((c, w));
 }
 
+/// At most `max_connections_per_ip` connections from one address, over
+/// every ALPN: the next one is closed as soon as it is accepted (counted),
+/// the ones open go on, and once one closes the address may connect again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_per_address_are_capped() {
+    let relay = TestRelay::with_quic(
+        Config::default(),
+        QuicConfig {
+            max_connections_per_ip: 2,
+            ..Default::default()
+        },
+    )
+    .await;
+    let stats = relay.server.stats();
+    let first = relay.client("moqt").await;
+    let second = relay.client("https").await;
+    for scheme in ["moqt", "https"] {
+        let third = within(10, ClientSession::connect(&relay.url(scheme), relay.opts())).await;
+        let e = format!("{:#}", third.err().expect("a third connection"));
+        // HTTP/3 is served from the ClientHello on, so its connection is
+        // closed during the handshake, where the reason does not travel.
+        assert!(
+            e.contains("too many connections from this address")
+                || scheme == "https" && e.contains("closed during the handshake"),
+            "{scheme}: {e}"
+        );
+    }
+    assert_eq!(stats.refused_connections_per_ip.load(Relaxed), 2);
+    assert!(stats
+        .render()
+        .contains("quichub_quic_refused_per_ip_total{limit=\"connections\"} 2"));
+    assert!(first.session().close_reason().is_none());
+    assert!(second.session().close_reason().is_none());
+    first.shutdown(0, "bye").await;
+    within(10, async {
+        loop {
+            if ClientSession::connect(&relay.url("moqt"), relay.opts())
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    drop(second);
+}
+
 /// A flood of Initials that never complete: past `max_handshakes` further
 /// attempts are refused, stalled handshakes end at the handshake timeout, and
 /// then real clients connect again.
