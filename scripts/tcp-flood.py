@@ -45,7 +45,7 @@ def mqtt_ok():
 def http_ok():
     try:
         s = socket.create_connection((host, port), timeout=3)
-        s.sendall(b"GET /v1/time HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        s.sendall(b"GET /v1/time HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         r = s.recv(64); s.close()
         return r.startswith(b"HTTP/1.1 200")
     except Exception as e:

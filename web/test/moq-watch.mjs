@@ -1,8 +1,10 @@
 // moq-dev's <moq-watch> (npm @moq/watch, pinned in package.json) against a
 // quichub relay, beside quichub's own player on the same broadcast:
-//   node test/moq-watch.mjs RELAY_HTTP QUIC_PORT BROADCAST OUT_DIR
+//   node test/moq-watch.mjs RELAY_HTTP QUIC_PORT BROADCAST OUT_DIR [PAGE_PORT]
 // Bundles test/moq-watch/entry.js with esbuild into OUT_DIR, serves it on
-// 127.0.0.1 (a secure context), and opens three pages in two Chromiums:
+// 127.0.0.1:PAGE_PORT (a secure context; any free port without it: the
+// relay must allow that origin, [http] allowed_origins, for D's WebSocket),
+// and opens three pages in two Chromiums:
 //   A. quichub's player (RELAY_HTTP/watch/BROADCAST), which must play, in a
 //      browser of its own: Chromium's renderer (or its network service) now
 //      and then dies in the <moq-watch> tab when the relay closes its
@@ -21,7 +23,7 @@ import http from 'node:http';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-const [relayHttp, quicPort, name, outDir] = process.argv.slice(2);
+const [relayHttp, quicPort, name, outDir, pagePort] = process.argv.slice(2);
 const bundle = join(outDir, 'moq-watch.js');
 await esbuild.build({
   entryPoints: [new URL('./moq-watch/entry.js', import.meta.url).pathname],
@@ -41,7 +43,7 @@ const server = http.createServer((req, res) => {
   res.setHeader('content-type', 'text/html');
   res.end('<!doctype html><html><body><script type="module" src="/moq-watch.js"></script></body></html>');
 });
-await new Promise((r) => server.listen(0, '127.0.0.1', r));
+await new Promise((r) => server.listen(Number(pagePort || 0), '127.0.0.1', r));
 const watchUrl = (reload, ws) => {
   const q = new URLSearchParams({ url: `https://127.0.0.1:${quicPort}/`, name, hash });
   if (reload !== undefined) q.set('reload', reload);

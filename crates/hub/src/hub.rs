@@ -140,7 +140,7 @@ impl Hub {
         let api = Api::new(
             broker.clone(),
             Some(bridge.clone()),
-            config.http.api_config(),
+            config.http.api_config()?,
         );
         api.set_auth(auth.clone());
         // The dashboard (`/`) and the player (`/watch/{broadcast}`) on the HTTP port.
@@ -243,8 +243,14 @@ impl Hub {
         // The HTTP API over HTTP/3 on the same port (ALPN `h3`, beside WebTransport).
         let http3: Option<quichub_relay::endpoint::Http3Handler> = config.quic.http3.then(|| {
             let api = api.clone();
+            api.origins().add_listener(true, addr);
+            let listener = quichub_gateway::http::origin::Listener::new(true, addr);
             let h: quichub_relay::endpoint::Http3Handler = Arc::new(move |conn| {
-                Box::pin(quichub_gateway::http::h3::serve_h3(api.clone(), conn))
+                Box::pin(quichub_gateway::http::h3::serve_h3(
+                    api.clone(),
+                    conn,
+                    listener,
+                ))
             });
             h
         });
@@ -333,6 +339,7 @@ impl Hub {
                 let (r, b, q, a) = (relay.clone(), broker.clone(), server.stats(), auth.clone());
                 let c = cluster.clone();
                 let l = mqtt_link.clone();
+                let h = api.clone();
                 tokio::spawn(quichub_net::metrics_http::serve_with(
                     quichub_net::tcp_limits::Acceptor::new(listener, tcp.metrics_limiter()),
                     Arc::new(move || {
@@ -340,6 +347,7 @@ impl Hub {
                             + &a.metrics.render()
                             + &c.as_ref().map(|c| c.render_metrics()).unwrap_or_default()
                             + &l.as_ref().map(|l| l.render_metrics()).unwrap_or_default()
+                            + &h.metrics.render()
                     }),
                     crate::metrics::readiness(&relay),
                     tcp.http_header_timeout(),

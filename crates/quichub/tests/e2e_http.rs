@@ -693,7 +693,7 @@ async fn read_until(s: &mut TcpStream, got: &mut Vec<u8>, want: &[u8]) {
     .await
 }
 
-const GET_TIME: &[u8] = b"GET /v1/time HTTP/1.1\r\nHost: x\r\n\r\n";
+const GET_TIME: &[u8] = b"GET /v1/time HTTP/1.1\r\nHost: localhost\r\n\r\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_slow_and_half_handshaken_connections_are_closed_at_the_header_timeout() {
@@ -825,13 +825,13 @@ async fn a_slow_request_body_is_408_at_the_body_timeout() {
     })
     .await;
     let mut c = TcpStream::connect(h.addr).await.unwrap();
-    c.write_all(b"PUT /v1/t/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    c.write_all(b"PUT /v1/t/slow HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n")
         .await
         .unwrap();
     assert_eq!(response(&mut c).await.0, 201);
     let s = TcpStream::connect(h.addr).await.unwrap();
     let (mut rd, mut wr) = s.into_split();
-    wr.write_all(b"POST /v1/t/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+    wr.write_all(b"POST /v1/t/slow HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n")
         .await
         .unwrap();
     // One byte every 50 ms: never stalls long, never finishes in time.
@@ -865,20 +865,20 @@ async fn a_streaming_get_outlives_the_timeouts() {
     })
     .await;
     let mut c = TcpStream::connect(h.addr).await.unwrap();
-    c.write_all(b"PUT /v1/t/live HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    c.write_all(b"PUT /v1/t/live HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n")
         .await
         .unwrap();
     assert_eq!(response(&mut c).await.0, 201);
     let mut stream = TcpStream::connect(h.addr).await.unwrap();
     stream
-        .write_all(b"GET /v1/t/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /v1/t/live HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     let mut got = Vec::new();
     read_until(&mut stream, &mut got, b": subscribed").await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let mut p = TcpStream::connect(h.addr).await.unwrap();
-    p.write_all(b"POST /v1/t/live HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+    p.write_all(b"POST /v1/t/live HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello")
         .await
         .unwrap();
     assert_eq!(response(&mut p).await.0, 204);

@@ -639,9 +639,21 @@ async fn moq_watch_reaches_the_relay_and_fails_cleanly() {
         println!("SKIPPED: {why}");
         return;
     }
-    let relay = start_relay_observed();
     let dir = out_dir().join("moq-watch");
     std::fs::create_dir_all(&dir).unwrap();
+    // <moq-watch> is a page of another origin (moq-watch.mjs's own server):
+    // its WebSocket to the relay's HTTP port needs that origin allowed.
+    let page_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let config = dir.join("relay.toml");
+    std::fs::write(
+        &config,
+        format!("[http]\nallowed_origins = [\"http://127.0.0.1:{page_port}\"]\n"),
+    )
+    .unwrap();
+    let relay = spawn_relay_with(true, &["--config", config.to_str().unwrap()]);
     let input = ingest_clip(&dir, 40);
     let url = format!("moqt://127.0.0.1:{}/", relay.quic);
     let mut publisher = Command::new(BIN)
@@ -658,6 +670,7 @@ async fn moq_watch_reaches_the_relay_and_fails_cleanly() {
         relay.quic.to_string(),
         "live/moq-watch".to_string(),
         dir.to_str().unwrap().to_string(),
+        page_port.to_string(),
     ];
     let run = || {
         let args = args.clone();

@@ -134,7 +134,7 @@ async fn upgrades_without_the_moqt_subprotocol_are_refused() {
     let http = relay.hub.http_addr().unwrap();
     let upgrade = |protocol: &str| {
         format!(
-            "GET /moq HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+            "GET /moq HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
              Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{protocol}\r\n"
         )
     };
@@ -282,7 +282,7 @@ async fn a_silent_websocket_is_closed_at_the_setup_timeout() {
     let http = relay.hub.http_addr().unwrap();
     let mut s = tokio::net::TcpStream::connect(http).await.unwrap();
     s.write_all(
-        b"GET /silent HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+        b"GET /silent HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
           Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
           Sec-WebSocket-Protocol: qmux-01.moqt-18\r\n\r\n",
     )

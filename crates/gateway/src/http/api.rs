@@ -8,13 +8,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::header::{
+    HeaderName, HeaderValue, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
+    ACCESS_CONTROL_REQUEST_METHOD, ALLOW, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, VARY,
+};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use quichub_auth::Access;
 use quichub_mqtt::{QoS, SubscriptionOptions};
 use tokio::sync::{mpsc, watch};
 
 use super::auth;
+use super::origin::{Listener, OriginPolicy, Refusal};
 use super::route::{route, Route, TIME_METHODS, TOPIC_METHODS};
 use super::sse;
 use crate::bridge::Bridge;
@@ -50,6 +55,13 @@ pub struct ApiConfig {
     /// (only when the message was persisted: retained, or queued for a
     /// persistent MQTT session).
     pub durable_timeout: Duration,
+    /// Origins (`scheme://host[:port]`) whose pages may make state-changing
+    /// requests and WebSocket upgrades, besides the relay's own; `"*"`:
+    /// any (see [`super::origin`]).
+    pub allowed_origins: Vec<String>,
+    /// Host names loopback listeners answer for besides loopback addresses
+    /// and `localhost`; `"*"`: any.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ApiConfig {
@@ -62,6 +74,8 @@ impl Default for ApiConfig {
             queue: 1_024,
             keepalive: Duration::from_secs(15),
             durable_timeout: Duration::from_secs(5),
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -97,6 +111,24 @@ pub struct ApiMetrics {
     pub early: AtomicU64,
     /// HTTP/3 requests from 0-RTT data held until the handshake completed.
     pub early_held: AtomicU64,
+    /// Requests and WebSocket upgrades refused for their `Origin`.
+    pub refused_origin: AtomicU64,
+    /// Requests refused for their `Host` (loopback listeners).
+    pub refused_host: AtomicU64,
+}
+
+impl ApiMetrics {
+    /// The Prometheus text of the refusals.
+    pub fn render(&self) -> String {
+        format!(
+            "# HELP quichub_http_refused_total HTTP requests and WebSocket upgrades refused before routing: from a web page of an origin not allowed (origin), or for a Host a loopback listener does not answer for (host).\n\
+             # TYPE quichub_http_refused_total counter\n\
+             quichub_http_refused_total{{reason=\"origin\"}} {}\n\
+             quichub_http_refused_total{{reason=\"host\"}} {}\n",
+            self.refused_origin.load(Relaxed),
+            self.refused_host.load(Relaxed),
+        )
+    }
 }
 
 /// The HTTP pub/sub API on a broker (and the MoQT bridge, for history).
@@ -119,6 +151,8 @@ pub struct Api {
     /// Who clients are and what they may do (open to all until
     /// [`Api::set_auth`]).
     auth: Mutex<Arc<quichub_auth::SharedAuth>>,
+    /// Which pages may use the API, and which names it answers for.
+    origins: OriginPolicy,
     /// Counters.
     pub metrics: ApiMetrics,
 }
@@ -142,10 +176,12 @@ impl Api {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
             ^ (std::process::id() as u64).rotate_left(32);
+        let origins = OriginPolicy::new(&config.allowed_origins, &config.allowed_hosts);
         Arc::new(Self {
             broker,
             bridge,
             config,
+            origins,
             topics: Mutex::default(),
             subscribers: AtomicUsize::new(0),
             next_stream: AtomicU64::new(1),
@@ -185,6 +221,34 @@ impl Api {
         self.websocket.get()
     }
 
+    /// Which pages may use the API and which names it answers for; each
+    /// listener adds its own origins
+    /// ([`OriginPolicy::add_listener`]).
+    pub fn origins(&self) -> &OriginPolicy {
+        &self.origins
+    }
+
+    /// Screens a request that came in on `listener` (see
+    /// [`super::origin`]), counting refusals: `Err` says why it is
+    /// refused (answer [`refusal`]), `Ok` is the allowed `Origin` to answer
+    /// with CORS headers, if any. `upgrade`: a WebSocket upgrade.
+    pub fn screen(
+        &self,
+        listener: Listener,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        upgrade: bool,
+    ) -> Result<Option<HeaderValue>, Refusal> {
+        let screened = self.origins.screen(listener, method, uri, headers, upgrade);
+        match screened {
+            Err(Refusal::Origin) => self.metrics.refused_origin.fetch_add(1, Relaxed),
+            Err(Refusal::Host) => self.metrics.refused_host.fetch_add(1, Relaxed),
+            Ok(_) => 0,
+        };
+        screened
+    }
+
     /// The limits.
     pub fn config(&self) -> &ApiConfig {
         &self.config
@@ -215,17 +279,46 @@ impl Api {
         )
     }
 
-    /// Handles one request. The URI's path routes it (its query is
-    /// ignored but for `jwt`, see [`auth`]); the body is the whole request
-    /// body. Topic routes and `/v1/relay` are authenticated with the
-    /// [`Api::auth`] in force: one token verification per request.
+    /// Handles one request. It is screened first ([`Api::screen`], for the
+    /// [`Listener`] in its extensions, which each transport puts there;
+    /// without one, `Host` is not checked). The URI's path routes it (its
+    /// query is ignored but for `jwt`, see [`auth`]); the body is the whole
+    /// request body. Topic routes and `/v1/relay` are authenticated with
+    /// the [`Api::auth`] in force: one token verification per request.
     pub async fn handle(self: &Arc<Self>, req: Request<Bytes>) -> Resp {
         self.metrics.requests.fetch_add(1, Relaxed);
-        let head = req.method() == Method::HEAD;
-        let mut resp = self.dispatch(req).await;
-        if head {
-            // Same status and headers as GET, no body.
-            *resp.body_mut() = ApiBody::empty();
+        let listener = req
+            .extensions()
+            .get::<Listener>()
+            .copied()
+            .unwrap_or_default();
+        let cors = match self.screen(listener, req.method(), req.uri(), req.headers(), false) {
+            Ok(cors) => cors,
+            Err(why) => return refusal(why),
+        };
+        let preflight = req.method() == Method::OPTIONS
+            && req.headers().contains_key(ACCESS_CONTROL_REQUEST_METHOD);
+        let mut resp = match (&cors, preflight) {
+            (Some(origin), true) => preflight_answer(origin.clone()),
+            _ => {
+                let head = req.method() == Method::HEAD;
+                let mut resp = self.dispatch(req).await;
+                if head {
+                    // Same status and headers as GET, no body.
+                    *resp.body_mut() = ApiBody::empty();
+                }
+                resp
+            }
+        };
+        let h = resp.headers_mut();
+        // Answers differ by Origin: caches must not give one origin's to another.
+        h.append(VARY, HeaderValue::from_static("origin"));
+        if let Some(origin) = cors {
+            h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+            h.insert(
+                ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static(CORS_EXPOSED),
+            );
         }
         resp
     }
@@ -636,6 +729,45 @@ impl Stream<'_> {
             }
         }
     }
+}
+
+/// The answer to a request [`Api::screen`] refused.
+pub fn refusal(why: Refusal) -> Resp {
+    match why {
+        Refusal::Origin => error(
+            StatusCode::FORBIDDEN,
+            "cross-origin request refused: the page's origin is not in [http] allowed_origins",
+        ),
+        // 421: this server is not the one for that name (RFC 9110
+        // §15.5.20), which is what a rebound name is.
+        Refusal::Host => error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this relay does not answer for that Host on a loopback listener: add the name to [http] allowed_hosts",
+        ),
+    }
+}
+
+/// The request headers a page may send (CORS preflight).
+const CORS_HEADERS: &str = "authorization, content-type, x-retain, x-history-length, last-event-id";
+/// The response headers a page may read besides the safelisted ones.
+const CORS_EXPOSED: &str = "x-matched-subscribers, retry-after, www-authenticate, allow";
+
+/// 204 to a CORS preflight from an allowed origin: every method and header
+/// the API takes, for 10 minutes.
+fn preflight_answer(origin: HeaderValue) -> Resp {
+    let mut r = status(StatusCode::NO_CONTENT);
+    let h = r.headers_mut();
+    h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    h.insert(
+        ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(TOPIC_METHODS),
+    );
+    h.insert(
+        ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(CORS_HEADERS),
+    );
+    h.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    r
 }
 
 fn status(s: StatusCode) -> Resp {
@@ -1139,6 +1271,97 @@ mod tests {
         let m = &api.auth().metrics;
         assert_eq!(m.get("http", false, "bad_signature"), 1);
         assert_eq!(m.get("http", false, "no_credentials"), 1);
+    }
+
+    /// A request on a loopback listener with `headers`.
+    fn on_loopback(method: Method, path: &str, headers: &[(&'static str, &str)]) -> Request<Bytes> {
+        let mut r = req(method, path, b"x");
+        r.extensions_mut().insert(Listener {
+            secure: false,
+            loopback: true,
+        });
+        for (n, v) in headers {
+            r.headers_mut()
+                .append(*n, HeaderValue::from_str(v).unwrap());
+        }
+        r
+    }
+
+    #[tokio::test]
+    async fn foreign_pages_are_refused_and_allowed_ones_get_cors() {
+        let api = api(ApiConfig {
+            allowed_origins: vec!["https://app.example".into()],
+            ..ApiConfig::default()
+        });
+        api.origins()
+            .add_listener(false, "127.0.0.1:8080".parse().unwrap());
+        let host = ("host", "127.0.0.1:8080");
+        call(&api, Method::PUT, "/v1/t/c").await;
+        let evil = ("origin", "https://evil.example");
+        let r = api
+            .handle(on_loopback(Method::POST, "/v1/t/c", &[host, evil]))
+            .await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert!(!r.headers().contains_key(ACCESS_CONTROL_ALLOW_ORIGIN));
+        assert_eq!(api.metrics.published.load(Relaxed), 0);
+        // Its preflight gets no CORS either.
+        let pre = [host, evil, ("access-control-request-method", "POST")];
+        let r = api
+            .handle(on_loopback(Method::OPTIONS, "/v1/t/c", &pre))
+            .await;
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert!(!r.headers().contains_key(ACCESS_CONTROL_ALLOW_ORIGIN));
+        // A GET is served without CORS, so the page cannot read it.
+        let r = api
+            .handle(on_loopback(Method::GET, "/v1/time", &[host, evil]))
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(!r.headers().contains_key(ACCESS_CONTROL_ALLOW_ORIGIN));
+        assert_eq!(r.headers()[VARY], "origin");
+        // The configured origin and the relay's own.
+        for origin in ["https://app.example", "http://localhost:8080"] {
+            let o = ("origin", origin);
+            let pre = [host, o, ("access-control-request-method", "PUT")];
+            let r = api
+                .handle(on_loopback(Method::OPTIONS, "/v1/t/c", &pre))
+                .await;
+            assert_eq!(r.status(), StatusCode::NO_CONTENT, "{origin}");
+            assert_eq!(r.headers()[ACCESS_CONTROL_ALLOW_ORIGIN], origin);
+            assert_eq!(r.headers()[ACCESS_CONTROL_ALLOW_METHODS], TOPIC_METHODS);
+            assert!(r.headers()[ACCESS_CONTROL_ALLOW_HEADERS]
+                .to_str()
+                .unwrap()
+                .contains("authorization"));
+            let r = api
+                .handle(on_loopback(Method::POST, "/v1/t/c", &[host, o]))
+                .await;
+            assert_eq!(r.status(), StatusCode::NO_CONTENT, "{origin}");
+            assert_eq!(r.headers()[ACCESS_CONTROL_ALLOW_ORIGIN], origin);
+        }
+        assert_eq!(api.metrics.published.load(Relaxed), 2);
+        // No Origin: no browser page, served.
+        let r = api
+            .handle(on_loopback(Method::POST, "/v1/t/c", &[host]))
+            .await;
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+        // A rebound name.
+        let r = api
+            .handle(on_loopback(
+                Method::GET,
+                "/v1/time",
+                &[("host", "evil.example:8080")],
+            ))
+            .await;
+        assert_eq!(r.status(), StatusCode::MISDIRECTED_REQUEST);
+        let text = api.metrics.render();
+        assert!(
+            text.contains("quichub_http_refused_total{reason=\"origin\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("quichub_http_refused_total{reason=\"host\"} 1\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -13,12 +13,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use http::{HeaderValue, Method, Request as HttpRequest, StatusCode};
 use quichub_net::h3::codec::code;
 use quichub_net::h3::{BodyError, Handshake, HttpConnection, Request, Responder};
 
 use super::api::{error, Api, ApiBody};
+use super::origin::Listener;
 
 /// Whether a request may run before the handshake completes: a replay of it
 /// can at most repeat a read, re-create a topic, or publish a message twice
@@ -30,16 +31,19 @@ pub fn early_ok(method: &Method) -> bool {
     )
 }
 
-/// Serves one HTTP/3 connection until it ends: a task per request.
-pub async fn serve_h3(api: Arc<Api>, mut conn: Box<HttpConnection>) {
+/// Serves one HTTP/3 connection that came in on `listener` (the relay's
+/// UDP port, whose pages' origins the caller adds with
+/// [`super::origin::OriginPolicy::add_listener`]) until it ends: a task per
+/// request.
+pub async fn serve_h3(api: Arc<Api>, mut conn: Box<HttpConnection>, listener: Listener) {
     let handshake = conn.handshake().clone();
     while let Some(req) = conn.next().await {
-        tokio::spawn(handle(api.clone(), req, handshake.clone()));
+        tokio::spawn(handle(api.clone(), req, handshake.clone(), listener));
     }
 }
 
 /// Answers one request.
-async fn handle(api: Arc<Api>, mut req: Request, handshake: Handshake) {
+async fn handle(api: Arc<Api>, mut req: Request, handshake: Handshake, listener: Listener) {
     if req.early {
         if early_ok(&req.head.method) {
             api.metrics.early.fetch_add(1, Relaxed);
@@ -94,9 +98,17 @@ async fn handle(api: Arc<Api>, mut req: Request, handshake: Handshake) {
     };
     let mut builder = HttpRequest::builder()
         .method(req.head.method.clone())
-        .uri(req.head.path.as_str());
+        .uri(req.head.path.as_str())
+        .extension(listener);
     if let Some(h) = builder.headers_mut() {
         *h = std::mem::take(&mut req.head.headers);
+        // `:authority` is what the Host check reads (RFC 9114 §4.3.1: it
+        // wins over a Host field).
+        if let Ok(a) = HeaderValue::from_str(&req.head.authority) {
+            if !a.is_empty() {
+                h.insert(HOST, a);
+            }
+        }
     }
     let method = req.head.method.clone();
     let resp = match builder.body(body) {

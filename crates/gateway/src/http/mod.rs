@@ -27,6 +27,8 @@
 //!   pages, when [`Api::serve_web`] enables them.
 //! - [`websocket`]: MoQT sessions over a WebSocket upgrade on the same
 //!   port, when [`Api::serve_websocket`] enables them.
+//! - [`origin`]: which web pages may use all of the above (`Origin`,
+//!   `Host` and CORS), on every transport.
 //!
 //! The wire contract (routes, status codes, headers, framing) is documented
 //! in `docs/http-api.md`.
@@ -34,6 +36,7 @@
 pub mod api;
 pub mod auth;
 pub mod h3;
+pub mod origin;
 pub mod route;
 pub mod sse;
 pub mod tcp;

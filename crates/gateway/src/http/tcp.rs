@@ -27,6 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 
 use super::api::{error, Api, ApiBody};
+use super::origin::Listener;
 
 /// A response body for hyper: complete (with its length) or streamed.
 #[derive(Debug)]
@@ -156,10 +157,26 @@ pub async fn handle(
         .map(HttpBody::from)
 }
 
+/// The listener `acceptor` is, its pages' origins added to `api`'s own.
+fn listener_of(api: &Api, acceptor: &Acceptor, secure: bool) -> Listener {
+    match acceptor.local_addr() {
+        Ok(addr) => {
+            api.origins().add_listener(secure, addr);
+            Listener::new(secure, addr)
+        }
+        // Unknown, so taken as loopback: Host is checked rather than not.
+        Err(_) => Listener {
+            secure,
+            loopback: true,
+        },
+    }
+}
+
 /// Serves the API on `acceptor` until the task is dropped: one task per
 /// connection, HTTP/1.1 or HTTP/2 by preface, each bounded by `limits`'
 /// HTTP timeouts (see [`serve_conn`]).
 pub async fn serve_tcp(acceptor: Acceptor, api: Arc<Api>, limits: TcpLimits) {
+    let listener = listener_of(&api, &acceptor, false);
     let timeouts = Timeouts {
         header: limits.http_header_timeout(),
         idle: limits.http_idle_timeout(),
@@ -173,7 +190,7 @@ pub async fn serve_tcp(acceptor: Acceptor, api: Arc<Api>, limits: TcpLimits) {
             // A WebSocket upgrade's session keeps the slot after this
             // returns (it holds a clone).
             let guard = Arc::new(guard);
-            serve_conn(stream, peer, api, timeouts, guard).await;
+            serve_conn(stream, peer, listener, api, timeouts, guard).await;
         });
     }
 }
@@ -187,6 +204,7 @@ pub async fn serve_tls(
     limits: TcpLimits,
     tls: Arc<tokio_rustls::rustls::ServerConfig>,
 ) {
+    let listener = listener_of(&api, &acceptor, true);
     let timeouts = Timeouts {
         header: limits.http_header_timeout(),
         idle: limits.http_idle_timeout(),
@@ -210,7 +228,7 @@ pub async fn serve_tls(
                     return;
                 }
             };
-            serve_conn(stream, peer, api, timeouts, guard).await;
+            serve_conn(stream, peer, listener, api, timeouts, guard).await;
         });
     }
 }
@@ -374,8 +392,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
 /// `body` (else 408). HTTP/2 also pings a peer every `idle`
 /// while streams are open and closes the connection when a ping is not
 /// answered within `header`.
-async fn serve_conn<S, G>(stream: S, peer: SocketAddr, api: Arc<Api>, t: Timeouts, guard: Arc<G>)
-where
+async fn serve_conn<S, G>(
+    stream: S,
+    peer: SocketAddr,
+    listener: Listener,
+    api: Arc<Api>,
+    t: Timeouts,
+    guard: Arc<G>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     G: Send + Sync + 'static,
 {
@@ -385,15 +409,23 @@ where
         activity: activity.clone(),
     });
     let a = activity.clone();
-    let service = service_fn(move |req: Request<Incoming>| {
+    let service = service_fn(move |mut req: Request<Incoming>| {
         let (api, a, guard) = (api.clone(), a.clone(), guard.clone());
         async move {
             if super::websocket::is_upgrade(&req) {
                 if let Some(ws) = api.websocket() {
-                    let resp = ws.upgrade(req, peer, Box::new(guard));
+                    // WebSocket has no CORS: this is the only check a
+                    // page's upgrade meets before it is a session.
+                    let screened =
+                        api.screen(listener, req.method(), req.uri(), req.headers(), true);
+                    let resp = match screened {
+                        Ok(_) => ws.upgrade(req, peer, Box::new(guard)),
+                        Err(why) => ws.refused(super::api::refusal(why)),
+                    };
                     return Ok::<_, Infallible>(resp.map(HttpBody::from));
                 }
             }
+            req.extensions_mut().insert(listener);
             let in_flight = a.begin();
             let resp = handle(api, req, t.body).await;
             Ok::<_, Infallible>(resp.map(|mut b| {

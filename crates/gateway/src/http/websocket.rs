@@ -6,10 +6,12 @@
 //! networks that block UDP, use; moq-dev's clients fall back to it the same
 //! way.
 //!
-//! What the upgrade checks is RFC 6455's handshake and the subprotocol; who
-//! may do what is the relay's to decide, as for every session (the token in
-//! `?jwt=` or in SETUP). The TCP connection keeps its slot of the HTTP
-//! listener's connection limit for as long as the session lasts.
+//! What the upgrade checks is RFC 6455's handshake and the subprotocol
+//! (the page's `Origin` and the `Host` were screened before, see
+//! [`super::origin`]); who may do what is the relay's to decide, as for
+//! every session (the token in `?jwt=` or in SETUP). The TCP connection
+//! keeps its slot of the HTTP listener's connection limit for as long as
+//! the session lasts.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -55,6 +57,16 @@ impl WebSocketMoqt {
             relay,
             config: quichub_net::websocket::session_config(quic),
         }
+    }
+
+    /// `r`, the answer to an upgrade refused before it got here (its
+    /// `Origin` or `Host`), counted as a refused upgrade.
+    pub fn refused(&self, r: Response<ApiBody>) -> Response<ApiBody> {
+        self.relay
+            .metrics
+            .websocket_refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        r
     }
 
     /// Answers an upgrade request: 101 and the session served in a task of

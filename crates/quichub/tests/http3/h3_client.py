@@ -7,6 +7,7 @@ quichub's end-to-end tests: a third-party HTTP/3 stack talking to our server.
 
 spec.json: {"requests": [REQUEST, ...], "parallel": false}
 REQUEST:   {"method": "POST", "path": "/v1/t/a", "headers": {"k": "v"},
+            "authority": "host:port",   # default localhost:PORT
             "body": "text" | "body_b64": "...",
             "stream": {"until_bytes": N, "timeout": SECONDS}}   # streaming GET
 
@@ -100,7 +101,7 @@ class Client(QuicConnectionProtocol):
         headers = [
             (b":method", req["method"].encode()),
             (b":scheme", b"https"),
-            (b":authority", authority.encode()),
+            (b":authority", req.get("authority", authority).encode()),
             (b":path", req["path"].encode()),
         ] + [(k.lower().encode(), str(v).encode()) for k, v in req.get("headers", {}).items()]
         has_body = bool(body) or req.get("send_empty_body", False)
