@@ -79,7 +79,8 @@ impl Auth {
             cfg.key.as_deref(),
             cfg.key_dir.as_deref(),
             cfg.jwks.as_deref(),
-        )?;
+        )?
+        .with_leeway(std::time::Duration::from_secs(cfg.leeway_s));
         let passwords = cfg
             .password_file
             .as_deref()
@@ -142,7 +143,9 @@ impl Auth {
             name: claims.sub.as_deref().map(Arc::from),
             client_id: client_id.map(Arc::from),
             method: Method::Jwt,
-            expires: claims.expires(),
+            expires: claims
+                .expires()
+                .map(|exp| exp.checked_add(self.keys.leeway()).unwrap_or(exp)),
             all: false,
             put: prefixes(&claims.put, &claims.publish, &self.public_put),
             get: prefixes(&claims.get, &claims.subscribe, &self.public_get),
@@ -311,7 +314,8 @@ impl Identity {
         self.method
     }
 
-    /// When the credentials expire (a JWT's `exp`): the session must end then.
+    /// When the credentials expire (a JWT's `exp` plus the configured
+    /// leeway): the session must end then.
     pub fn expires(&self) -> Option<SystemTime> {
         self.expires
     }

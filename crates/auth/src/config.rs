@@ -8,7 +8,7 @@ use std::path::PathBuf;
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// JWT verification key for tokens without a `kid` (a JWK JSON file, a
-    /// PEM public key, or a raw HMAC secret file).
+    /// PEM public key, or a raw HMAC secret in a file named `*.secret`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<PathBuf>,
     /// Directory of JWT verification keys, one file per `kid` (the file name
@@ -38,6 +38,10 @@ pub struct AuthConfig {
     /// (MAX_AUTH_TOKEN_CACHE_SIZE, 16 per token plus its length); 0 forbids
     /// aliases.
     pub max_token_cache: u64,
+    /// Seconds a JWT is still accepted after its `exp` (and before its
+    /// `nbf`), for issuers whose clock is not ours; a session it admitted
+    /// ends that long after `exp` too. 0: none.
+    pub leeway_s: u64,
 }
 
 impl Default for AuthConfig {
@@ -52,6 +56,7 @@ impl Default for AuthConfig {
             acl_file: None,
             allow_anonymous: None,
             max_token_cache: 16 * 1024,
+            leeway_s: crate::jwt::DEFAULT_LEEWAY.as_secs(),
         }
     }
 }

@@ -24,9 +24,17 @@
 //!   P-384 ES384), `OKP` (Ed25519, EdDSA) and `RSA` (RS*/PS*, verify only);
 //! - a PEM public key (`PUBLIC KEY`, `RSA PUBLIC KEY`) or PKCS#8/PKCS#1
 //!   private key (`PRIVATE KEY`, `RSA PRIVATE KEY`, as `openssl genpkey`
-//!   writes them);
-//! - anything else: a raw HMAC secret (the file's bytes, a trailing newline
-//!   dropped).
+//!   writes them), the file starting with its `-----BEGIN` line;
+//! - a raw HMAC secret, only in a file whose name ends in `.secret` (the
+//!   file's bytes, a trailing newline dropped, at least 32 of them), for
+//!   sharing one secret with JWT libraries that take raw bytes.
+//!
+//! Anything else is refused, naming what it looks like (an OpenSSH key, DER,
+//! text before a PEM block). A file of unknown format used to become an HMAC
+//! secret, and since a key file is often public (an `ssh-ed25519 AAAA…`
+//! line, a certificate bundle), whoever could read it could then sign HS256
+//! tokens: a secret has to be declared, by its JWK's `kty: oct` (what
+//! moq-token and `quichub token generate-key` write) or by its file name.
 //!
 //! Keys come from one key file (used for tokens without `kid`, and for its
 //! own `kid` if it has one), a directory of key files named `KID` or
@@ -37,11 +45,13 @@
 //!
 //! # Deviations from moq-token, on purpose
 //! - HMAC secrets shorter than 32 bytes are refused (moq-token ≥ 0.7 does
-//!   the same for JWKs; here raw secrets too).
+//!   the same for JWKs; here `.secret` files too).
 //! - A token with neither `put` nor `get` is refused as moq-token does,
 //!   unless it has a `sub` (its rights then come from the ACL file).
-//! - `exp` (and `nbf`) are checked against the caller's clock with no
-//!   leeway; moq-token uses jsonwebtoken's default 60 s leeway.
+//! - `exp` (and `nbf`) are checked against the caller's clock with the
+//!   leeway [`Keys`] is given (`auth.leeway_s`, by default
+//!   [`DEFAULT_LEEWAY`], jsonwebtoken's default that moq-token uses);
+//!   [`Key::verify`] alone has none.
 //! - `cluster` is read and kept but grants nothing (moq-dev deprecated it).
 //! - The connection URL's path is not a root: quichub namespaces are
 //!   absolute, so `root` only prefixes `put`/`get`.
@@ -70,6 +80,14 @@ use crate::error::AuthError;
 
 /// Shortest accepted HMAC secret, in bytes.
 pub const MIN_SECRET_LEN: usize = 32;
+
+/// The extension that declares a key file a raw HMAC secret.
+pub const SECRET_EXTENSION: &str = "secret";
+
+/// The clock leeway on `exp` and `nbf` unless configured otherwise: 60 s,
+/// jsonwebtoken's default and so moq-token's and moq-relay's, so a token
+/// one of them accepts is not refused here for a clock a few seconds off.
+pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(60);
 
 /// The claims of a moq-token JWT (plus `sub` and `nbf`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,14 +156,21 @@ fn string_or_vec<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Erro
 }
 
 impl Claims {
-    /// The expiry as a time.
+    /// The expiry as a time (`None` also for an `exp` too far ahead for
+    /// the system's clock to hold, which is as good as never).
     pub fn expires(&self) -> Option<SystemTime> {
-        self.exp.map(|s| UNIX_EPOCH + Duration::from_secs(s))
+        self.exp
+            .and_then(|s| UNIX_EPOCH.checked_add(Duration::from_secs(s)))
     }
 
-    fn validate(&self, now: SystemTime) -> Result<(), AuthError> {
+    fn validate(&self, now: SystemTime, leeway: Duration) -> Result<(), AuthError> {
         let now = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-        if self.exp.is_some_and(|exp| exp <= now) || self.nbf.is_some_and(|nbf| nbf > now) {
+        let leeway = leeway.as_secs();
+        if self
+            .exp
+            .is_some_and(|exp| exp.saturating_add(leeway) <= now)
+            || self.nbf.is_some_and(|nbf| nbf > now.saturating_add(leeway))
+        {
             return Err(AuthError::Expired);
         }
         if self.put.is_empty()
@@ -224,40 +249,65 @@ fn jwt_err(e: jsonwebtoken::errors::Error) -> String {
 }
 
 impl Key {
-    /// Reads a key file (JWK, base64url JWK, PEM or raw secret).
+    /// Reads a key file: a JWK (JSON or base64url), a PEM key, or, when
+    /// the file's name ends in `.secret`, a raw HMAC secret. Errors name
+    /// the file.
     pub fn from_file(path: &Path) -> Result<Key, AuthError> {
         let bytes = crate::error::read(path)?;
-        Key::parse(&bytes).map_err(|m| AuthError::config(path, None, m))
+        let declared_secret = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case(SECRET_EXTENSION));
+        let key = if declared_secret {
+            Key::from_secret(&bytes)
+        } else {
+            Key::parse(&bytes)
+        };
+        key.map_err(|m| AuthError::config(path, None, m))
     }
 
-    /// Parses the contents of a key file.
+    /// Parses the contents of a key file: a JWK (JSON, or moq-token's
+    /// base64url of it) or a PEM key. Anything else is an error, never an
+    /// HMAC secret (see the module's documentation); a raw secret is
+    /// [`Key::from_secret`].
     pub fn parse(bytes: &[u8]) -> Result<Key, String> {
-        let text = std::str::from_utf8(bytes).ok().map(str::trim);
-        if let Some(t) = text {
-            if t.starts_with("-----BEGIN") {
-                return Key::from_pem(t.as_bytes());
-            }
-            if t.starts_with('{') {
-                let v: serde_json::Value =
-                    serde_json::from_str(t).map_err(|e| format!("JWK: {e}"))?;
-                return Key::from_jwk(&v);
-            }
-            // moq-token's base64url JWK (`eyJ` is `{"`). A damaged one must
-            // not become a raw HMAC secret: a public key's text is public,
-            // and anyone could then sign HS256 tokens with it.
-            if t.starts_with("eyJ") {
-                let json = URL_SAFE_NO_PAD
-                    .decode(t)
-                    .map_err(|e| format!("base64url JWK: {e}"))?;
-                let v: serde_json::Value =
-                    serde_json::from_slice(&json).map_err(|e| format!("base64url JWK: {e}"))?;
-                return Key::from_jwk(&v);
-            }
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return Err(unknown_format(bytes));
+        };
+        let t = text.trim();
+        if t.starts_with("-----BEGIN") {
+            return Key::from_pem(t.as_bytes());
         }
-        let secret = bytes
+        if t.starts_with('{') {
+            let v: serde_json::Value = serde_json::from_str(t).map_err(|e| format!("JWK: {e}"))?;
+            return Key::from_jwk(&v);
+        }
+        // moq-token's base64url JWK (`eyJ` is `{"`).
+        if t.starts_with("eyJ") {
+            let json = URL_SAFE_NO_PAD
+                .decode(t)
+                .map_err(|e| format!("base64url JWK: {e}"))?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&json).map_err(|e| format!("base64url JWK: {e}"))?;
+            return Key::from_jwk(&v);
+        }
+        Err(unknown_format(bytes))
+    }
+
+    /// A raw HMAC secret (HS256/384/512): `secret`'s bytes, one trailing
+    /// newline dropped, at least [`MIN_SECRET_LEN`] of them. What is
+    /// plainly a key file (JWK, PEM, OpenSSH) is refused: a public key
+    /// taken for a secret would let anyone sign tokens.
+    pub fn from_secret(secret: &[u8]) -> Result<Key, String> {
+        let secret = secret
             .strip_suffix(b"\r\n")
-            .or_else(|| bytes.strip_suffix(b"\n"))
-            .unwrap_or(bytes);
+            .or_else(|| secret.strip_suffix(b"\n"))
+            .unwrap_or(secret);
+        if Key::parse(secret).is_ok() || looks_like_key_text(secret) {
+            return Err(
+                "a key file (JWK, PEM or OpenSSH), not an HMAC secret: name it without .secret"
+                    .into(),
+            );
+        }
         Key::secret(secret, None, HS.to_vec())
     }
 
@@ -494,10 +544,11 @@ impl Key {
         jsonwebtoken::encode(&header, claims, enc).map_err(|e| AuthError::Key(e.to_string()))
     }
 
-    /// Verifies `token` with this key (whatever its `kid`) at time `now`.
+    /// Verifies `token` with this key (whatever its `kid`) at time `now`,
+    /// without leeway on `exp` and `nbf`.
     pub fn verify(&self, token: &str, now: SystemTime) -> Result<Claims, AuthError> {
         let header = header(token)?;
-        self.verify_with(token, header.alg, now)
+        self.verify_with(token, header.alg, now, Duration::ZERO)
     }
 
     fn verify_with(
@@ -505,6 +556,7 @@ impl Key {
         token: &str,
         alg: Algorithm,
         now: SystemTime,
+        leeway: Duration,
     ) -> Result<Claims, AuthError> {
         if !self.algs.contains(&alg) {
             return Err(AuthError::WrongAlgorithm);
@@ -525,7 +577,7 @@ impl Key {
                 _ => AuthError::BadToken(e.to_string()),
             }
         })?;
-        data.claims.validate(now)?;
+        data.claims.validate(now, leeway)?;
         Ok(data.claims)
     }
 }
@@ -690,11 +742,13 @@ pub fn generate(alg: Algorithm, kid: Option<&str>) -> Result<GeneratedKey, AuthE
     })
 }
 
-/// All configured verification keys.
+/// All configured verification keys, and the clock leeway they verify
+/// tokens with (none unless [`Keys::with_leeway`]).
 #[derive(Debug, Default)]
 pub struct Keys {
     default: Option<Arc<Key>>,
     by_kid: HashMap<String, Arc<Key>>,
+    leeway: Duration,
 }
 
 impl Keys {
@@ -780,6 +834,19 @@ impl Keys {
         Ok(())
     }
 
+    /// These keys, accepting a token until `leeway` after its `exp` and
+    /// from `leeway` before its `nbf`: the issuer's clock and ours
+    /// disagree by a few seconds more often than not.
+    pub fn with_leeway(self, leeway: Duration) -> Keys {
+        Keys { leeway, ..self }
+    }
+
+    /// The leeway on `exp` and `nbf` (a session's end is its token's `exp`
+    /// plus this).
+    pub fn leeway(&self) -> Duration {
+        self.leeway
+    }
+
     /// Whether no key is configured.
     pub fn is_empty(&self) -> bool {
         self.default.is_none() && self.by_kid.is_empty()
@@ -787,7 +854,7 @@ impl Keys {
 
     /// Verifies `token` at time `now`: its key is found by `kid` (the
     /// single key without one), its `alg` must be the key's, its signature
-    /// must verify, `exp`/`nbf` must hold.
+    /// must verify, `exp`/`nbf` must hold (give or take the leeway).
     pub fn verify(&self, token: &str, now: SystemTime) -> Result<Claims, AuthError> {
         if self.is_empty() {
             return Err(AuthError::NoKeys);
@@ -801,8 +868,52 @@ impl Keys {
             }),
         }
         .ok_or(AuthError::UnknownKid)?;
-        key.verify_with(token, header.alg, now)
+        key.verify_with(token, header.alg, now, self.leeway)
     }
+}
+
+/// Why `bytes` is not a key file quichub reads, with what it looks like
+/// and how to make it one.
+fn unknown_format(bytes: &[u8]) -> String {
+    const HINT: &str = "key files are a JWK (`quichub token generate-key`, `moq-token generate`) \
+         or a PEM key starting with its -----BEGIN line; a raw HMAC secret must be declared: \
+         a JWK {\"kty\":\"oct\",\"k\":\"BASE64URL\"} or a file named *.secret";
+    let text = std::str::from_utf8(bytes).ok().map(str::trim_start);
+    let what = match text {
+        None if bytes.first() == Some(&0x30) => {
+            "binary DER (convert it: `openssl pkey -inform DER -in FILE` for a private key, \
+             add `-pubin` for a public one)"
+                .to_string()
+        }
+        None => "binary data".to_string(),
+        Some(t) if is_openssh(t) => {
+            "an OpenSSH key (convert a public one: `ssh-keygen -e -m PKCS8 -f FILE`)".to_string()
+        }
+        Some(t) if t.contains("-----BEGIN") => {
+            let first = t.lines().next().unwrap_or_default();
+            let first: String = first.chars().take(40).collect();
+            format!(
+                "text before its PEM block (first line {first:?}, e.g. openssl pkcs12's \
+                 Bag Attributes): keep only the -----BEGIN ... -----END lines"
+            )
+        }
+        Some("") => "an empty file".to_string(),
+        Some(_) => "not a JWK or PEM".to_string(),
+    };
+    format!("unrecognised key file: {what}; {HINT}")
+}
+
+/// Whether `t` starts like an OpenSSH public key line.
+fn is_openssh(t: &str) -> bool {
+    ["ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-"]
+        .iter()
+        .any(|p| t.starts_with(p))
+}
+
+/// Whether `secret`, as text, holds a PEM block or an OpenSSH key.
+fn looks_like_key_text(secret: &[u8]) -> bool {
+    std::str::from_utf8(secret)
+        .is_ok_and(|t| t.contains("-----BEGIN") || is_openssh(t.trim_start()))
 }
 
 /// Whether `s` looks like a compact JWS (three base64url parts); used to

@@ -43,10 +43,61 @@ enum Hash {
     },
 }
 
+/// What checking a password of an unknown user costs: the file's typical
+/// entry, so that timing does not tell which names are users.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Dummy {
+    /// PBKDF2-SHA512 with this many iterations.
+    Pbkdf2(NonZeroU32),
+    /// One SHA-512 of the password and a salt of this length.
+    Sha512(usize),
+}
+
+/// mosquitto_passwd 2's iteration count, for a file without `$7$` entries
+/// to take its typical cost from (an empty file: nobody to tell apart).
+const MOSQUITTO_ITERATIONS: NonZeroU32 = match NonZeroU32::new(101) {
+    Some(n) => n,
+    None => NonZeroU32::MIN,
+};
+
+impl Default for Dummy {
+    fn default() -> Self {
+        Dummy::Pbkdf2(MOSQUITTO_ITERATIONS)
+    }
+}
+
+impl Dummy {
+    /// The typical entry of `users`: the kind most of them are (`$7$` when
+    /// as many are `$6$`), at the median iteration count of the `$7$`
+    /// ones, or the median salt length of the `$6$` ones. Known users of
+    /// another kind or count still differ from it; what this hides is the
+    /// difference between a name that is in the file and one that is not.
+    fn typical(users: &HashMap<String, Hash>) -> Dummy {
+        let mut iterations = Vec::new();
+        let mut salts = Vec::new();
+        for h in users.values() {
+            match h {
+                Hash::Pbkdf2 { iterations: i, .. } => iterations.push(*i),
+                Hash::Sha512 { salt, .. } => salts.push(salt.len()),
+            }
+        }
+        if salts.len() > iterations.len() {
+            salts.sort_unstable();
+            return Dummy::Sha512(salts[salts.len() / 2]);
+        }
+        iterations.sort_unstable();
+        iterations
+            .get(iterations.len() / 2)
+            .copied()
+            .map_or_else(Dummy::default, Dummy::Pbkdf2)
+    }
+}
+
 /// A parsed password file.
 #[derive(Clone, Default)]
 pub struct PasswordFile {
     users: HashMap<String, Hash>,
+    dummy: Dummy,
 }
 
 impl std::fmt::Debug for PasswordFile {
@@ -84,7 +135,8 @@ impl PasswordFile {
             let hash = parse_hash(hash).map_err(|m| (n, format!("user {user:?}: {m}")))?;
             users.insert(user.to_string(), hash);
         }
-        Ok(PasswordFile { users })
+        let dummy = Dummy::typical(&users);
+        Ok(PasswordFile { users, dummy })
     }
 
     /// Whether `user` is in the file.
@@ -102,8 +154,9 @@ impl PasswordFile {
         self.users.is_empty()
     }
 
-    /// Whether `pass` is `user`'s password. An unknown user costs the same
-    /// PBKDF2 work as a known one, so timing does not tell them apart.
+    /// Whether `pass` is `user`'s password. An unknown user costs what the
+    /// file's typical entry costs (see `Dummy::typical`), so timing does
+    /// not tell a user from a name that is not one.
     pub fn verify(&self, user: &str, pass: &[u8]) -> bool {
         match self.users.get(user) {
             Some(Hash::Pbkdf2 {
@@ -111,25 +164,43 @@ impl PasswordFile {
                 salt,
                 hash,
             }) => pbkdf2::verify(pbkdf2::PBKDF2_HMAC_SHA512, *iterations, salt, pass, hash).is_ok(),
-            Some(Hash::Sha512 { salt, hash }) => {
-                let mut ctx = digest::Context::new(&digest::SHA512);
-                ctx.update(pass);
-                ctx.update(salt);
-                bool::from(ctx.finish().as_ref().ct_eq(hash))
-            }
+            Some(Hash::Sha512 { salt, hash }) => sha512_matches(pass, salt, hash),
             None => {
-                let mut out = [0u8; 64];
-                pbkdf2::derive(
-                    pbkdf2::PBKDF2_HMAC_SHA512,
-                    NonZeroU32::new(101).unwrap_or(NonZeroU32::MIN),
-                    b"quichub-unknown-user",
-                    pass,
-                    &mut out,
-                );
+                // The same work as a user's check, whose result is dropped.
+                const SALT: [u8; 64] = [0x5a; 64];
+                const HASH: [u8; 64] = [0; 64];
+                match self.dummy {
+                    Dummy::Pbkdf2(iterations) => {
+                        let _ = pbkdf2::verify(
+                            pbkdf2::PBKDF2_HMAC_SHA512,
+                            iterations,
+                            &SALT[..16],
+                            pass,
+                            &HASH,
+                        );
+                    }
+                    Dummy::Sha512(salt_len) => {
+                        let salt = &SALT[..salt_len.min(SALT.len())];
+                        let _ = sha512_matches(pass, salt, &HASH);
+                    }
+                }
                 false
             }
         }
     }
+
+    #[cfg(test)]
+    fn dummy(&self) -> &Dummy {
+        &self.dummy
+    }
+}
+
+/// Whether SHA-512(`pass` ‖ `salt`) is `hash`, compared in constant time.
+fn sha512_matches(pass: &[u8], salt: &[u8], hash: &[u8]) -> bool {
+    let mut ctx = digest::Context::new(&digest::SHA512);
+    ctx.update(pass);
+    ctx.update(salt);
+    bool::from(ctx.finish().as_ref().ct_eq(hash))
 }
 
 fn b64(s: &str, what: &str) -> Result<Vec<u8>, String> {
@@ -223,6 +294,58 @@ dave:$7$1000$XDU+ufDEI7xGAmPg$HXBrUWQmJY+hTHUNEyfgMoZFT9QZhSdGCxYwJOQjPRAa1VeItu
         assert!(PasswordFile::parse("\r\n# only comments\n")
             .unwrap()
             .is_empty());
+    }
+
+    /// `$7$` line of `user` with `iterations` (salt and hash are not
+    /// checked here, only their shape).
+    fn pbkdf2_line(user: &str, iterations: u32) -> String {
+        format!(
+            "{user}:$7${iterations}$AAAAAAAAAAAAAAAAAAAAAA==${}\n",
+            "A".repeat(86) + "=="
+        )
+    }
+
+    /// `$6$` line of `user` with a salt of `salt_len` bytes.
+    fn sha512_line(user: &str, salt_len: usize) -> String {
+        let salt = base64::engine::general_purpose::STANDARD.encode(vec![7u8; salt_len]);
+        format!("{user}:$6${salt}${}\n", "A".repeat(86) + "==")
+    }
+
+    /// An unknown user costs what the file's typical entry costs: the
+    /// median iteration count of its `$7$` entries, a SHA-512 with the
+    /// median salt length where most entries are `$6$`.
+    #[test]
+    fn unknown_users_cost_the_typical_entry() {
+        let it = |n: u32| Dummy::Pbkdf2(NonZeroU32::new(n).unwrap());
+        // The mosquitto_passwd fixture: 101, 101, 1000 and one $6$.
+        assert_eq!(PasswordFile::parse(FIXTURE).unwrap().dummy(), &it(101));
+        let file = |lines: &[String]| PasswordFile::parse(&lines.concat()).unwrap();
+        let many: Vec<String> = (0..5)
+            .map(|i| pbkdf2_line(&format!("u{i}"), 20_000))
+            .chain([pbkdf2_line("old", 101), pbkdf2_line("older", 101)])
+            .collect();
+        assert_eq!(file(&many).dummy(), &it(20_000));
+        let mixed = [
+            pbkdf2_line("a", 1000),
+            pbkdf2_line("b", 5000),
+            pbkdf2_line("c", 3000),
+        ];
+        assert_eq!(file(&mixed).dummy(), &it(3000));
+        let sha = [
+            sha512_line("a", 12),
+            sha512_line("b", 12),
+            sha512_line("c", 16),
+        ];
+        assert_eq!(file(&sha).dummy(), &Dummy::Sha512(12));
+        // As many $7$ as $6$: the slower kind.
+        let half = [sha512_line("a", 12), pbkdf2_line("b", 2000)];
+        assert_eq!(file(&half).dummy(), &it(2000));
+        assert_eq!(file(&[]).dummy(), &it(101));
+        // The dummy check itself refuses whatever is given.
+        for f in [file(&many), file(&sha), file(&[])] {
+            assert!(!f.verify("nobody", b""));
+            assert!(!f.verify("nobody", b"s3cret"));
+        }
     }
 
     /// Runs the real mosquitto_passwd when it is installed.

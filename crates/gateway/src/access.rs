@@ -246,6 +246,8 @@ topic write devices/#
             key: Some(dir.join("key.jwk")),
             password_file: Some(dir.join("passwd")),
             acl_file: Some(dir.join("acl")),
+            // Tokens expire at their `exp` here, as the tests count.
+            leeway_s: 0,
             ..AuthConfig::default()
         };
         (Dir(dir), cfg, Key::from_jwk(&g.private).unwrap())

@@ -223,22 +223,29 @@ fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("create {}", dir.display()))
 }
 
-/// Writes `data` to `path` atomically (a temporary file renamed), mode 0600.
+/// Writes `data` to `path` atomically (a temporary file renamed), mode 0600
+/// whatever the mode of a file it replaces.
 fn write_private(path: &Path, data: &[u8]) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    // A leftover of a crashed run would keep its own mode if opened as is:
+    // the mode below applies only to a file that open creates.
+    let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&tmp)
         .with_context(|| format!("write {}", tmp.display()))?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))?;
-    Ok(())
+    let written = f
+        .write_all(data)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.with_context(|| format!("write {}", path.display()))
 }
 
 impl Identity {
@@ -291,13 +298,13 @@ impl Identity {
     }
 
     /// Writes the chain and key as PEM files (for peers that load a trust root
-    /// from a file, and for `--cert/--key`).
+    /// from a file, and for `--cert/--key`); the key is 0600, also when it
+    /// replaces a file readable by others.
     pub fn write_pem(&self, cert: &Path, key: &Path) -> anyhow::Result<()> {
         let pem = |tag: &str, der: &[u8]| pem::encode(&pem::Pem::new(tag, der.to_vec()));
         let chain: String = self.chain.iter().map(|c| pem("CERTIFICATE", c)).collect();
-        std::fs::write(cert, chain)?;
-        std::fs::write(key, pem("PRIVATE KEY", self.key.secret_der()))?;
-        Ok(())
+        std::fs::write(cert, chain).with_context(|| format!("write {}", cert.display()))?;
+        write_private(key, pem("PRIVATE KEY", self.key.secret_der()).as_bytes())
     }
 
     /// This identity with a [`RotatingCert`]: servers built from it present
@@ -616,6 +623,31 @@ mod tests {
         let back = Identity::from_pem_files(&c, &k).unwrap();
         assert_eq!(back.chain, id.chain);
         assert_eq!(back.key.secret_der(), id.key.secret_der());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The private key is written 0600, also over an existing key file
+    /// others may read (whose mode a plain write would keep).
+    #[test]
+    fn write_pem_keeps_the_key_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = std::env::temp_dir().join(format!("quichub-pem-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let id = Identity::self_signed(&["localhost"]).unwrap();
+        id.write_pem(&c, &k).unwrap();
+        assert_eq!(mode(&k), 0o600);
+
+        std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let other = Identity::self_signed(&["localhost"]).unwrap();
+        other.write_pem(&c, &k).unwrap();
+        assert_eq!(mode(&k), 0o600);
+        let back = Identity::from_pem_files(&c, &k).unwrap();
+        assert_eq!(back.key.secret_der(), other.key.secret_der());
+        // No temporary file is left beside them.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

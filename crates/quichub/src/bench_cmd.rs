@@ -28,9 +28,13 @@ struct Common {
     /// `announce` (PUBLISH_NAMESPACE, serve SUBSCRIBE; works with any relay) or `push` (PUBLISH).
     #[arg(long, default_value = "announce")]
     publish_mode: String,
-    /// Pin the relay certificate by SHA-256 (hex); default accepts any certificate.
+    /// Pin the relay certificate by SHA-256 (hex); without it any certificate
+    /// is accepted, and a token (`?jwt=` in --relay) only with --insecure.
     #[arg(long)]
     fingerprint: Option<String>,
+    /// Send a token even to a relay whose certificate is not checked.
+    #[arg(long)]
+    insecure: bool,
     /// MoQT draft to speak: 18 (native), 16 or 14 (through quichub's
     /// translating bridge; `moqt://` and `https://` only).
     #[arg(long, value_parser = crate::parse_draft, default_value = "18")]
@@ -198,9 +202,11 @@ enum BenchCmd {
 }
 
 fn config(c: &Common, relay_pid: Option<u32>) -> anyhow::Result<RunConfig> {
+    let verify = crate::verify_from(c.fingerprint.as_deref())?;
+    crate::refuse_unverified_token(&c.relay, &verify, c.insecure)?;
     Ok(RunConfig {
         relay: c.relay.clone(),
-        verify: crate::verify_from(c.fingerprint.as_deref())?,
+        verify,
         draft: c.draft.0,
         publish_mode: match c.publish_mode.as_str() {
             "announce" => TrackMode::Announce,

@@ -40,6 +40,10 @@ pub struct BenchConnArgs {
     /// Seconds of flooding.
     #[arg(long, default_value_t = 20.0)]
     pub duration: f64,
+    /// Send a token (`?jwt=` in --relay) although the relay's certificate
+    /// is not checked.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// (VmRSS, VmHWM) of `pid`, in kB.
@@ -59,6 +63,7 @@ fn memory_kb(pid: u32) -> anyhow::Result<(u64, u64)> {
 /// Runs the benchmark.
 pub async fn run(a: BenchConnArgs) -> anyhow::Result<()> {
     let url = url::Url::parse(&a.relay).with_context(|| format!("bad URL {:?}", a.relay))?;
+    crate::refuse_unverified_token(&a.relay, &Verify::Insecure, a.insecure)?;
     let host = url.host_str().context("URL has no host")?;
     let port = url.port().context("URL needs a port")?;
     let remote = tokio::net::lookup_host((host, port))

@@ -24,9 +24,17 @@ pub struct BenchFanoutArgs {
     #[arg(long, default_value = "moqt://127.0.0.1:4443/bench")]
     pub relay: String,
     /// JWT for a relay with authentication, sent by the publisher and every
-    /// subscriber as the URL's `?jwt=`: it needs `put` and `get` on `bench`.
+    /// subscriber as the URL's `?jwt=`: it needs `put` and `get` on `bench`,
+    /// and --fingerprint (or --insecure).
     #[arg(long, env = "QUICHUB_JWT", hide_env_values = true)]
     pub jwt: Option<String>,
+    /// Pin the relay certificate by SHA-256 (hex); without it any certificate
+    /// is accepted, and a token only with --insecure.
+    #[arg(long)]
+    pub fingerprint: Option<String>,
+    /// Send the token even to a relay whose certificate is not checked.
+    #[arg(long)]
+    pub insecure: bool,
     /// PID of the relay process (for its CPU time); omit to skip CPU figures.
     #[arg(long)]
     pub relay_pid: Option<u32>,
@@ -67,12 +75,16 @@ pub(crate) fn ticks_per_sec() -> u64 {
 
 pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
     let profile = Profile::by_name(&a.profile).context("profile must be audio, video or imu")?;
-    let opts = ConnectOptions::default();
+    let opts = ConnectOptions {
+        verify: crate::verify_from(a.fingerprint.as_deref())?,
+        ..Default::default()
+    };
     let name = FullTrackName {
         namespace: TrackNamespace::from_path("bench"),
         name: Bytes::from_static(profile.name.as_bytes()),
     };
     let url = crate::with_jwt(&a.relay, a.jwt.as_deref())?;
+    crate::refuse_unverified_token(&url, &opts.verify, a.insecure)?;
     let publisher = ClientSession::connect(&url, opts.clone()).await?;
     let track = publisher
         .create_track(name.clone(), profile.priority, TrackMode::Push)
@@ -92,7 +104,7 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
         if i % 100 == 0 {
             endpoint = Some(quichub_net::client::Client::new(
                 "0.0.0.0:0".parse()?,
-                quichub_client::Verify::Insecure,
+                opts.verify.clone(),
             )?);
         }
         let opts = ConnectOptions {

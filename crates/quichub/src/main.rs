@@ -248,6 +248,42 @@ pub(crate) fn verify_from(fingerprint: Option<&str>) -> anyhow::Result<quichub_c
     })
 }
 
+/// Refuses to send a token (`?jwt=` in `url`, where `--jwt` puts it) to a
+/// relay whose certificate `verify` does not check, or over cleartext
+/// `ws://`, unless `insecure`: whoever answers in the relay's place (a
+/// spoofed address, a captive network) would get the token and could use
+/// it until it expires. Without a token nothing is at stake beyond the
+/// data, and an unchecked connection stays allowed as before.
+pub(crate) fn refuse_unverified_token(
+    url: &str,
+    verify: &quichub_client::Verify,
+    insecure: bool,
+) -> anyhow::Result<()> {
+    // A URL that does not parse fails at connect, with its own message.
+    let Ok(u) = url::Url::parse(url) else {
+        return Ok(());
+    };
+    let token = u.query_pairs().any(|(k, v)| k == "jwt" && !v.is_empty());
+    if insecure || !token {
+        return Ok(());
+    }
+    if u.scheme() == "ws" {
+        anyhow::bail!(
+            "not sending the token over ws://, which is not encrypted: use wss:// with \
+             --fingerprint, or give --insecure to send it anyway"
+        );
+    }
+    if matches!(verify, quichub_client::Verify::Insecure) {
+        anyhow::bail!(
+            "not sending the token to a relay whose certificate is not checked: give \
+             --fingerprint SHA256 (the relay prints it at start as `certificate sha256 ...` \
+             and keeps it in its data directory's tls/cert.sha256), or --insecure to send \
+             it anyway"
+        );
+    }
+    Ok(())
+}
+
 /// `url` with `jwt` added as its `?jwt=` query parameter (moq-dev's
 /// convention; the relay reads it from the PATH setup option on raw QUIC and
 /// from the CONNECT URL on WebTransport). A URL that already has a `jwt`
@@ -426,6 +462,62 @@ mod tests {
         );
         assert_eq!(with_jwt("moqt://h:1/x", None).unwrap(), "moqt://h:1/x");
         assert!(with_jwt("moqt://h:1/x?jwt=a", Some("b")).is_err());
+    }
+
+    /// A token goes only to a relay whose certificate is pinned, unless
+    /// `--insecure` says otherwise; without a token nothing changes.
+    #[test]
+    fn tokens_go_only_to_verified_relays() {
+        use quichub_client::Verify;
+        let pinned = verify_from(Some(&"ab".repeat(32))).unwrap();
+        let unchecked = verify_from(None).unwrap();
+        assert!(matches!(unchecked, Verify::Insecure));
+        for url in ["moqt://h:1/?jwt=a.b.c", "https://h:1/x?y=1&jwt=a.b.c"] {
+            let e = refuse_unverified_token(url, &unchecked, false).unwrap_err();
+            assert!(e.to_string().contains("--fingerprint"), "{e}");
+            assert!(e.to_string().contains("--insecure"), "{e}");
+            refuse_unverified_token(url, &unchecked, true).unwrap();
+            refuse_unverified_token(url, &pinned, false).unwrap();
+        }
+        // Cleartext: pinning has nothing to pin.
+        let e = refuse_unverified_token("ws://h:1/?jwt=a.b.c", &pinned, false).unwrap_err();
+        assert!(e.to_string().contains("ws://"), "{e}");
+        refuse_unverified_token("ws://h:1/?jwt=a.b.c", &pinned, true).unwrap();
+        refuse_unverified_token("wss://h:1/?jwt=a.b.c", &pinned, false).unwrap();
+        // No token, or an empty one: nothing to protect.
+        for url in ["moqt://h:1/x", "moqt://h:1/?jwt=", "ws://h:1/", "not a url"] {
+            refuse_unverified_token(url, &unchecked, false).unwrap();
+        }
+    }
+
+    /// `pub` and `sub` with `--jwt` and no `--fingerprint` stop before
+    /// connecting, naming both ways out.
+    #[tokio::test]
+    async fn pub_and_sub_refuse_a_token_for_an_unchecked_relay() {
+        // Nothing listens there: getting past the check would time out or
+        // fail to connect, with another message.
+        let url = "moqt://127.0.0.1:9/";
+        let cli = |args: &[&str]| {
+            let mut all = vec!["quichub"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all).unwrap()
+        };
+        for args in [
+            &["pub", url, "--jwt", "a.b.c", "--count", "1"][..],
+            &["sub", url, "--jwt", "a.b.c", "--count", "1"][..],
+            &["sub", "moqt://127.0.0.1:9/?jwt=a.b.c", "--count", "1"][..],
+        ] {
+            let e = match cli(args).command {
+                Command::Pub(a) => pubsub::run_pub(a).await,
+                Command::Sub(a) => pubsub::run_sub(a).await,
+                _ => unreachable!("pub or sub"),
+            }
+            .unwrap_err();
+            assert!(
+                e.to_string().contains("not sending the token"),
+                "{args:?}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub struct BenchMediaArgs {
     /// Print the result as JSON on stdout (the human lines go to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Send a token (`?jwt=` in --relay) although the relay's certificate
+    /// is not checked.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// The first video track of `path` and its frames.
@@ -109,6 +113,7 @@ pub async fn run(a: BenchMediaArgs) -> anyhow::Result<()> {
         "announce" => TrackMode::Announce,
         m => bail!("--mode must be push or announce, not {m}"),
     };
+    crate::refuse_unverified_token(&a.relay, &quichub_client::Verify::Insecure, a.insecure)?;
     let publisher = ClientSession::connect(&a.relay, ConnectOptions::default()).await?;
     let track = publisher.create_track(name.clone(), 96, mode).await?;
     let _announced = if mode == TrackMode::Announce {

@@ -51,13 +51,19 @@ pub struct PubArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Pin the relay certificate by SHA-256 (hex); default accepts any certificate.
+    /// Pin the relay certificate by SHA-256 (hex); without it any certificate
+    /// is accepted, and a token only with --insecure.
     #[arg(long)]
     pub fingerprint: Option<String>,
     /// JWT for a relay with authentication (docs/auth.md), sent as the URL's
-    /// `?jwt=` (the same as writing it into the URL).
+    /// `?jwt=` (the same as writing it into the URL); needs --fingerprint
+    /// (or --insecure).
     #[arg(long, env = "QUICHUB_JWT", hide_env_values = true)]
     pub jwt: Option<String>,
+    /// Send the token even to a relay whose certificate is not checked (no
+    /// --fingerprint) or over ws://, where whoever answers gets it.
+    #[arg(long)]
+    pub insecure: bool,
     /// MoQT draft to speak: 18 (native), 16 or 14 (through quichub's
     /// translating bridge; `moqt://` and `https://` only).
     #[arg(long, value_parser = crate::parse_draft, default_value = "18")]
@@ -101,13 +107,19 @@ pub struct SubArgs {
     /// Start at the next group instead of the next object.
     #[arg(long)]
     pub next_group: bool,
-    /// Pin the relay certificate by SHA-256 (hex).
+    /// Pin the relay certificate by SHA-256 (hex); without it any certificate
+    /// is accepted, and a token only with --insecure.
     #[arg(long)]
     pub fingerprint: Option<String>,
     /// JWT for a relay with authentication (docs/auth.md), sent as the URL's
-    /// `?jwt=` (the same as writing it into the URL).
+    /// `?jwt=` (the same as writing it into the URL); needs --fingerprint
+    /// (or --insecure).
     #[arg(long, env = "QUICHUB_JWT", hide_env_values = true)]
     pub jwt: Option<String>,
+    /// Send the token even to a relay whose certificate is not checked (no
+    /// --fingerprint) or over ws://, where whoever answers gets it.
+    #[arg(long)]
+    pub insecure: bool,
     /// MoQT draft to speak: 18 (native), 16 or 14 (through quichub's
     /// translating bridge; `moqt://` and `https://` only).
     #[arg(long, value_parser = crate::parse_draft, default_value = "18")]
@@ -166,6 +178,7 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let url = crate::with_jwt(&a.url, a.jwt.as_deref())?;
+    crate::refuse_unverified_token(&url, &opts.verify, a.insecure)?;
     let session = ClientSession::connect(&url, opts).await?;
     let result = match &a.media.broadcast {
         Some(b) => {
@@ -302,6 +315,7 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let url = crate::with_jwt(&a.url, a.jwt.as_deref())?;
+    crate::refuse_unverified_token(&url, &opts.verify, a.insecure)?;
     let session = ClientSession::connect(&url, opts).await?;
     let result = match &a.media.broadcast {
         Some(b) => {

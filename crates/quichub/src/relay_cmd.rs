@@ -95,8 +95,8 @@ pub struct RelayArgs {
     pub endpoints: Option<usize>,
     /// JWT verification key for tokens without a `kid` (and for its own
     /// `kid`): a JWK file as `quichub token generate-key` writes it, a PEM
-    /// public key, or a raw HMAC secret file (docs/auth.md). Re-read on
-    /// SIGHUP. Key `auth.key`.
+    /// public key, or a raw HMAC secret in a file named `*.secret`
+    /// (docs/auth.md). Re-read on SIGHUP. Key `auth.key`.
     #[arg(long, value_name = "FILE")]
     pub auth_key: Option<PathBuf>,
     /// Directory of JWT verification keys, one file per `kid` (the file name

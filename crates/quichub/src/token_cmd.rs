@@ -54,7 +54,8 @@ struct GenerateArgs {
 
 #[derive(clap::Args)]
 struct SignArgs {
-    /// Key file: JWK (JSON or base64url), PEM private key, or raw secret.
+    /// Key file: JWK (JSON or base64url), PEM private key, or a raw secret
+    /// in a file named `*.secret`.
     #[arg(long)]
     key: PathBuf,
     /// Root path joined before every --put/--get path.
@@ -70,8 +71,12 @@ struct SignArgs {
     #[arg(long)]
     sub: Option<String>,
     /// Lifetime: e.g. 90s, 30m, 1h, 7d (seconds without a unit).
+    #[arg(long, default_value = DEFAULT_LIFETIME, conflicts_with = "no_expiry")]
+    expires: String,
+    /// A token without `exp`, valid until its key is revoked (a leaked one
+    /// cannot be made to expire).
     #[arg(long)]
-    expires: Option<String>,
+    no_expiry: bool,
     /// Algorithm, for keys that allow several (PEM RSA keys, raw secrets).
     #[arg(long)]
     algorithm: Option<String>,
@@ -91,6 +96,11 @@ struct VerifyArgs {
     /// The token.
     token: String,
 }
+
+/// A signed token's lifetime unless `--expires` or `--no-expiry` says
+/// otherwise: a token that was copied somewhere it should not be stops
+/// working within a day.
+const DEFAULT_LIFETIME: &str = "24h";
 
 /// Runs `quichub token ...`; the exit code.
 pub fn run(a: TokenArgs) -> anyhow::Result<i32> {
@@ -137,23 +147,48 @@ fn public_path(out: &Path) -> PathBuf {
     }
 }
 
-/// Writes `contents`, owner-only when `private`; refuses to overwrite
-/// unless `force`.
+/// Writes `contents` with mode 0600 when `private` (0644 otherwise, less
+/// the umask); refuses to overwrite unless `force`.
 fn write_file(path: &Path, contents: &str, private: bool, force: bool) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).mode(if private { 0o600 } else { 0o644 });
-    if force {
-        opts.create(true).truncate(true);
-    } else {
-        opts.create_new(true);
+    let mode = if private { 0o600 } else { 0o644 };
+    if !force {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+            .with_context(|| format!("{} (use --force to overwrite)", path.display()))?;
+        return f
+            .write_all(contents.as_bytes())
+            .with_context(|| path.display().to_string());
     }
-    let mut f = opts
-        .open(path)
-        .with_context(|| format!("{} (use --force to overwrite)", path.display()))?;
-    f.write_all(contents.as_bytes())
-        .with_context(|| path.display().to_string())?;
-    Ok(())
+    // Overwriting: `mode` applies only to files that open creates, so an
+    // existing 0644 file would keep its mode and show the new secret to
+    // everyone. A new file, renamed over the old one, has the mode asked
+    // for and leaves the old contents whole if writing fails.
+    let name = path
+        .file_name()
+        .map_or_else(|| std::ffi::OsString::from("key"), |n| n.to_os_string());
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(&name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(contents.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.with_context(|| path.display().to_string())
 }
 
 /// `90s`, `30m`, `1h`, `7d`, or plain seconds.
@@ -173,14 +208,23 @@ fn parse_duration(s: &str) -> anyhow::Result<Duration> {
 fn sign(s: SignArgs) -> anyhow::Result<i32> {
     let key = Key::from_file(&s.key)?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
-    let exp = match &s.expires {
-        Some(e) => Some(now.saturating_add(parse_duration(e)?.as_secs())),
-        None => None,
+    let alg = s.algorithm.as_deref().map(algorithm).transpose()?;
+    let claims = sign_claims(s, now)?;
+    println!("{}", key.sign(&claims, alg)?);
+    Ok(0)
+}
+
+/// The claims `quichub token sign` puts in a token made at `now` (Unix
+/// seconds).
+fn sign_claims(s: SignArgs, now: u64) -> anyhow::Result<Claims> {
+    let exp = match s.no_expiry {
+        true => None,
+        false => Some(now.saturating_add(parse_duration(&s.expires)?.as_secs())),
     };
     if s.put.is_empty() && s.get.is_empty() && s.sub.is_none() {
         bail!("a token needs --put, --get or --sub");
     }
-    let claims = Claims {
+    Ok(Claims {
         root: s.root,
         put: s.put,
         get: s.get,
@@ -188,17 +232,16 @@ fn sign(s: SignArgs) -> anyhow::Result<i32> {
         exp,
         iat: Some(now),
         ..Claims::default()
-    };
-    let alg = s.algorithm.as_deref().map(algorithm).transpose()?;
-    println!("{}", key.sign(&claims, alg)?);
-    Ok(0)
+    })
 }
 
 fn verify(v: VerifyArgs) -> anyhow::Result<i32> {
     if v.key.is_none() && v.key_dir.is_none() && v.jwks.is_none() {
         bail!("give --key, --key-dir or --jwks");
     }
-    let keys = Keys::load(v.key.as_deref(), v.key_dir.as_deref(), v.jwks.as_deref())?;
+    // The relay's default leeway: a token this accepts, the relay does.
+    let keys = Keys::load(v.key.as_deref(), v.key_dir.as_deref(), v.jwks.as_deref())?
+        .with_leeway(jwt::DEFAULT_LEEWAY);
     match keys.verify(v.token.trim(), SystemTime::now()) {
         Ok(claims) => {
             println!("{}", serde_json::to_string_pretty(&claims)?);
@@ -223,6 +266,94 @@ mod tests {
         assert_eq!(parse_duration("7d").unwrap().as_secs(), 604800);
         assert!(parse_duration("1y").is_err());
         assert!(parse_duration("h").is_err());
+    }
+
+    /// `quichub token ARGS`, parsed.
+    fn parse(args: &[&str]) -> Result<TokenArgs, clap::Error> {
+        use clap::{FromArgMatches, Parser};
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            token: TokenArgs,
+        }
+        let m = <Cli as clap::CommandFactory>::command()
+            .try_get_matches_from(std::iter::once("token").chain(args.iter().copied()))?;
+        Cli::from_arg_matches(&m).map(|c| c.token)
+    }
+
+    fn sign_args(args: &[&str]) -> Result<SignArgs, clap::Error> {
+        let mut all = vec!["sign", "--key", "k.jwk"];
+        all.extend_from_slice(args);
+        match parse(&all)?.command {
+            TokenCommand::Sign(s) => Ok(s),
+            _ => unreachable!("parsed a sign command"),
+        }
+    }
+
+    /// A token expires in 24 h unless told otherwise; `--no-expiry` makes
+    /// one without `exp`, and does not go with `--expires`.
+    #[test]
+    fn tokens_expire_by_default() {
+        let now = 1_800_000_000;
+        let c = sign_claims(sign_args(&["--get", ""]).unwrap(), now).unwrap();
+        assert_eq!(c.exp, Some(now + 86_400));
+        assert_eq!(c.iat, Some(now));
+        let c = sign_claims(sign_args(&["--get", "", "--expires", "1h"]).unwrap(), now).unwrap();
+        assert_eq!(c.exp, Some(now + 3600));
+        let c = sign_claims(sign_args(&["--get", "", "--no-expiry"]).unwrap(), now).unwrap();
+        assert_eq!(c.exp, None);
+        assert!(sign_args(&["--get", "", "--no-expiry", "--expires", "1h"]).is_err());
+        assert!(sign_claims(sign_args(&["--expires", "1h"]).unwrap(), now).is_err());
+    }
+
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    /// Private keys are written 0600, also over an existing 0644 file with
+    /// `--force` (which used to keep the old file's mode); without it an
+    /// existing file is left alone.
+    #[test]
+    fn private_keys_are_owner_only_even_over_an_existing_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("quichub-token-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let new = dir.join("new.jwk");
+        write_file(&new, "secret\n", true, false).unwrap();
+        assert_eq!(mode(&new), 0o600);
+        assert!(write_file(&new, "other\n", true, false).is_err());
+        assert_eq!(std::fs::read_to_string(&new).unwrap(), "secret\n");
+
+        let old = dir.join("old.jwk");
+        std::fs::write(&old, "public\n").unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_file(&old, "secret\n", true, true).unwrap();
+        assert_eq!(mode(&old), 0o600);
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), "secret\n");
+        // Only the key is left in the directory: no temporary file.
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+
+        // generate-key --force over a world-readable key file.
+        let hs = dir.join("hs.jwk");
+        std::fs::write(&hs, "old\n").unwrap();
+        std::fs::set_permissions(&hs, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let out = hs.to_str().unwrap();
+        match parse(&["generate-key", "--out", out, "--force"])
+            .unwrap()
+            .command
+        {
+            TokenCommand::GenerateKey(g) => assert_eq!(generate(g).unwrap(), 0),
+            _ => unreachable!("parsed generate-key"),
+        }
+        assert_eq!(mode(&hs), 0o600);
+        assert!(Key::from_file(&hs).unwrap().can_sign());
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

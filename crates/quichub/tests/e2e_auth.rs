@@ -4,7 +4,9 @@
 //! `quichub pub`/`sub` with `--jwt`: what a token allows works, what it does
 //! not is refused with UNAUTHORIZED, a wrong signature, algorithm or `kid`
 //! refuses the session, anonymous clients work on `public` prefixes, and an
-//! expiring token closes a session that is receiving.
+//! expiring token closes a session that is receiving. Clients pin the
+//! relay's certificate (`--fingerprint`), without which they do not send a
+//! token.
 //!
 //! The PyJWT halves are skipped (with a message) when the venv of
 //! `scripts/install-mqtt-tools.sh` is missing and `QUICHUB_MQTT_PYTHON` is
@@ -13,6 +15,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_quichub");
@@ -192,6 +195,15 @@ impl Relay {
             .find(|w| w.starts_with("127.0.0.1:"))
             .unwrap_or_else(|| panic!("no address in {first:?}"))
             .to_string();
+        let fingerprint = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("certificate sha256 ").map(str::to_string))
+            .expect("the relay prints its certificate's hash");
+        FINGERPRINTS
+            .lock()
+            .unwrap()
+            .push((addr.clone(), fingerprint));
         std::thread::spawn(move || for _ in lines {});
         Relay {
             child,
@@ -205,11 +217,28 @@ impl Relay {
     }
 }
 
+/// The certificate hashes of the relays started, by address.
+static FINGERPRINTS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
+/// `--fingerprint HASH` of the relay `url` points at, which pub and sub
+/// need to send a token.
+fn pin(url: &str) -> [String; 2] {
+    let hash = FINGERPRINTS
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(addr, _)| url.contains(&format!("://{addr}/")))
+        .map(|(_, hash)| hash.clone())
+        .unwrap_or_else(|| panic!("no relay started at {url}"));
+    ["--fingerprint".into(), hash]
+}
+
 /// `quichub sub URL --namespace NS --track lines --framing line --count N`,
 /// waiting for a publisher; with `--jwt` when `jwt` is given.
 fn spawn_sub(url: &str, ns: &str, count: u32, jwt: Option<&str>) -> Child {
     let mut c = Command::new(BIN);
     c.args(["sub", url, "--namespace", ns, "--track", "lines"])
+        .args(pin(url))
         .args(["--framing", "line", "--count", &count.to_string()])
         .args(["--rendezvous-ms", "10000", "--duration", "20"]);
     if let Some(j) = jwt {
@@ -228,6 +257,7 @@ fn spawn_sub(url: &str, ns: &str, count: u32, jwt: Option<&str>) -> Child {
 fn publish_lines(url: &str, ns: &str, lines: &str, jwt: Option<&str>) -> Child {
     let mut c = Command::new(BIN);
     c.args(["pub", url, "--namespace", ns, "--track", "lines"])
+        .args(pin(url))
         .args(["--profile", "stdin", "--mode", "announce"]);
     if let Some(j) = jwt {
         c.env("QUICHUB_JWT", j);
@@ -477,7 +507,11 @@ fn anonymous_clients_on_a_public_prefix() {
 fn an_expiring_token_closes_the_session_mid_stream() {
     let dir = Dir::new("expiry");
     let key = generate_key(&dir, "hs.jwk", "HS256", &[]);
-    let relay = Relay::start(&dir, &format!("key = {:?}", key.to_str().unwrap()));
+    // No clock leeway: the session ends at `exp`, not a minute later.
+    let relay = Relay::start(
+        &dir,
+        &format!("key = {:?}\nleeway_s = 0", key.to_str().unwrap()),
+    );
     let put = sign(&key, &["--root", "demo", "--put", "", "--expires", "1h"]);
     let publisher = Command::new(BIN)
         .args([
@@ -488,6 +522,7 @@ fn an_expiring_token_closes_the_session_mid_stream() {
             "--profile",
             "audio",
         ])
+        .args(pin(&relay.url))
         .args(["--duration", "60", "--jwt", &put])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -504,6 +539,7 @@ fn an_expiring_token_closes_the_session_mid_stream() {
             "--track",
             "audio",
         ])
+        .args(pin(&relay.url))
         .args(["--stats", "--duration", "60", "--jwt", &short])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -525,6 +561,60 @@ fn an_expiring_token_closes_the_session_mid_stream() {
         "the publisher must go on"
     );
     let _ = publisher.0.kill();
+}
+
+/// Without `--fingerprint` a client does not send its token (`--jwt` or
+/// `?jwt=`) and says how to, before connecting; with `--insecure` it does.
+#[test]
+fn a_token_goes_only_to_a_pinned_relay_unless_insecure() {
+    let dir = Dir::new("pinned");
+    let key = generate_key(&dir, "hs.jwk", "HS256", &[]);
+    let relay = Relay::start(&dir, &format!("key = {:?}", key.to_str().unwrap()));
+    let token = sign(&key, &["--root", "demo", "--put", "", "--get", ""]);
+    let in_url = format!("{}?jwt={token}", relay.url);
+    let refused: [&[&str]; 2] = [
+        &["pub", &relay.url, "--jwt", &token, "--count", "1"],
+        &["sub", &in_url, "--count", "1", "--duration", "5"],
+    ];
+    for args in refused {
+        let o = quichub(args);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{args:?}: {e}");
+        assert!(
+            e.contains("not sending the token")
+                && e.contains("--fingerprint")
+                && e.contains("--insecure"),
+            "{args:?}: {e}"
+        );
+    }
+    let sub = spawn_sub(&relay.url, "demo/insecure", 1, Some(&token));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut publisher = Command::new(BIN)
+        .args([
+            "pub",
+            &relay.url,
+            "--namespace",
+            "demo/insecure",
+            "--track",
+            "lines",
+        ])
+        .args(["--profile", "stdin", "--mode", "announce", "--insecure"])
+        .args(["--jwt", &token])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    publisher
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"unpinned\n")
+        .unwrap();
+    let p = output_within(publisher, 30, "pub --insecure");
+    let s = output_within(sub, 30, "sub");
+    assert!(p.status.success(), "pub --insecure: {}", stderr(&p));
+    assert_eq!(String::from_utf8_lossy(&s.stdout), "unpinned\n");
 }
 
 struct KillOnDrop(Child);
@@ -644,11 +734,13 @@ fn a_broadcast_with_tokens() {
             "--broadcast",
             "demo/x",
         ])
+        .args(pin(&relay.url))
         .args(["--output", out.to_str().unwrap(), "--duration", "60"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let [flag, hash] = pin(&relay.url);
     let p = quichub(&[
         "pub",
         &relay.url,
@@ -658,6 +750,8 @@ fn a_broadcast_with_tokens() {
         input.to_str().unwrap(),
         "--jwt",
         &put,
+        &flag,
+        &hash,
     ]);
     assert!(p.status.success(), "pub: {}", stderr(&p));
     let s = output_within(sub, 60, "sub --broadcast");
@@ -674,6 +768,8 @@ fn a_broadcast_with_tokens() {
         input.to_str().unwrap(),
         "--jwt",
         &get,
+        &flag,
+        &hash,
     ]);
     assert!(!p.status.success());
     assert!(stderr(&p).contains("UNAUTHORIZED (0x1)"), "{}", stderr(&p));

@@ -64,17 +64,19 @@ impl Hub {
             std::process::id()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("secret"), SECRET).unwrap();
+        std::fs::write(dir.join("hs256.secret"), SECRET).unwrap();
         let mut c = test_config();
         c.http.address = "127.0.0.1:0".into();
         c.quic.http3 = true;
-        c.auth.key = Some(dir.join("secret"));
+        c.auth.key = Some(dir.join("hs256.secret"));
+        // Expired tokens are refused, and streams end, at `exp`.
+        c.auth.leeway_s = 0;
         let relay = TestRelay::with_hub_config(c).await;
         let http = relay.hub.http_addr().unwrap();
         Some(Hub {
             relay,
             http,
-            key: Key::parse(SECRET).unwrap(),
+            key: Key::from_secret(SECRET).unwrap(),
             python,
             dir,
         })

@@ -19,7 +19,8 @@ use common::{mqtt_tools, within, TestGateway};
 use quichub_gateway::broker::{Message, Source};
 use quichub_mqtt::{Properties, QoS, Version};
 
-/// HMAC secret of the JWTs (a raw secret file, as `auth.key` accepts).
+/// HMAC secret of the JWTs (a raw secret file, `*.secret`, as `auth.key`
+/// accepts).
 const SECRET: &str = "quichub-e2e-mqtt-auth-secret-0123456789";
 
 const ACL: &str = "\
@@ -46,7 +47,8 @@ struct Files {
 
 impl Files {
     /// `passwd` (alice/apw, bob/bpw, by `mosquitto_passwd`), `acl`,
-    /// `secret` and `quichub.toml` naming them in `[auth]`.
+    /// `hs256.secret` and `quichub.toml` naming them in `[auth]` (no clock
+    /// leeway: tokens expire when the tests count on it).
     fn make(name: &str) -> Files {
         let dir =
             std::env::temp_dir().join(format!("quichub-mqtt-auth-{name}-{}", std::process::id()));
@@ -56,14 +58,14 @@ impl Files {
         f.passwd(&["-c", "-b"], "alice", "apw");
         f.passwd(&["-b"], "bob", "bpw");
         std::fs::write(f.path("acl"), ACL).unwrap();
-        std::fs::write(f.path("secret"), SECRET).unwrap();
+        std::fs::write(f.path("hs256.secret"), SECRET).unwrap();
         std::fs::write(
             f.path("quichub.toml"),
             format!(
-                "[auth]\npassword_file = {:?}\nacl_file = {:?}\nkey = {:?}\n",
+                "[auth]\npassword_file = {:?}\nacl_file = {:?}\nkey = {:?}\nleeway_s = 0\n",
                 f.path("passwd"),
                 f.path("acl"),
-                f.path("secret")
+                f.path("hs256.secret")
             ),
         )
         .unwrap();
@@ -327,7 +329,7 @@ async fn paho_reason_codes_and_jwts_as_passwords() {
         .arg(script)
         .arg(gw.mqtt.ip().to_string())
         .arg(gw.mqtt.port().to_string())
-        .arg(files.path("secret"))
+        .arg(files.path("hs256.secret"))
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let out = within(60, cmd.output()).await.unwrap();

@@ -425,15 +425,18 @@ async fn player_plays_with_a_token_and_is_refused_without() {
     let dir = out_dir().join(format!("auth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret = b"0123456789abcdef0123456789abcdef-e2e-web-auth";
-    std::fs::write(dir.join("secret"), secret).unwrap();
+    std::fs::write(dir.join("hs256.secret"), secret).unwrap();
     let config = dir.join("relay.toml");
     std::fs::write(
         &config,
-        format!("[auth]\nkey = {:?}\n", dir.join("secret").to_str().unwrap()),
+        format!(
+            "[auth]\nkey = {:?}\n",
+            dir.join("hs256.secret").to_str().unwrap()
+        ),
     )
     .unwrap();
     let relay = spawn_relay_with(false, &["--config", config.to_str().unwrap()]);
-    let key = Key::parse(secret).unwrap();
+    let key = Key::from_secret(secret).unwrap();
     // Comma-separated grants; "" grants nothing.
     let token = |put: &str, get: &str| {
         let now = std::time::SystemTime::now()

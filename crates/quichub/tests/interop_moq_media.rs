@@ -489,6 +489,7 @@ fn moq_tokens(bin: &Path) {
     let sub = |token: &str, broadcast: &str, out: &Path| {
         Command::new(QUICHUB)
             .args(["sub", &format!("moqt://127.0.0.1:{port}/?jwt={token}")])
+            .args(["--fingerprint", &dir.1])
             .args(["--broadcast", broadcast, "--duration", "30", "--output"])
             .arg(out)
             .stdout(Stdio::null())

@@ -50,18 +50,20 @@ impl Harness {
                 .as_nanos()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let key_file = dir.join("secret.key");
+        let key_file = dir.join("hs256.secret");
         std::fs::write(&key_file, SECRET).unwrap();
         let cfg = AuthConfig {
             key: Some(key_file),
             public: public.iter().map(|s| s.to_string()).collect(),
+            // Tokens here expire when the tests say, not a minute later.
+            leeway_s: 0,
             ..AuthConfig::default()
         };
         let auth = SharedAuth::new(Auth::load(&cfg).unwrap());
         let relay = TestRelay::start(TokenAuthorizer::new(auth.clone(), 4096));
         Self {
             relay,
-            key: Key::parse(SECRET).unwrap(),
+            key: Key::from_secret(SECRET).unwrap(),
             auth,
             _dir: TempDir(dir),
         }
@@ -218,7 +220,7 @@ async fn request_tokens_by_value_and_by_alias() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_tokens_close_the_session_at_setup() {
     let h = Harness::start(&["anon"]);
-    let other = Key::parse(b"another-secret-another-secret-another-secret").unwrap();
+    let other = Key::from_secret(b"another-secret-another-secret-another-secret").unwrap();
     let forged = other
         .sign(
             &Claims {
@@ -267,11 +269,12 @@ async fn a_token_expiring_mid_session_closes_it() {
 /// The auth config of a harness with `key` and `public` prefixes, written to
 /// its directory.
 fn reload(h: &Harness, key: &[u8], public: &[&str]) {
-    let key_file = h._dir.0.join("reloaded.key");
+    let key_file = h._dir.0.join("reloaded.secret");
     std::fs::write(&key_file, key).unwrap();
     let cfg = AuthConfig {
         key: Some(key_file),
         public: public.iter().map(|s| s.to_string()).collect(),
+        leeway_s: 0,
         ..AuthConfig::default()
     };
     h.auth.reload(&cfg).unwrap();

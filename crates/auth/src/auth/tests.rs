@@ -99,9 +99,10 @@ fn jwt_prefixes_on_path_boundaries_for_moqt_and_mqtt() {
     );
     let id = auth.jwt(&t, now()).unwrap();
     assert_eq!(id.method(), Method::Jwt);
+    // The session ends when the token would be refused: `exp` plus the leeway.
     assert_eq!(
         id.expires(),
-        Some(UNIX_EPOCH + Duration::from_secs(1_800_000_600))
+        Some(UNIX_EPOCH + Duration::from_secs(1_800_000_600) + crate::jwt::DEFAULT_LEEWAY)
     );
     assert!(id.may_prefix(Access::Write, &ns(&["demo", "bbb"])));
     assert!(id.may_prefix(Access::Write, &ns(&["demo", "bbb", "x"])));
@@ -112,7 +113,10 @@ fn jwt_prefixes_on_path_boundaries_for_moqt_and_mqtt() {
     assert!(!id.may_prefix(Access::Read, &ns(&["other"])));
     assert!(!id.may_topic(Access::Read, "demo/bbb"));
     assert!(matches!(
-        auth.jwt(&t, now() + Duration::from_secs(601)),
+        auth.jwt(
+            &t,
+            now() + Duration::from_secs(601) + crate::jwt::DEFAULT_LEEWAY
+        ),
         Err(AuthError::Expired)
     ));
 

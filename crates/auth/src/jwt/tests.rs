@@ -165,14 +165,16 @@ fn key_files_in_every_format() {
     let k = Key::parse(br#"{"alg":"HS256","key_ops":["sign","verify"],"k":"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}"#).unwrap();
     assert_eq!(k.algorithms(), [Algorithm::HS256]);
     // Raw secret, trailing newline dropped: signs with any HS algorithm.
-    let raw = Key::parse(b"0123456789abcdef0123456789abcdef\n").unwrap();
+    let raw = Key::from_secret(b"0123456789abcdef0123456789abcdef\n").unwrap();
     let t = raw.sign(&claims(), Some(Algorithm::HS512)).unwrap();
     assert!(raw.verify(&t, now()).is_ok());
     // Same secret as the JWK above.
     let t = k.sign(&claims(), None).unwrap();
     assert!(raw.verify(&t, now()).is_ok());
     // Too short.
-    assert!(Key::parse(b"short").is_err());
+    assert!(Key::from_secret(b"short").is_err());
+    // The same bytes, undeclared, are no key at all.
+    assert!(Key::parse(b"0123456789abcdef0123456789abcdef\n").is_err());
     // key_ops without verify.
     let sign_only =
         key(&serde_json::json!({"kty":"oct","alg":"HS256","k":b64(&[1;32]),"key_ops":["sign"]}));
@@ -379,4 +381,188 @@ fn damaged_key_files_are_refused_not_taken_as_secrets() {
     let json = serde_json::to_string(&public).unwrap();
     assert!(Key::parse(&json.as_bytes()[..json.len() - 3]).is_err());
     assert!(Key::parse(b"-----BEGIN PUBLIC KEY-----\nAAAA\n").is_err());
+}
+
+/// A scratch directory, removed on drop.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("quichub-auth-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The error `Key::from_file` gives for `path`, which must name the file.
+fn refused(path: &Path) -> String {
+    let e = Key::from_file(path).expect_err("refused").to_string();
+    assert!(e.contains(&path.display().to_string()), "{e}");
+    e
+}
+
+/// Public files that used to become HMAC secrets (anyone who could read
+/// them could sign HS256 tokens) are refused, each with what it looks like.
+#[test]
+fn files_of_unknown_format_are_refused_not_taken_as_secrets() {
+    let dir = Scratch::new("unknown-format");
+    let ssh = dir.write(
+        "id_ed25519.pub",
+        b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@example\n",
+    );
+    assert!(refused(&ssh).contains("OpenSSH"));
+
+    let rng = ring::rand::SystemRandom::new();
+    let der =
+        signature::EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+            .unwrap();
+    let der_file = dir.write("key.der", der.as_ref());
+    assert!(refused(&der_file).contains("DER"));
+
+    let body = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
+    let lines: Vec<&str> = body
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    let pem = format!(
+        "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+        lines.join("\n")
+    );
+    // The block alone is a key; openssl pkcs12's output around it is not.
+    assert!(Key::parse(pem.as_bytes()).is_ok());
+    let bagged = dir.write(
+        "bag.pem",
+        format!(
+            "Bag Attributes\n    localKeyID: 01 00 00 00 \nKey Attributes: <No Attributes>\n{pem}"
+        )
+        .as_bytes(),
+    );
+    assert!(refused(&bagged).contains("Bag Attributes"));
+
+    let long_text = dir.write("key", b"0123456789abcdef0123456789abcdef0123456789\n");
+    assert!(refused(&long_text).contains(".secret"));
+    assert!(refused(&dir.write("empty", b"")).contains("empty"));
+}
+
+/// A raw secret is read only from a file named `*.secret`: 32 bytes work
+/// (with the HS algorithms, also as a `key_dir` entry named by `kid`), 16
+/// are refused, and a key file given that name is refused.
+#[test]
+fn declared_secret_files() {
+    let dir = Scratch::new("declared-secret");
+    let secret = [0x42_u8; 32];
+    let path = dir.write("hs.secret", &secret);
+    let k = Key::from_file(&path).unwrap();
+    assert_eq!(k.algorithms(), HS);
+    assert!(k.kid().is_none());
+    let t = k.sign(&claims(), None).unwrap();
+    let jwk = key(&serde_json::json!({"kty": "oct", "k": b64(&secret)}));
+    assert_eq!(jwk.verify(&t, now()).unwrap(), claims());
+    assert_eq!(
+        Key::from_file(&path).unwrap().verify(&t, now()).unwrap(),
+        claims()
+    );
+
+    let e = refused(&dir.write("short.secret", &[0x42; 16]));
+    assert!(e.contains("16 bytes"), "{e}");
+
+    let public = generate(Algorithm::ES256, None).unwrap().public.unwrap();
+    let e = refused(&dir.write("es.secret", public.to_string().as_bytes()));
+    assert!(e.contains("not an HMAC secret"), "{e}");
+    let e = refused(&dir.write(
+        "ssh.secret",
+        b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n",
+    ));
+    assert!(e.contains("not an HMAC secret"), "{e}");
+
+    let kd = dir.0.join("keys");
+    std::fs::create_dir(&kd).unwrap();
+    std::fs::write(kd.join("k1.secret"), secret).unwrap();
+    let keys = Keys::load(None, Some(&kd), None).unwrap();
+    let mut header = Header::new(Algorithm::HS256);
+    header.kid = Some("k1".into());
+    let t = jsonwebtoken::encode(&header, &claims(), &EncodingKey::from_secret(&secret)).unwrap();
+    assert_eq!(keys.verify(&t, now()).unwrap(), claims());
+}
+
+/// `Keys::with_leeway` accepts a token that long after its `exp` and
+/// before its `nbf`, not longer; `Key::verify` and `Keys` without it have
+/// none.
+#[test]
+fn leeway_on_exp_and_nbf() {
+    let dir = Scratch::new("leeway");
+    let g = generate(Algorithm::HS256, None).unwrap();
+    let path = dir.write("k.jwk", g.private.to_string().as_bytes());
+    let k = key(&g.private);
+    let exp = claims().exp.unwrap();
+    let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
+    let t = k.sign(&claims(), None).unwrap();
+    let strict = Keys::load(Some(&path), None, None).unwrap();
+    assert_eq!(strict.leeway(), Duration::ZERO);
+    let lenient = Keys::load(Some(&path), None, None)
+        .unwrap()
+        .with_leeway(Duration::from_secs(60));
+    assert_eq!(lenient.leeway(), Duration::from_secs(60));
+    assert!(matches!(
+        strict.verify(&t, at(exp)),
+        Err(AuthError::Expired)
+    ));
+    assert!(matches!(
+        k.verify(&t, at(exp + 30)),
+        Err(AuthError::Expired)
+    ));
+    assert!(lenient.verify(&t, at(exp)).is_ok());
+    assert!(lenient.verify(&t, at(exp + 59)).is_ok());
+    assert!(matches!(
+        lenient.verify(&t, at(exp + 60)),
+        Err(AuthError::Expired)
+    ));
+
+    let nbf = 1_800_000_100;
+    let t = k
+        .sign(
+            &Claims {
+                nbf: Some(nbf),
+                ..claims()
+            },
+            None,
+        )
+        .unwrap();
+    assert!(matches!(
+        strict.verify(&t, at(nbf - 1)),
+        Err(AuthError::Expired)
+    ));
+    assert!(lenient.verify(&t, at(nbf - 60)).is_ok());
+    assert!(matches!(
+        lenient.verify(&t, at(nbf - 61)),
+        Err(AuthError::Expired)
+    ));
+    assert_eq!(DEFAULT_LEEWAY, Duration::from_secs(60));
+}
+
+/// An `exp` beyond what the clock can hold is no expiry, not a panic.
+#[test]
+fn an_exp_far_beyond_the_clock_never_expires() {
+    let c = Claims {
+        exp: Some(u64::MAX),
+        ..claims()
+    };
+    assert_eq!(c.expires(), None);
+    let k = key(&generate(Algorithm::HS256, None).unwrap().private);
+    let t = k.sign(&c, None).unwrap();
+    assert!(k.verify(&t, now()).is_ok());
 }

@@ -1080,18 +1080,20 @@ mod tests {
     fn authed(dir: &str) -> (Arc<Api>, quichub_auth::jwt::Key) {
         let dir = std::env::temp_dir().join(format!("quichub-api-{dir}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let key = dir.join("key");
+        let key = dir.join("key.secret");
         std::fs::write(&key, SECRET).unwrap();
         let cfg = quichub_auth::AuthConfig {
             key: Some(key),
             public: vec!["mqtt/pub".into()],
+            // Streams end at the tokens' `exp`, not a minute later.
+            leeway_s: 0,
             ..Default::default()
         };
         let auth = quichub_auth::Auth::load(&cfg).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         let api = api(ApiConfig::default());
         api.set_auth(quichub_auth::SharedAuth::new(auth));
-        (api, quichub_auth::jwt::Key::parse(SECRET).unwrap())
+        (api, quichub_auth::jwt::Key::from_secret(SECRET).unwrap())
     }
 
     fn token(key: &quichub_auth::jwt::Key, put: &[&str], get: &[&str], ttl: i64) -> String {
@@ -1240,7 +1242,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("quichub-api-reload-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let reload = |public: &[&str]| {
-            let key = dir.join("key");
+            let key = dir.join("key.secret");
             std::fs::write(&key, b"another-secret-another-secret-another-secret").unwrap();
             let cfg = quichub_auth::AuthConfig {
                 key: Some(key),
