@@ -12,7 +12,12 @@
 //! except that an `acl_file` `deny` rule that matches refuses whatever else
 //! allows. A user authenticated by password or certificate while no
 //! `acl_file` is configured may do everything (mosquitto's behaviour), as
-//! may anyone when nothing at all is configured.
+//! may anyone in the open mode ([`AuthConfig::open`]: nothing at all
+//! configured, which the exposure check allows only on loopback listeners
+//! unless `allow_anonymous = true` says so). Outside the open mode a
+//! credential that proves nothing (a user name without a password file
+//! entry, a token without a key to check it) is worth no more than none:
+//! the peer is anonymous (public prefixes, anonymous ACL rules) or refused.
 //!
 //! # JWT as an MQTT password
 //! An MQTT client authenticates with a JWT by sending it as the password
@@ -109,6 +114,12 @@ impl Auth {
         self.cfg.configured()
     }
 
+    /// The open mode: nothing configured, every peer may do everything
+    /// ([`AuthConfig::open`]).
+    pub fn open(&self) -> bool {
+        self.cfg.open()
+    }
+
     /// The configuration this was built from.
     pub fn config(&self) -> &AuthConfig {
         &self.cfg
@@ -125,10 +136,11 @@ impl Auth {
         client_id: Option<&str>,
         now: SystemTime,
     ) -> Result<Identity, AuthError> {
-        if !self.configured() {
-            // An open server: a token has nothing to be checked against and
-            // grants nothing more than coming without one does, so it is
-            // ignored (a player URL keeping its `?jwt=` still works).
+        if self.keys.is_empty() {
+            // No key to check it against: the token proves nothing, so it
+            // grants what coming without one does (everything in the open
+            // mode, the public prefixes otherwise), and a player URL that
+            // keeps its `?jwt=` still works.
             return self.anonymous(client_id.unwrap_or(""));
         }
         let claims = self.keys.verify(token, now)?;
@@ -192,13 +204,19 @@ impl Auth {
                 Ok(self.user(user, client_id, Method::Password))
             }
             Some(_) => Err(AuthError::BadCredentials),
-            // Nothing configured at all: credentials are not checked (as
-            // before quichub had auth), the name is kept for logs.
-            None if !self.configured() => Ok(Identity {
+            // The open mode: credentials are not checked (as before quichub
+            // had auth), the name is kept for logs.
+            None if self.open() => Ok(Identity {
                 name: Some(user.into()),
                 ..self.unrestricted(client_id)
             }),
-            None => Err(AuthError::BadCredentials),
+            // No password file to check the name against: the name proves
+            // nothing, so the client is anonymous (never the user it
+            // claims to be: ACL `user` rules and `%u` do not apply) or, where
+            // anonymous clients are refused, refused for its credentials.
+            None => self
+                .anonymous(client_id)
+                .map_err(|_| AuthError::BadCredentials),
         }
     }
 
@@ -212,7 +230,7 @@ impl Auth {
     }
 
     /// A peer without credentials: the public prefixes and the ACL file's
-    /// anonymous rules, or everything when nothing is configured.
+    /// anonymous rules, or everything in the open mode.
     /// `allow_anonymous = false` refuses; unset, an anonymous client is
     /// refused when auth is configured and grants anonymous clients nothing
     /// (no public prefix, no anonymous ACL rule).
@@ -229,7 +247,7 @@ impl Auth {
             }
             _ => {}
         }
-        if !self.configured() && !has_public {
+        if self.open() {
             return Ok(self.unrestricted(client_id));
         }
         Ok(Identity {
@@ -275,6 +293,15 @@ impl Auth {
             }),
         }
     }
+}
+
+/// Whether the MoQT track or namespace carries MQTT `$SYS` topics, which
+/// only the broker writes: whoever may publish under (`mqtt`) must not forge
+/// its statistics through the gateway, over MoQT any more than over MQTT.
+fn writes_sys(ns: &[Bytes], name: Option<&[u8]>) -> bool {
+    let mut fields = ns.iter().map(|f| &f[..]).chain(name);
+    fields.next() == Some(crate::path::MQTT_ROOT.as_bytes())
+        && fields.next().is_some_and(|f| f.starts_with(b"$SYS"))
 }
 
 #[derive(Debug, Clone)]
@@ -356,6 +383,9 @@ impl Identity {
         let Some(name) = name else {
             return self.may_prefix(a, ns);
         };
+        if a == Access::Write && writes_sys(ns, Some(name)) {
+            return false;
+        }
         if self.all {
             return true;
         }
@@ -375,6 +405,9 @@ impl Identity {
     /// SUBSCRIBE_NAMESPACE, SUBSCRIBE_TRACKS). Strict: an ACL `deny` rule
     /// overlapping any topic under `ns` refuses the whole prefix.
     pub fn may_prefix(&self, a: Access, ns: &[Bytes]) -> bool {
+        if a == Access::Write && writes_sys(ns, None) {
+            return false;
+        }
         if self.all {
             return true;
         }

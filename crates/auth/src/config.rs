@@ -31,7 +31,8 @@ pub struct AuthConfig {
     pub acl_file: Option<PathBuf>,
     /// Whether clients without credentials are accepted. Unset: only on
     /// loopback listeners while nothing else is configured (mosquitto 2's
-    /// safe default).
+    /// safe default). `true` with nothing else configured is the open mode
+    /// ([`AuthConfig::open`]): no authentication at all, on every listener.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_anonymous: Option<bool>,
     /// Bytes of MoQT token aliases one session may register
@@ -62,6 +63,20 @@ impl Default for AuthConfig {
 }
 
 impl AuthConfig {
+    /// The open mode, the only one in which a peer without valid
+    /// credentials may do everything: nothing configured at all (no
+    /// credential source, no public prefix) and anonymous clients not
+    /// refused. It is what a loopback relay runs with by default;
+    /// [`crate::Auth`] then checks no credentials (a user name is kept for
+    /// logs only). Anything configured, even only `public` prefixes, ends
+    /// it: from then on a peer's rights come from what it proved.
+    pub fn open(&self) -> bool {
+        !self.configured()
+            && self.public.is_empty()
+            && self.public_read.is_empty()
+            && self.allow_anonymous != Some(false)
+    }
+
     /// Whether any credential source (keys, password file, ACL file) is set.
     pub fn configured(&self) -> bool {
         self.key.is_some()

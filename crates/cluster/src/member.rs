@@ -6,12 +6,13 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
+use anyhow::Context;
 use bytes::Bytes;
 use moqt::error::request_error;
 use moqt::message::{Redirect, RequestError};
 use moqt::TrackNamespace;
 use quichub_net::tls::Verify;
-use quichub_relay::origin::Origin;
+use quichub_relay::origin::{Origin, Redacted};
 use quichub_relay::Relay;
 use tokio::sync::watch;
 use url::Url;
@@ -22,7 +23,9 @@ use crate::{Claim, Members, Node, Registry};
 #[derive(Clone, Default)]
 pub struct PeerOptions {
     /// A token for the other relays (`?jwt=` on their URLs), when they
-    /// require one.
+    /// require one. Presented only at the URLs members registered (and
+    /// at no host a GOAWAY names instead): whoever may write to the
+    /// registry can therefore collect it, so the registry must be trusted.
     pub token: Option<String>,
     /// How to check a member's certificate when its registration carries
     /// no fingerprint (a CA file); such members are not followed without.
@@ -155,7 +158,11 @@ async fn follow_members(
             }
             match follower(node, &options) {
                 Ok((client, origin)) => {
-                    tracing::info!(member = %id, url = %node.url, "cluster: following member");
+                    tracing::info!(
+                        member = %id,
+                        url = %Redacted(&node.url),
+                        "cluster: following member"
+                    );
                     let (stop, rx) = watch::channel(false);
                     tokio::spawn(quichub_relay::origin::follow_until(
                         relay.clone(),
@@ -165,7 +172,11 @@ async fn follow_members(
                     ));
                     followed.insert(id.clone(), (node.clone(), stop));
                 }
-                Err(e) => tracing::error!(member = %id, "cluster: cannot follow member: {e:#}"),
+                Err(e) => tracing::error!(
+                    member = %id,
+                    "cluster: cannot follow member: {}",
+                    Redacted(&format!("{e:#}"))
+                ),
             }
         }
         counters.followed.store(followed.len() as u64, Relaxed);
@@ -184,17 +195,7 @@ fn follower(
     node: &Node,
     options: &PeerOptions,
 ) -> anyhow::Result<(quichub_net::client::Client, Origin)> {
-    let mut url: Url = node.url.parse()?;
-    anyhow::ensure!(
-        matches!(url.scheme(), "moqt" | "https"),
-        "{}: moqt:// or https://",
-        node.url
-    );
-    let mut query = quichub_relay::cluster::PEER_QUERY.to_string();
-    if let Some(t) = &options.token {
-        query = format!("jwt={t}&{query}");
-    }
-    url.set_query(Some(&query));
+    let url = peer_url(&node.url, options.token.as_deref())?;
     let verify = match (&node.fingerprint, &options.verify) {
         (Some(f), _) => Verify::Fingerprints(vec![quichub_net::tls::unhex(f)
             .filter(|f| f.len() == 32)
@@ -218,6 +219,29 @@ fn follower(
             held: vec![quichub_relay::cluster::mqtt_namespace(&node.id)],
         },
     ))
+}
+
+/// The URL to follow a member at: its registered URL with `cluster=peer`
+/// and this relay's token as the query (the registered query replaced).
+fn peer_url(registered: &str, token: Option<&str>) -> anyhow::Result<Url> {
+    let mut url: Url = registered
+        .parse()
+        .with_context(|| format!("{}", Redacted(registered)))?;
+    anyhow::ensure!(
+        matches!(url.scheme(), "moqt" | "https"),
+        "{}: moqt:// or https://",
+        Redacted(registered)
+    );
+    url.set_query(None);
+    if let Some(t) = token {
+        url.query_pairs_mut().append_pair("jwt", t);
+    }
+    let query = match url.query() {
+        Some(q) => format!("{q}&{}", quichub_relay::cluster::PEER_QUERY),
+        None => quichub_relay::cluster::PEER_QUERY.to_string(),
+    };
+    url.set_query(Some(&query));
+    Ok(url)
 }
 
 /// The registry's claims as the relay asks for them.
@@ -269,5 +293,24 @@ impl quichub_relay::cluster::Claims for RelayClaims {
 
     fn release(&self, ns: &TrackNamespace) {
         self.registry.release(ns);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_url_carries_the_token_and_nothing_registered() {
+        let u = peer_url("moqt://a:4443/moq?jwt=theirs&x=1", Some("T.o k")).unwrap();
+        assert_eq!(u.as_str(), "moqt://a:4443/moq?jwt=T.o+k&cluster=peer");
+        assert_eq!(
+            quichub_relay::tokens::query_jwt(&format!("{}?{}", u.path(), u.query().unwrap())),
+            Some("T.o k".into())
+        );
+        let u = peer_url("https://b/", None).unwrap();
+        assert_eq!(u.as_str(), "https://b/?cluster=peer");
+        let e = peer_url("http://c/?jwt=SECRET9", None).unwrap_err();
+        assert!(!e.to_string().contains("SECRET9"), "{e}");
     }
 }

@@ -391,9 +391,10 @@ pub struct ClientCertConfig {
     /// to. Without it clients are not asked for a certificate.
     pub cafile: Option<std::path::PathBuf>,
     /// Refuse clients without a valid certificate: at the TLS handshake on
-    /// MQTT over TLS; at CONNECT (Not authorized) on MQTT over QUIC, whose
-    /// endpoint WebTransport and MoQT clients share, so the certificate can
-    /// only be optional in its TLS handshake.
+    /// TLS over TCP; on the QUIC endpoint, whose TLS handshake every ALPN
+    /// shares, right after it (MoQT, WebTransport, HTTP/3:
+    /// [`crate::server::establish_any`]) or at CONNECT (MQTT: Not
+    /// authorized).
     pub require_certificate: bool,
     /// The certificate's subject Common Name is the client's MQTT user name;
     /// the CONNECT's user name and password are ignored, and a client

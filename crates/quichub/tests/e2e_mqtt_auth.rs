@@ -481,3 +481,235 @@ async fn a_reload_changes_passwords_for_new_and_connected_clients() {
         assert_eq!(c.closed().await, Some(0x87));
     }
 }
+
+/// `GET /metrics` of the hub's metrics listener.
+async fn metrics(gw: &TestGateway) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = gw.relay.hub.metrics_addr().expect("metrics on");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut r = String::new();
+    within(10, s.read_to_string(&mut r)).await.unwrap();
+    r
+}
+
+/// A user name that matches no password file entry proves nothing: with
+/// only `public` prefixes configured (`--public`), `mosquitto_pub -u
+/// anyone` and `mosquitto_sub -u anyone` are anonymous clients (the public
+/// prefix, nothing else), and with `allow_anonymous = false` alone they
+/// are refused (bad user name or password), never given everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_name_alone_grants_no_more_than_no_credentials() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let mut c = common::test_config();
+    c.auth.public = vec!["mqtt/anon".into()];
+    let gw = TestGateway::with_hub_config(c).await;
+    retain(&gw, "secret/door");
+    retain(&gw, "anon/door");
+    for v in [Version::V311, Version::V5] {
+        for (user, pass) in [("anyone", ""), ("anyone", "guess")] {
+            assert!(
+                !publishes(&gw, v, user, pass, "a1", "secret/door").await,
+                "{v:?} {user}/{pass:?} wrote secret/door"
+            );
+            assert!(
+                publishes(&gw, v, user, pass, "a1", "anon/x").await,
+                "{v:?} {user}/{pass:?} could not write the public prefix"
+            );
+            let (got, o) = receives(&gw, v, user, pass, "secret/#", 1).await;
+            assert!(got.is_empty(), "{v:?}: {}", text(&o));
+            assert!(
+                text(&o).contains("All subscription requests were denied"),
+                "{v:?}: {}",
+                text(&o)
+            );
+            // Retained: anon/door, and anon/x just published.
+            let (mut got, _) = receives(&gw, v, user, pass, "anon/#", 2).await;
+            got.sort();
+            assert_eq!(got, ["anon/door", "anon/x"], "{v:?}");
+        }
+    }
+
+    let mut c = common::test_config();
+    c.auth.allow_anonymous = Some(false);
+    let gw = TestGateway::with_hub_config(c).await;
+    for v in [Version::V311, Version::V5] {
+        let o = mosquitto(
+            "mosquitto_pub",
+            &gw,
+            v,
+            &["-u", "anyone", "-t", "secret/door", "-m", "x"],
+        )
+        .await;
+        let code = match v {
+            Version::V311 => 4,
+            Version::V5 => 0x86,
+        };
+        assert_eq!(o.status.code(), Some(code), "{v:?}: {}", text(&o));
+        assert!(gw.broker.retained("secret/door").is_none());
+    }
+}
+
+/// A reload that startup would refuse is refused whole: on a relay whose
+/// QUIC port is on the network, a file that drops the password file leaves
+/// the old `[auth]` in force (passwords still checked, anonymous clients
+/// still refused), and the refusal is counted in `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_would_expose_the_relay_is_refused() {
+    if mqtt_tools().is_none() {
+        return;
+    }
+    let files = Files::make("reload-exposed");
+    let source = files.path("quichub.toml");
+    let mut c = common::test_config();
+    c.auth = quichub_hub::Config::load(&source).unwrap().auth;
+    c.source = Some(source.clone());
+    c.quic.bind = "0.0.0.0:0".into();
+    c.metrics.address = "127.0.0.1:0".into();
+    let gw = TestGateway::with_hub_config(c).await;
+    std::fs::write(&source, "[auth]\n").unwrap();
+    let e = gw.relay.hub.reload().unwrap_err();
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("quic.bind") && e.contains("not a loopback address"),
+        "{e}"
+    );
+    let v = Version::V5;
+    let anon = mosquitto("mosquitto_pub", &gw, v, &["-t", "sensors/a", "-m", "x"]).await;
+    assert_eq!(anon.status.code(), Some(0x87), "{}", text(&anon));
+    let ok = mosquitto(
+        "mosquitto_pub",
+        &gw,
+        v,
+        &["-u", "alice", "-P", "apw", "-t", "sensors/a", "-m", "x"],
+    )
+    .await;
+    assert!(ok.status.success(), "{}", text(&ok));
+    let m = metrics(&gw).await;
+    assert!(
+        m.contains("quichub_config_reloads_total{result=\"refused\"} 1"),
+        "{m}"
+    );
+    // A file startup accepts is applied (and counted).
+    std::fs::write(
+        &source,
+        format!("[auth]\npassword_file = {:?}\n", files.path("passwd")),
+    )
+    .unwrap();
+    gw.relay.hub.reload().unwrap();
+    let m = metrics(&gw).await;
+    assert!(
+        m.contains("quichub_config_reloads_total{result=\"applied\"} 1"),
+        "{m}"
+    );
+}
+
+/// MQTT clients never write `$SYS`, and MoQT publishers may not forge it
+/// through the gateway either, even on an open relay where they may write
+/// everything else under (`mqtt`): PUBLISH and PUBLISH_NAMESPACE of
+/// (`mqtt`, `$SYS`, …) are refused with UNAUTHORIZED (so nothing reaches
+/// the broker), while other topics still go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moqt_publishers_cannot_forge_sys() {
+    use quichub_client::TrackMode;
+    let gw = TestGateway::with_hub_config(common::test_config()).await;
+    let c = gw.relay.client("moqt").await;
+    let unauthorized = format!(
+        "UNAUTHORIZED ({:#x})",
+        moqt::error::request_error::UNAUTHORIZED
+    );
+    let e = c
+        .publish_namespace(moqt::TrackNamespace::from_path("mqtt/$SYS/broker"))
+        .await
+        .err()
+        .expect("PUBLISH_NAMESPACE (mqtt, $SYS, broker) refused");
+    assert!(e.to_string().contains(&unauthorized), "{e}");
+    let forged = moqt::FullTrackName::new("mqtt/$SYS/broker", "load");
+    let e = c
+        .create_track(forged, 1, TrackMode::Push)
+        .await
+        .err()
+        .expect("PUBLISH of $SYS/broker/load refused");
+    assert!(format!("{e:#}").contains(&unauthorized), "{e:#}");
+    // Other topics under (mqtt) still go through.
+    let _track = c
+        .create_track(
+            moqt::FullTrackName::new("mqtt/sensors", "t"),
+            1,
+            TrackMode::Push,
+        )
+        .await
+        .unwrap();
+    assert!(c.session().close_reason().is_none());
+}
+
+/// `pattern write devices/%c/out` gives each MQTT client its own topic; an
+/// anonymous MoQT session has no client id (""), which substitutes nothing:
+/// it may not write `devices//out` (the track ((mqtt, devices, \0), out)).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_client_id_matches_no_pattern_level() {
+    use quichub_client::TrackMode;
+    let files = Files::make("empty-id");
+    std::fs::write(files.path("acl"), "pattern write devices/%c/out\n").unwrap();
+    let mut c = common::test_config();
+    c.auth.acl_file = Some(files.path("acl"));
+    c.auth.allow_anonymous = Some(true);
+    let gw = TestGateway::with_hub_config(c).await;
+    let s = gw.relay.client("moqt").await;
+    let name = moqt::FullTrackName {
+        namespace: moqt::TrackNamespace::from_strs(&["mqtt", "devices", "\0"]),
+        name: "out".into(),
+    };
+    let e = s
+        .create_track(name, 1, TrackMode::Push)
+        .await
+        .err()
+        .expect("devices//out refused");
+    assert!(format!("{e:#}").contains("UNAUTHORIZED"), "{e:#}");
+    // An MQTT client with an id gets its own level, and only it.
+    if mqtt_tools().is_some() {
+        let v = Version::V5;
+        let o = mosquitto(
+            "mosquitto_pub",
+            &gw,
+            v,
+            &[
+                "-i",
+                "dev7",
+                "-q",
+                "1",
+                "-r",
+                "-t",
+                "devices/dev7/out",
+                "-m",
+                "x",
+            ],
+        )
+        .await;
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(gw.broker.retained("devices/dev7/out").is_some());
+        let o = mosquitto(
+            "mosquitto_pub",
+            &gw,
+            v,
+            &[
+                "-i",
+                "dev7",
+                "-q",
+                "1",
+                "-r",
+                "-t",
+                "devices/dev8/out",
+                "-m",
+                "x",
+            ],
+        )
+        .await;
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(gw.broker.retained("devices/dev8/out").is_none());
+    }
+}

@@ -349,7 +349,8 @@ async fn mqtt_over_quic_refuses_a_client_without_a_certificate_at_connect() {
         let conn = within(10, ep.connect(gw.udp, "localhost").unwrap())
             .await
             .unwrap();
-        let still = tokio::time::timeout(std::time::Duration::from_millis(300), conn.closed()).await;
+        let still =
+            tokio::time::timeout(std::time::Duration::from_millis(300), conn.closed()).await;
         assert!(still.is_err(), "closed with a certificate: {still:?}");
     }
     assert_eq!(
@@ -402,4 +403,52 @@ async fn the_certificate_name_is_the_acl_user() {
     let m = &gw.broker.auth().metrics;
     assert_eq!(m.get("mqtt", true, "certificate"), 2);
     assert_eq!(m.get("mqtt", false, "not_authorized"), 1);
+}
+
+/// `tls.require_certificate` on the hub's HTTPS listener too: curl without
+/// a client certificate fails the handshake, with one it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_needs_a_certificate_when_required() {
+    if Command::new("openssl").arg("version").output().is_err() {
+        eprintln!("SKIPPED: openssl not installed");
+        return;
+    }
+    let pki = Pki::make("https");
+    let mut c = quichub_hub::Config::default();
+    c.quic.bind = "127.0.0.1:0".into();
+    c.mqtt.tcp = "off".into();
+    c.mqtt.tls = "off".into();
+    c.http.address = "off".into();
+    c.http.tls = "127.0.0.1:0".into();
+    c.metrics.address = "off".into();
+    c.store.data_dir = Some("off".into());
+    c.tls.cert = Some(pki.path("server.pem"));
+    c.tls.key = Some(pki.path("server.key"));
+    c.tls.client_ca = Some(pki.path("ca.pem"));
+    c.tls.require_certificate = true;
+    let hub = quichub_hub::Hub::start(c).await.unwrap();
+    let url = format!(
+        "https://localhost:{}/v1/time",
+        hub.https_addr().unwrap().port()
+    );
+    let curl = |cert: Option<&str>| {
+        let mut cmd = tokio::process::Command::new("curl");
+        cmd.args(["-sS", "-o", "/dev/null", "-w", "%{http_code}"])
+            .args(["--cacert", &pki.s("ca.pem"), &url]);
+        if let Some(c) = cert {
+            cmd.args(["--cert", &pki.s(&format!("{c}.pem"))])
+                .args(["--key", &pki.s(&format!("{c}.key"))]);
+        }
+        cmd.kill_on_drop(true);
+        within(20, cmd.output())
+    };
+    let with = curl(Some("client")).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&with.stdout), "200", "{with:?}");
+    let without = curl(None).await.unwrap();
+    assert!(!without.status.success(), "{without:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&without.stdout),
+        "000",
+        "{without:?}"
+    );
 }

@@ -60,7 +60,11 @@ impl Harness {
             ..AuthConfig::default()
         };
         let auth = SharedAuth::new(Auth::load(&cfg).unwrap());
-        let relay = TestRelay::start(TokenAuthorizer::new(auth.clone(), 4096));
+        let relay = TestRelay::start(TokenAuthorizer::for_cluster(
+            auth.clone(),
+            4096,
+            &cluster_token(&Key::from_secret(SECRET).unwrap()),
+        ));
         Self {
             relay,
             key: Key::from_secret(SECRET).unwrap(),
@@ -85,6 +89,24 @@ impl Harness {
     async fn client(&self, scheme: &str, path: &str) -> anyhow::Result<ClientSession> {
         self.relay.client(scheme, path).await
     }
+}
+
+/// A token of `sub` that reads and writes everything for an hour.
+fn broad_token(key: &Key, sub: &str) -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let claims = Claims {
+        sub: Some(sub.into()),
+        put: vec!["".into()],
+        get: vec!["".into()],
+        exp: Some(now.as_secs() + 3600),
+        ..Claims::default()
+    };
+    key.sign(&claims, None).unwrap()
+}
+
+/// The token the harness's relay knows as its cluster's (`cluster.token`).
+fn cluster_token(key: &Key) -> String {
+    broad_token(key, "cluster")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -362,6 +384,175 @@ async fn a_reload_ends_only_the_subscriptions_it_no_longer_allows() {
             .await
             .unwrap();
         assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+    })
+    .await;
+}
+
+/// A subscription admitted only by a token of its own (the session has no
+/// right to the track) ends when that token expires: PUBLISH_DONE
+/// UNAUTHORIZED, the session staying up for its other requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_ends_when_the_token_that_admitted_it_expires() {
+    use moqt::error::publish_done;
+    use quichub_client::TrackMode;
+
+    let h = Harness::start(&[]);
+    let put = h.token("demo", &[""], &[], Duration::from_secs(600));
+    within(async {
+        let publisher = h.client("moqt", &format!("/?jwt={put}")).await.unwrap();
+        let name = FullTrackName::new("demo/live", "v");
+        let _track = publisher
+            .create_track(name.clone(), 1, TrackMode::Push)
+            .await
+            .unwrap();
+        let subscriber = h.client("moqt", "/").await.unwrap();
+        // Without a token of its own the subscription is refused.
+        let (r, ..) = subscriber
+            .subscribe_raw(name.clone(), Parameters::default())
+            .await
+            .unwrap();
+        assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+        // JWT times are whole seconds: this one expires within 1 to 2 s.
+        let short = Bytes::from(h.token("demo", &[], &[""], Duration::from_secs(2)));
+        let tokens = vec![Token::UseValue {
+            kind: 0,
+            value: short,
+        }
+        .encode()];
+        let params = Parameters {
+            authorization_tokens: tokens,
+            ..Default::default()
+        };
+        let (r, _send, mut reader, _) = subscriber.subscribe_raw(name, params).await.unwrap();
+        assert!(matches!(r, Message::SubscribeOk(_)), "{r:?}");
+        let done = reader.next().await.unwrap();
+        match done {
+            Message::PublishDone(d) => {
+                assert_eq!(d.status, publish_done::UNAUTHORIZED, "{d:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(subscriber.session().close_reason().is_none());
+        assert!(publisher.session().close_reason().is_none());
+        // The session still makes other requests.
+        let r = namespace_request(&subscriber, "demo", Message::SubscribeNamespace, vec![]).await;
+        assert_eq!(error_code(&r), Some(request_error::UNAUTHORIZED), "{r:?}");
+    })
+    .await;
+}
+
+/// The relays' own namespace (`.quichub/...`, the cluster's MQTT messages)
+/// is announced, pushed and served only to a session that proved it is a
+/// member (the cluster token, or a token of its `sub`) and says it is a
+/// peer: not to a client whose token reads everything, with or without
+/// `cluster=peer` in its URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_namespace_is_served_only_to_members() {
+    use quichub_client::TrackMode;
+    use quichub_relay::cluster::{mqtt_namespace, MQTT_TRACK};
+
+    let h = Harness::start(&[]);
+    let reserved = FullTrackName {
+        namespace: mqtt_namespace("n1"),
+        name: MQTT_TRACK.into(),
+    };
+    let track = std::sync::Arc::new(h.relay.relay.new_track(reserved.clone()));
+    h.relay.relay.publish_track(track).unwrap();
+    let eve = broad_token(&h.key, "eve");
+    let member = broad_token(&h.key, "cluster");
+    within(async {
+        let publisher = h.client("moqt", &format!("/?jwt={eve}")).await.unwrap();
+        for (i, path) in [
+            format!("/?jwt={eve}&cluster=peer"),
+            format!("/?jwt={eve}"),
+            format!("/?jwt={member}"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let c = h.client("moqt", path).await.unwrap();
+            let (r, ..) = c
+                .subscribe_raw(reserved.clone(), Parameters::default())
+                .await
+                .unwrap();
+            assert_eq!(
+                error_code(&r),
+                Some(request_error::DOES_NOT_EXIST),
+                "{path}: {r:?}"
+            );
+            let fetch = c
+                .fetch(
+                    moqt::message::FetchKind::Standalone {
+                        track: reserved.clone(),
+                        start: moqt::Location::new(0, 0),
+                        end: moqt::Location::new(10, 0),
+                    },
+                    Parameters::default(),
+                )
+                .await;
+            let e = format!("{:#}", fetch.err().expect("FETCH refused"));
+            assert!(e.contains("DOES_NOT_EXIST"), "{path}: {e}");
+            // Asked for by name, the namespace is not announced either: the
+            // first NAMESPACE is one published after the request.
+            let mut all = c
+                .subscribe_namespace(TrackNamespace::default())
+                .await
+                .unwrap();
+            // (Its own session: prefixes of one session must not overlap.)
+            let c2 = h.client("moqt", path).await.unwrap();
+            let mut own = c2
+                .subscribe_namespace(TrackNamespace::from_path(".quichub"))
+                .await
+                .unwrap();
+            let pushed = c
+                .subscribe_tracks(TrackNamespace::default(), false)
+                .await
+                .unwrap();
+            let probe = format!("probe/{i}");
+            let _ns = publisher
+                .publish_namespace(TrackNamespace::from_path(&probe))
+                .await
+                .unwrap();
+            let _t = publisher
+                .create_track(FullTrackName::new(&probe, "t"), 1, TrackMode::Push)
+                .await
+                .unwrap();
+            loop {
+                match all.next().await {
+                    Some(Message::Namespace(ns)) => {
+                        assert_ne!(ns.fields()[0], ".quichub", "{path}");
+                        if ns == TrackNamespace::from_path(&probe) {
+                            break;
+                        }
+                    }
+                    other => panic!("{path}: {other:?}"),
+                }
+            }
+            // Pushed tracks until the probe (an earlier probe may come
+            // first): none of the relays' own.
+            loop {
+                let (name, _) = c.next_publish().await.unwrap();
+                assert_ne!(name.namespace.fields()[0], ".quichub", "{path}");
+                if name == FullTrackName::new(&probe, "t") {
+                    break;
+                }
+            }
+            drop(pushed);
+            let none = tokio::time::timeout(Duration::from_millis(200), own.next()).await;
+            assert!(none.is_err(), "{path}: {none:?}");
+            own.cancel();
+            all.cancel();
+        }
+        // The cluster's identity, as a peer: served.
+        let peer = h
+            .client("moqt", &format!("/?jwt={member}&cluster=peer"))
+            .await
+            .unwrap();
+        let (r, ..) = peer
+            .subscribe_raw(reserved.clone(), Parameters::default())
+            .await
+            .unwrap();
+        assert!(matches!(r, Message::SubscribeOk(_)), "{r:?}");
     })
     .await;
 }

@@ -401,3 +401,214 @@ fn tokens_made_by_moq_cli() {
     let forged = format!("{}.{rest}", ES_TOKEN.split_once('.').unwrap().0);
     assert!(auth.jwt(&forged, now()).is_err());
 }
+
+/// Every credential kind against every auth configuration, through the one
+/// model every listener uses (MQTT CONNECT: [`Auth::password_at`],
+/// [`Auth::certificate`], [`Auth::anonymous`]; MoQT and HTTP: [`Auth::jwt`],
+/// [`Auth::anonymous`]). Each cell is what the identity may do with the
+/// MQTT topics `anon/x` (read, write) and `secret/door` (read, write), as
+/// `RW` letters or `-`, or the refusal. The listeners' own tests
+/// (`e2e_auth_matrix`) check that each listener reaches these answers.
+#[test]
+fn credential_matrix() {
+    let dir = std::env::temp_dir().join(format!("quichub-auth-matrix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let g = generate(Algorithm::HS256, None).unwrap();
+    std::fs::write(dir.join("key.jwk"), g.private.to_string()).unwrap();
+    let key = Key::from_jwk(&g.private).unwrap();
+    std::fs::write(dir.join("passwd"), PASSWD).unwrap();
+    // anonymous clients read anon/#; alice reads and writes secret/#.
+    std::fs::write(
+        dir.join("acl"),
+        "topic read anon/#\nuser alice\ntopic readwrite secret/#\n",
+    )
+    .unwrap();
+    let good = token(
+        &key,
+        Claims {
+            sub: Some("alice".into()),
+            put: vec!["mqtt/secret".into()],
+            get: vec!["mqtt/secret".into()],
+            exp: Some(1_800_000_600),
+            ..Claims::default()
+        },
+    );
+    let expired = token(
+        &key,
+        Claims {
+            put: vec!["".into()],
+            get: vec!["".into()],
+            exp: Some(1_700_000_000),
+            ..Claims::default()
+        },
+    );
+    let other = generate(Algorithm::HS256, None).unwrap();
+    let forged = token(
+        &Key::from_jwk(&other.private).unwrap(),
+        Claims {
+            put: vec!["".into()],
+            get: vec!["".into()],
+            exp: Some(1_800_000_600),
+            ..Claims::default()
+        },
+    );
+    let rights = |r: Result<Identity, AuthError>| match r {
+        Err(e) => format!("refused:{}", e.reason()),
+        Ok(id) => [
+            (Access::Read, "anon/x"),
+            (Access::Write, "anon/x"),
+            (Access::Read, "secret/door"),
+            (Access::Write, "secret/door"),
+        ]
+        .iter()
+        .map(|&(a, t)| match (id.may_topic(a, t), a) {
+            (false, _) => '-',
+            (true, Access::Read) => 'R',
+            (true, Access::Write) => 'W',
+        })
+        .collect(),
+    };
+    type Configure = fn(&mut AuthConfig, &std::path::Path);
+    let configs: [(&str, Configure); 7] = [
+        ("nothing", |_, _| {}),
+        ("public", |c, _| c.public = vec!["mqtt/anon".into()]),
+        ("public_read", |c, _| {
+            c.public_read = vec!["mqtt/anon".into()]
+        }),
+        ("password_file", |c, d| {
+            c.password_file = Some(d.join("passwd"))
+        }),
+        ("keys", |c, d| c.key = Some(d.join("key.jwk"))),
+        ("acl", |c, d| c.acl_file = Some(d.join("acl"))),
+        ("not_anonymous", |c, _| c.allow_anonymous = Some(false)),
+    ];
+    // Columns: none, user name only, bad password, good password, bad JWT,
+    // expired JWT, good JWT (as an MQTT password), good JWT (MoQT/HTTP),
+    // client certificate (use_identity_as_username, CN alice).
+    let want: [(&str, [&str; 9]); 7] = [
+        ("nothing", ["RWRW"; 9]),
+        (
+            "public",
+            [
+                "RW--", "RW--", "RW--", "RW--", "RW--", "RW--", "RW--", "RW--", "RWRW",
+            ],
+        ),
+        (
+            "public_read",
+            [
+                "R---", "R---", "R---", "R---", "R---", "R---", "R---", "R---", "RWRW",
+            ],
+        ),
+        (
+            "password_file",
+            [
+                "refused:no_credentials",
+                "refused:bad_credentials",
+                "refused:bad_credentials",
+                "RWRW",
+                "refused:bad_credentials",
+                "refused:bad_credentials",
+                "refused:bad_credentials",
+                "refused:no_credentials",
+                "RWRW",
+            ],
+        ),
+        (
+            "keys",
+            [
+                "refused:no_credentials",
+                "refused:bad_credentials",
+                "refused:bad_credentials",
+                "refused:bad_credentials",
+                "refused:bad_signature",
+                "refused:expired",
+                "--RW",
+                "--RW",
+                "RWRW",
+            ],
+        ),
+        (
+            "acl",
+            [
+                "R---", "R---", "R---", "R---", "R---", "R---", "R---", "R---", "--RW",
+            ],
+        ),
+        (
+            "not_anonymous",
+            [
+                "refused:no_credentials",
+                "refused:bad_credentials",
+                "refused:bad_credentials",
+                "refused:bad_credentials",
+                "refused:bad_credentials",
+                "refused:bad_credentials",
+                "refused:bad_credentials",
+                "refused:no_credentials",
+                "RWRW",
+            ],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for ((name, configure), (want_name, want)) in configs.iter().zip(want) {
+        assert_eq!(*name, want_name);
+        let mut cfg = AuthConfig::default();
+        configure(&mut cfg, &dir);
+        let auth = Auth::load(&cfg).unwrap();
+        let got = [
+            rights(auth.anonymous("c1")),
+            rights(auth.password_at("mallory", b"", "c1", now())),
+            rights(auth.password_at("alice", b"wrong", "c1", now())),
+            rights(auth.password_at("alice", b"s3cret", "c1", now())),
+            rights(auth.password_at(JWT_USERNAME, forged.as_bytes(), "c1", now())),
+            rights(auth.password_at(JWT_USERNAME, expired.as_bytes(), "c1", now())),
+            rights(auth.password_at(JWT_USERNAME, good.as_bytes(), "c1", now())),
+            rights(auth.jwt(&good, now())),
+            rights(auth.certificate("alice", "c1")),
+        ];
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            if g != w {
+                failures.push(format!("{name} column {i}: got {g}, want {w}"));
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// MQTT clients never write `$SYS`; MoQT publishers under (`mqtt`) must not
+/// either, whatever they may do otherwise.
+#[test]
+fn no_one_writes_sys_over_moqt() {
+    let open = Auth::load(&AuthConfig::default()).unwrap();
+    let id = open.anonymous("c").unwrap();
+    assert!(id.unrestricted());
+    assert!(!id.may_track(
+        Access::Write,
+        &ns(&["mqtt", "$SYS", "broker"]),
+        Some(b"load")
+    ));
+    assert!(!id.may_track(Access::Write, &ns(&["mqtt"]), Some(b"$SYS")));
+    assert!(!id.may_prefix(Access::Write, &ns(&["mqtt", "$SYS"])));
+    assert!(!id.may_topic(Access::Write, "$SYS/broker/load"));
+    // Reading them, and writing anything else, is as before.
+    assert!(id.may_track(
+        Access::Read,
+        &ns(&["mqtt", "$SYS", "broker"]),
+        Some(b"load")
+    ));
+    assert!(id.may_track(Access::Write, &ns(&["mqtt", "sensors"]), Some(b"t")));
+    assert!(id.may_track(Access::Write, &ns(&["other", "$SYS"]), Some(b"t")));
+    let (fx, auth) = fixture("sys", false, |_| {});
+    let t = token(
+        &fx.key,
+        Claims {
+            put: vec!["mqtt".into()],
+            exp: Some(1_800_000_600),
+            ..Claims::default()
+        },
+    );
+    let id = auth.jwt(&t, now()).unwrap();
+    assert!(id.may_track(Access::Write, &ns(&["mqtt", "a"]), Some(b"b")));
+    assert!(!id.may_track(Access::Write, &ns(&["mqtt", "$SYS"]), Some(b"b")));
+    assert!(!id.may_prefix(Access::Write, &ns(&["mqtt", "$SYS", "x"])));
+}

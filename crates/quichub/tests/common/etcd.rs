@@ -37,6 +37,18 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// TLS for a test etcd: its certificate, the CA that signs it and the
+/// clients' certificates (`--client-cert-auth`), and the certificate the
+/// harness's own client presents.
+#[derive(Clone)]
+pub struct EtcdTlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
 /// One etcd member on loopback.
 pub struct Etcd {
     bin: PathBuf,
@@ -44,6 +56,10 @@ pub struct Etcd {
     pub client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    tls: Option<EtcdTlsFiles>,
+    /// The user and password the harness's client authenticates as, once
+    /// auth is on.
+    pub root: Option<(String, String)>,
 }
 
 impl Etcd {
@@ -55,9 +71,54 @@ impl Etcd {
             client_port: free_port(),
             peer_port: free_port(),
             child: None,
+            tls: None,
+            root: None,
         };
         e.spawn().await;
         e
+    }
+
+    /// Starts etcd serving clients over TLS only, each with a certificate
+    /// signed by `tls.ca`.
+    pub async fn start_tls(bin: PathBuf, tls: EtcdTlsFiles) -> Etcd {
+        let mut e = Etcd {
+            bin,
+            dir: tempfile::tempdir().unwrap(),
+            client_port: free_port(),
+            peer_port: free_port(),
+            child: None,
+            tls: Some(tls),
+            root: None,
+        };
+        e.spawn().await;
+        e
+    }
+
+    fn client_url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Turns etcd's auth on: `root` (all rights) with `root_password`, and
+    /// `user` with `password` and a role that may read and write `prefix`
+    /// only. The harness's client authenticates as root from now on.
+    pub async fn enable_auth(
+        &mut self,
+        root_password: &str,
+        user: &str,
+        password: &str,
+        prefix: &str,
+    ) {
+        let mut c = self.client().await.unwrap();
+        c.user_add("root", root_password, None).await.unwrap();
+        c.user_grant_role("root", "root").await.unwrap();
+        c.role_add("relays").await.unwrap();
+        let range = etcd_client::Permission::read_write(prefix).with_prefix();
+        c.role_grant_permission("relays", range).await.unwrap();
+        c.user_add(user, password, None).await.unwrap();
+        c.user_grant_role(user, "relays").await.unwrap();
+        c.auth_enable().await.unwrap();
+        self.root = Some(("root".into(), root_password.into()));
     }
 
     /// `etcd://127.0.0.1:PORT/PREFIX`.
@@ -66,9 +127,16 @@ impl Etcd {
     }
 
     async fn spawn(&mut self) {
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let client = self.client_url();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new(&self.bin)
+        let mut cmd = Command::new(&self.bin);
+        if let Some(t) = &self.tls {
+            cmd.arg(format!("--cert-file={}", t.cert.display()))
+                .arg(format!("--key-file={}", t.key.display()))
+                .arg(format!("--trusted-ca-file={}", t.ca.display()))
+                .arg("--client-cert-auth");
+        }
+        let child = cmd
             .arg("--name=quichub-test")
             .arg(format!(
                 "--data-dir={}",
@@ -117,11 +185,24 @@ impl Etcd {
 
     /// A client of it.
     pub async fn client(&self) -> Result<etcd_client::Client, etcd_client::Error> {
-        let o = etcd_client::ConnectOptions::new()
+        let mut o = etcd_client::ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
             .with_timeout(Duration::from_secs(2));
-        etcd_client::Client::connect([format!("http://127.0.0.1:{}", self.client_port)], Some(o))
-            .await
+        if let Some(t) = &self.tls {
+            let pem = |p: &PathBuf| std::fs::read(p).unwrap();
+            o = o.with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(pem(&t.ca)))
+                    .identity(etcd_client::Identity::from_pem(
+                        pem(&t.client_cert),
+                        pem(&t.client_key),
+                    )),
+            );
+        }
+        if let Some((user, password)) = &self.root {
+            o = o.with_user(user, password);
+        }
+        etcd_client::Client::connect([self.client_url()], Some(o)).await
     }
 
     /// Every key under `prefix`, as strings.
