@@ -8,7 +8,10 @@
 //! that publishes while not reading never deadlocks the broker; past
 //! [`MAX_WRITE_BUFFER`] unsent bytes the connection stops reading (the client
 //! is throttled by TCP) and stops taking deliveries (its queue in the broker
-//! fills and drops, counted).
+//! fills and drops, counted). A client over its publish rate or bandwidth
+//! ([`ConnConfig::publish_rate`], ...) is throttled the same way: its next
+//! PUBLISH stays unread until its tokens are back (as EMQX does), so nothing
+//! is lost and every transport's own flow control holds the client back.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -24,11 +27,12 @@ use quichub_mqtt::{
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use quichub_net::rate::TokenBucket;
 use quichub_net::tls::{ClientCertConfig, PeerCert};
 
 use crate::access::{self, ConnAuth};
 use crate::broker::{Broker, Delivery, Message, Outbox, Source, SubOptions};
-use crate::metrics::{DropReason, Transport};
+use crate::metrics::{DropReason, ThrottleReason, Transport};
 use crate::store::Durability;
 
 /// Unsent bytes past which the connection stops reading and taking deliveries.
@@ -48,6 +52,18 @@ pub struct ConnConfig {
     pub topic_alias_maximum: u16,
     /// Time allowed between the connection and its CONNECT.
     pub connect_timeout: Duration,
+    /// PUBLISH packets a client may send per second, after a burst of
+    /// `publish_burst`; 0: no limit.
+    pub publish_rate: u64,
+    /// PUBLISH packets a client may send at once (0: one second's worth).
+    pub publish_burst: u64,
+    /// Bytes of PUBLISH packets a client may send per second, after a burst
+    /// of `publish_bytes_burst`; 0: no limit.
+    pub publish_bytes_rate: u64,
+    /// Bytes of PUBLISH packets a client may send at once (0: one second's
+    /// worth). A packet larger than what is left passes, and the next waits
+    /// until the debt is repaid.
+    pub publish_bytes_burst: u64,
 }
 
 impl Default for ConnConfig {
@@ -57,9 +73,57 @@ impl Default for ConnConfig {
             receive_maximum: 1024,
             topic_alias_maximum: 64,
             connect_timeout: Duration::from_secs(10),
+            // No limit, as EMQX and mosquitto: any rate that bounded abuse
+            // would throttle `quichub bench-mqtt` publishers at saturation.
+            publish_rate: 0,
+            publish_burst: 0,
+            publish_bytes_rate: 0,
+            publish_bytes_burst: 0,
         }
     }
 }
+
+/// A connection's publish rate and bandwidth ([`ConnConfig::publish_rate`],
+/// [`ConnConfig::publish_bytes_rate`]).
+struct PublishLimits {
+    messages: Option<TokenBucket>,
+    bytes: Option<TokenBucket>,
+}
+
+impl PublishLimits {
+    fn new(cfg: &ConnConfig) -> Self {
+        let now = std::time::Instant::now();
+        Self {
+            messages: TokenBucket::new(cfg.publish_rate, cfg.publish_burst, now),
+            bytes: TokenBucket::new(cfg.publish_bytes_rate, cfg.publish_bytes_burst, now),
+        }
+    }
+
+    /// How long until the next PUBLISH may be read, and the limit it waits
+    /// for; `None`: now.
+    fn wait(&self, now: std::time::Instant) -> Option<(Duration, ThrottleReason)> {
+        let w = |b: &Option<TokenBucket>| b.as_ref().map_or(Duration::ZERO, |b| b.wait(now));
+        let (m, b) = (w(&self.messages), w(&self.bytes));
+        match (m.is_zero(), b.is_zero()) {
+            (true, true) => None,
+            _ if m >= b => Some((m, ThrottleReason::Messages)),
+            _ => Some((b, ThrottleReason::Bytes)),
+        }
+    }
+
+    /// A PUBLISH of `len` bytes was read.
+    fn take(&mut self, len: usize, now: std::time::Instant) {
+        if let Some(b) = &mut self.messages {
+            b.take(1, now);
+        }
+        if let Some(b) = &mut self.bytes {
+            b.take(len as u64, now);
+        }
+    }
+}
+
+/// MQTT's PUBLISH packet type, in the high nibble of a packet's first byte.
+const PUBLISH: u8 = 3;
 
 /// What the transport knows about an MQTT client: the transport (for the
 /// metrics) and its verified TLS client certificate with the listener's
@@ -579,6 +643,10 @@ where
     let max_in = cfg.max_packet_size as usize;
     let mut deadline = keep_alive.map(|k| tokio::time::Instant::now() + k);
     let mut eof = false;
+    let mut limits = PublishLimits::new(cfg);
+    // While set, a PUBLISH waits unread (in `inbuf` or the socket) for the
+    // client's tokens.
+    let mut throttled: Option<tokio::time::Instant> = None;
     // Reloads wake the loop, so an idle client whose credentials a reload
     // revoked is disconnected at once (reloads before this are caught by
     // the first `refresh`, which compares generations).
@@ -590,7 +658,25 @@ where
             tracing::debug!(client = %conn.client, "mqtt: credentials no longer accepted: {e}");
             return Err(ConnError::Refused(access::disconnect_code(&e)));
         }
-        while let Some(p) = decode(inbuf, Some(conn.version), max_in)? {
+        while throttled.is_none() {
+            // Packets are read in order: one held back holds back those
+            // behind it too, so only the client's own flow stalls.
+            let publish = inbuf.first().is_some_and(|b| b >> 4 == PUBLISH);
+            let now = std::time::Instant::now();
+            if publish {
+                if let Some((wait, why)) = limits.wait(now) {
+                    broker.metrics.count_throttled(why);
+                    throttled = Some(tokio::time::Instant::now() + wait);
+                    break;
+                }
+            }
+            let before = inbuf.len();
+            let Some(p) = decode(inbuf, Some(conn.version), max_in)? else {
+                break;
+            };
+            if matches!(p, Packet::Publish(_)) {
+                limits.take(before - inbuf.len(), now);
+            }
             if let Some(k) = keep_alive {
                 deadline = Some(tokio::time::Instant::now() + k);
             }
@@ -607,7 +693,8 @@ where
                 return Ok(end);
             }
         }
-        if eof {
+        // What a throttled client sent before it closed is still served.
+        if eof && throttled.is_none() {
             return Err(ConnError::Io(std::io::ErrorKind::UnexpectedEof.into()));
         }
         conn.flush_acks()?;
@@ -624,12 +711,20 @@ where
         };
         // A publisher whose acknowledgements wait on the disk is not read
         // further until they drain (bounds `acks` and the store's queue).
-        let can_read =
-            conn.out.len() < MAX_WRITE_BUFFER && conn.acks.len() < cfg.receive_maximum as usize;
+        let can_read = conn.out.len() < MAX_WRITE_BUFFER
+            && conn.acks.len() < cfg.receive_maximum as usize
+            && throttled.is_none();
         let can_take = conn.out.len() < MAX_WRITE_BUFFER / 4 && conn.pending.len() < MAX_BATCH;
+        // A throttled client is not idle: its keep alive waits too.
         let sleep = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
+            match (deadline, throttled) {
+                (Some(d), None) => tokio::time::sleep_until(d).await,
+                _ => std::future::pending().await,
+            }
+        };
+        let unthrottled = async {
+            match throttled {
+                Some(t) => tokio::time::sleep_until(t).await,
                 None => std::future::pending().await,
             }
         };
@@ -682,6 +777,12 @@ where
                 return Err(ConnError::Refused(code.unwrap_or(reason::SESSION_TAKEN_OVER)));
             }
             _ = synced => {}
+            () = unthrottled => {
+                throttled = None;
+                if let Some(k) = keep_alive {
+                    deadline = Some(tokio::time::Instant::now() + k);
+                }
+            }
             _ = sleep => return Err(ConnError::Timeout),
             _ = expired => {
                 tracing::debug!(client = %conn.client, "mqtt: credentials expired");

@@ -50,6 +50,29 @@ impl DropReason {
     }
 }
 
+/// Which limit held a client's PUBLISH back: the `limit` label of
+/// `quichub_mqtt_throttled_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThrottleReason {
+    /// `publish_rate`: PUBLISH packets per second.
+    Messages,
+    /// `publish_bytes_rate`: bytes of PUBLISH packets per second.
+    Bytes,
+}
+
+impl ThrottleReason {
+    /// Every reason, in the order of [`BrokerMetrics::throttled`].
+    pub const ALL: [ThrottleReason; 2] = [ThrottleReason::Messages, ThrottleReason::Bytes];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ThrottleReason::Messages => "messages",
+            ThrottleReason::Bytes => "bytes",
+        }
+    }
+}
+
 /// What an MQTT connection runs over: the `transport` label of the
 /// connection metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -106,6 +129,9 @@ pub struct BrokerMetrics {
     pub connections_total: [AtomicU64; 3],
     /// Most MQTT connections open at once since start.
     pub connections_max: AtomicU64,
+    /// Times a connection stopped reading its client's PUBLISHes until
+    /// its tokens were back, indexed as [`ThrottleReason::ALL`].
+    pub throttled: [AtomicU64; 2],
 }
 
 /// Counts one open MQTT connection while it lives (see
@@ -138,6 +164,16 @@ impl BrokerMetrics {
     pub(crate) fn count_drop(&self, reason: DropReason) {
         self.dropped.fetch_add(1, Relaxed);
         self.dropped_by[reason as usize].fetch_add(1, Relaxed);
+    }
+
+    /// A connection stopped reading for `reason`.
+    pub(crate) fn count_throttled(&self, reason: ThrottleReason) {
+        self.throttled[reason as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Times connections stopped reading for `reason`.
+    pub fn throttled(&self, reason: ThrottleReason) -> u64 {
+        self.throttled[reason as usize].load(Relaxed)
     }
 
     /// Deliveries dropped for `reason`.
@@ -205,6 +241,20 @@ impl BrokerMetrics {
                 "quichub_mqtt_messages_dropped_total",
                 &[("reason", r.label())],
                 self.dropped(r),
+            );
+        }
+        family(
+            &mut s,
+            "quichub_mqtt_throttled_total",
+            "counter",
+            "Times an MQTT connection stopped reading its client's PUBLISHes until the client was back within its publish_rate (messages) or publish_bytes_rate (bytes).",
+        );
+        for r in ThrottleReason::ALL {
+            sample(
+                &mut s,
+                "quichub_mqtt_throttled_total",
+                &[("limit", r.label())],
+                self.throttled(r),
             );
         }
         for (name, help, by) in [

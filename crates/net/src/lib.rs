@@ -23,6 +23,7 @@ pub mod legacy;
 pub mod metrics_http;
 pub mod mux;
 pub mod quic_config;
+pub mod rate;
 pub mod server;
 pub mod shard;
 pub mod tcp_limits;

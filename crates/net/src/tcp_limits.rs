@@ -213,7 +213,7 @@ struct Counts {
 
 /// The address a client is counted under: IPv4-mapped IPv6 as IPv4, other
 /// IPv6 by its /64 (one host usually holds a whole /64).
-fn ip_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn ip_key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
         v4 => v4,

@@ -27,6 +27,16 @@ pub struct Config {
     pub stream_header_timeout_ms: u64,
     /// Most open requests (subscriptions, fetches, namespaces...) per session.
     pub max_requests_per_session: usize,
+    /// Requests a session may make per second, every type (SUBSCRIBE,
+    /// FETCH, TRACK_STATUS, PUBLISH, PUBLISH_NAMESPACE, SUBSCRIBE_NAMESPACE,
+    /// SUBSCRIBE_TRACKS, REQUEST_UPDATE), after a burst of `request_burst`;
+    /// beyond it a new request gets REQUEST_ERROR EXCESSIVE_LOAD with a
+    /// Retry Interval, and a REQUEST_UPDATE waits its turn. 0: no limit.
+    /// Another relay of the cluster is not limited.
+    pub max_requests_per_second: u64,
+    /// Requests a session may make at once above `max_requests_per_second`
+    /// (0: one second's worth).
+    pub request_burst: u64,
     /// Most tracks the relay holds at once.
     pub max_tracks: usize,
     /// Largest object payload accepted, in bytes.
@@ -68,6 +78,13 @@ impl Default for Config {
             setup_timeout_ms: 10_000,
             stream_header_timeout_ms: 10_000,
             max_requests_per_session: 1_000,
+            // Far above a player's or a publisher's few requests a second,
+            // and a session may open all its `max_requests_per_session` at
+            // once (a client back after a reconnect); it still keeps one
+            // session from churning SUBSCRIBEs (each may cost an upstream
+            // one) as fast as it can send them.
+            max_requests_per_second: 1_000,
+            request_burst: 1_000,
             max_tracks: 100_000,
             max_object_size: 4 * 1024 * 1024,
             cache_bytes_per_track: 8 * 1024 * 1024,

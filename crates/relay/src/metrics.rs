@@ -18,6 +18,11 @@ pub struct Metrics {
     pub stream_header_timeouts: AtomicU64,
     /// Requests refused by the authorizer (REQUEST_ERROR).
     pub requests_unauthorized: AtomicU64,
+    /// Requests refused with EXCESSIVE_LOAD for the session's
+    /// `max_requests_per_second`.
+    pub requests_refused_rate: AtomicU64,
+    /// REQUEST_UPDATEs held back for the session's `max_requests_per_second`.
+    pub requests_delayed: AtomicU64,
     /// Sessions closed because their credentials expired.
     pub sessions_expired: AtomicU64,
     /// Sessions closed because a reload of the auth revoked their credentials.
@@ -280,6 +285,17 @@ impl Metrics {
                 s,
                 "quichub_legacy_sessions_total{{draft=\"{draft}\"}} {}",
                 self.legacy_sessions[i].load(Relaxed)
+            );
+        }
+        let _ = writeln!(s, "# HELP quichub_requests_rate_limited_total MoQT requests over their session's max_requests_per_second: refused (REQUEST_ERROR EXCESSIVE_LOAD) or, REQUEST_UPDATEs, delayed.\n# TYPE quichub_requests_rate_limited_total counter");
+        for (action, v) in [
+            ("refused", &self.requests_refused_rate),
+            ("delayed", &self.requests_delayed),
+        ] {
+            let _ = writeln!(
+                s,
+                "quichub_requests_rate_limited_total{{action=\"{action}\"}} {}",
+                v.load(Relaxed)
             );
         }
         let _ = writeln!(s, "# HELP quichub_protocol_violations_total Sessions closed for protocol violations.\n# TYPE quichub_protocol_violations_total counter");

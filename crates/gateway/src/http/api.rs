@@ -55,6 +55,12 @@ pub struct ApiConfig {
     /// (only when the message was persisted: retained, or queued for a
     /// persistent MQTT session).
     pub durable_timeout: Duration,
+    /// Publishes (`POST`) per second from one client address (IPv6: one
+    /// /64), after a burst of `publish_burst`: beyond it 429 (see
+    /// [`super::rate`]); 0: no limit.
+    pub publish_rate: u64,
+    /// Publishes one address may make at once (0: one second's worth).
+    pub publish_burst: u64,
     /// Origins (`scheme://host[:port]`) whose pages may make state-changing
     /// requests and WebSocket upgrades, besides the relay's own; `"*"`:
     /// any (see [`super::origin`]).
@@ -74,6 +80,11 @@ impl Default for ApiConfig {
             queue: 1_024,
             keepalive: Duration::from_secs(15),
             durable_timeout: Duration::from_secs(5),
+            // Far above what a device posts, or the tests and labs from
+            // loopback; a single host's flood is cut to it. Behind a
+            // reverse proxy every client is the proxy's address.
+            publish_rate: 1_000,
+            publish_burst: 1_000,
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
         }
@@ -153,6 +164,8 @@ pub struct Api {
     auth: Mutex<Arc<quichub_auth::SharedAuth>>,
     /// Which pages may use the API, and which names it answers for.
     origins: OriginPolicy,
+    /// Publishes per client address.
+    publish_rate: super::rate::PublishRate,
     /// Counters.
     pub metrics: ApiMetrics,
 }
@@ -180,6 +193,7 @@ impl Api {
         Arc::new(Self {
             broker,
             bridge,
+            publish_rate: super::rate::PublishRate::new(config.publish_rate, config.publish_burst),
             config,
             origins,
             topics: Mutex::default(),
@@ -247,6 +261,11 @@ impl Api {
             Ok(_) => 0,
         };
         screened
+    }
+
+    /// Publishes per client address, and those refused.
+    pub fn publish_rate(&self) -> &super::rate::PublishRate {
+        &self.publish_rate
     }
 
     /// The limits.
@@ -349,6 +368,11 @@ impl Api {
                 }
             }
             Route::Topic(topic) => {
+                if parts.method == Method::POST {
+                    if let Err(wait) = self.publish_rate.check(&parts.extensions) {
+                        return super::rate::too_many(wait);
+                    }
+                }
                 let access = match parts.method {
                     Method::GET | Method::HEAD => Access::Read,
                     Method::PUT | Method::DELETE | Method::POST => Access::Write,

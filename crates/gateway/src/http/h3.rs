@@ -37,13 +37,20 @@ pub fn early_ok(method: &Method) -> bool {
 /// request.
 pub async fn serve_h3(api: Arc<Api>, mut conn: Box<HttpConnection>, listener: Listener) {
     let handshake = conn.handshake().clone();
+    let peer = super::rate::ClientAddr(conn.conn().remote_address());
     while let Some(req) = conn.next().await {
-        tokio::spawn(handle(api.clone(), req, handshake.clone(), listener));
+        tokio::spawn(handle(api.clone(), req, handshake.clone(), listener, peer));
     }
 }
 
 /// Answers one request.
-async fn handle(api: Arc<Api>, mut req: Request, handshake: Handshake, listener: Listener) {
+async fn handle(
+    api: Arc<Api>,
+    mut req: Request,
+    handshake: Handshake,
+    listener: Listener,
+    peer: super::rate::ClientAddr,
+) {
     if req.early {
         if early_ok(&req.head.method) {
             api.metrics.early.fetch_add(1, Relaxed);
@@ -99,7 +106,8 @@ async fn handle(api: Arc<Api>, mut req: Request, handshake: Handshake, listener:
     let mut builder = HttpRequest::builder()
         .method(req.head.method.clone())
         .uri(req.head.path.as_str())
-        .extension(listener);
+        .extension(listener)
+        .extension(peer);
     if let Some(h) = builder.headers_mut() {
         *h = std::mem::take(&mut req.head.headers);
         // `:authority` is what the Host check reads (RFC 9114 §4.3.1: it

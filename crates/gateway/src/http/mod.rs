@@ -29,6 +29,7 @@
 //!   port, when [`Api::serve_websocket`] enables them.
 //! - [`origin`]: which web pages may use all of the above (`Origin`,
 //!   `Host` and CORS), on every transport.
+//! - [`rate`]: publishes per client address.
 //!
 //! The wire contract (routes, status codes, headers, framing) is documented
 //! in `docs/http-api.md`.
@@ -37,6 +38,7 @@ pub mod api;
 pub mod auth;
 pub mod h3;
 pub mod origin;
+pub mod rate;
 pub mod route;
 pub mod sse;
 pub mod tcp;

@@ -426,6 +426,7 @@ async fn serve_conn<S, G>(
                 }
             }
             req.extensions_mut().insert(listener);
+            req.extensions_mut().insert(super::rate::ClientAddr(peer));
             let in_flight = a.begin();
             let resp = handle(api, req, t.body).await;
             Ok::<_, Infallible>(resp.map(|mut b| {

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use moqt::error::request_error;
@@ -26,6 +26,7 @@ use moqt::session::{check_client_setup, make_setup, ControlState, RequestIds, Ro
 use moqt::{Location, SessionErrorCode, TrackNamespace};
 use quichub_net::alias::AliasTable;
 use quichub_net::io::{write_message, MessageReader, ReadError};
+use quichub_net::rate::TokenBucket;
 use quichub_net::server::Accepted;
 use quichub_net::Transport;
 use quichub_net::{RecvStream, SendStream, Session};
@@ -91,6 +92,8 @@ pub(crate) struct SessionHandle {
     /// Counted in `max_sessions` (SETUP arrived and was admitted).
     established: AtomicBool,
     open_requests: AtomicUsize,
+    /// `max_requests_per_second` (None: no limit).
+    request_rate: Mutex<Option<TokenBucket>>,
     subscriptions: Mutex<HashMap<u64, SubInfo>>,
     /// Tracks this session subscribes to (one subscription per track, §5.1).
     subscribed: Mutex<std::collections::HashSet<moqt::FullTrackName>>,
@@ -161,7 +164,7 @@ fn read_err(e: ReadError) -> SessionError {
 }
 
 impl SessionHandle {
-    fn new(id: u64, accepted: Accepted, role: Role) -> Self {
+    fn new(relay: &Relay, accepted: Accepted, role: Role) -> Self {
         let Accepted {
             session,
             transport,
@@ -169,8 +172,9 @@ impl SessionHandle {
             remote,
             ..
         } = accepted;
+        let c = &relay.config;
         Self {
-            id,
+            id: relay.next_id(),
             session,
             transport,
             remote,
@@ -184,6 +188,11 @@ impl SessionHandle {
             half_open: AtomicBool::new(false),
             established: AtomicBool::new(false),
             open_requests: AtomicUsize::new(0),
+            request_rate: Mutex::new(TokenBucket::new(
+                c.max_requests_per_second,
+                c.request_burst,
+                Instant::now(),
+            )),
             subscriptions: Mutex::default(),
             subscribed: Mutex::default(),
             ns_prefixes: Mutex::default(),
@@ -261,6 +270,37 @@ impl SessionHandle {
         self.cluster_peer.load(Relaxed) && crate::cluster::is_cluster_namespace(&track.namespace)
     }
 
+    /// Takes one of the session's requests per second, or says how long
+    /// until it has one. Another relay of the cluster asks on behalf of
+    /// all its own clients: it is not limited.
+    fn admit_request(&self) -> Result<(), Duration> {
+        if self.cluster_peer.load(Relaxed) {
+            return Ok(());
+        }
+        match self.request_rate.lock().expect("rate").as_mut() {
+            Some(b) => b.try_take(1, Instant::now()),
+            None => Ok(()),
+        }
+    }
+
+    /// A REQUEST_UPDATE counts as a request but waits for its turn rather
+    /// than being refused: a refused update ends the request it updates
+    /// (draft-18, REQUEST_UPDATE), which would punish a client for the
+    /// rate of its other requests.
+    async fn pace_update(&self, relay: &Relay) {
+        if self.cluster_peer.load(Relaxed) {
+            return;
+        }
+        let wait = match self.request_rate.lock().expect("rate").as_mut() {
+            Some(b) => b.take(1, Instant::now()),
+            None => return,
+        };
+        if !wait.is_zero() {
+            relay.metrics.requests_delayed.fetch_add(1, Relaxed);
+            tokio::time::sleep(wait).await;
+        }
+    }
+
     fn next_request_id(&self) -> u64 {
         self.request_ids.lock().expect("ids").next()
     }
@@ -329,7 +369,7 @@ impl Peer for SessionHandle {
 /// Serves one accepted session until it closes.
 pub(crate) async fn serve(relay: Arc<Relay>, accepted: Accepted) {
     let session = accepted.session.clone();
-    let handle = Arc::new(SessionHandle::new(relay.next_id(), accepted, Role::Server));
+    let handle = Arc::new(SessionHandle::new(&relay, accepted, Role::Server));
     // A full relay says so before its SETUP, so the client's connect fails
     // (checked again when the client's SETUP arrives).
     if relay.sessions_full() {
@@ -380,7 +420,7 @@ pub(crate) async fn serve_origin(
     label: String,
 ) -> OriginEnd {
     let session = accepted.session.clone();
-    let mut handle = SessionHandle::new(relay.next_id(), accepted, Role::Client);
+    let mut handle = SessionHandle::new(&relay, accepted, Role::Client);
     if handle.transport == Transport::Quic {
         handle.setup_target = Some(target);
     }
@@ -776,6 +816,20 @@ async fn on_request(
     h.wait_setup().await;
     if let Some(id) = first.request_id() {
         h.request_ids.lock().expect("ids").accept_peer(id)?;
+    }
+    if let Err(wait) = h.admit_request() {
+        relay.metrics.requests_refused_rate.fetch_add(1, Relaxed);
+        let m = Message::RequestError(RequestError {
+            code: request_error::EXCESSIVE_LOAD,
+            // When a request would be admitted, in milliseconds plus one
+            // (0 would say never).
+            retry_interval: wait.as_nanos().div_ceil(1_000_000) as u64 + 1,
+            reason: Bytes::from_static(b"too many requests per second"),
+            redirect: None,
+        });
+        let _ = write_message(&mut send, &m).await;
+        let _ = send.finish();
+        return Ok(());
     }
     if h.open_requests.fetch_add(1, Relaxed) >= relay.config.max_requests_per_session {
         h.open_requests.fetch_sub(1, Relaxed);

@@ -60,6 +60,7 @@ pub(super) async fn on_publish_namespace(
     let result = loop {
         match reader.next().await {
             Ok(Message::RequestUpdate(u)) => {
+                h.pace_update(relay).await;
                 if let Err(e) = ack_update(h, &mut send, &u).await {
                     break Err(e);
                 }
@@ -261,6 +262,7 @@ pub(super) async fn on_subscribe_namespace(
                 }
                 msg = reader.next() => match msg {
                     Ok(Message::RequestUpdate(u)) => {
+                        h.pace_update(relay).await;
                         match update_prefix(h, &mut send, u, &h.ns_prefixes, m.request_id, false).await? {
                             PrefixUpdate::Same => {}
                             PrefixUpdate::Refused => return Ok(()),
@@ -385,6 +387,7 @@ pub(super) async fn on_subscribe_tracks(
             },
             msg = reader.next() => match msg {
                 Ok(Message::RequestUpdate(u)) => {
+                    h.pace_update(relay).await;
                     match update_prefix(h, &mut send, u, &h.track_prefixes, m.request_id, true).await? {
                         PrefixUpdate::Same => {}
                         PrefixUpdate::Refused => break Ok(()),

@@ -232,6 +232,9 @@ pub(super) async fn serve_subscription(
 
             m = next => match m {
                 Ok(Message::RequestUpdate(u)) => {
+                    // Delivery waits with it: only a client updating
+                    // faster than its rate waits long.
+                    h.pace_update(relay).await;
                     if let Err(e) = h.request_ids.lock().expect("ids").accept_peer(u.request_id) {
                         cleanup(relay, h, request_id);
                         return Err(e);
