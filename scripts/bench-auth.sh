@@ -40,7 +40,7 @@ TOKEN="$("$BIN" token sign --key "$DIR/bench.jwk" --root bench --put "" --get ""
 run() {
 	local label="$1"
 	shift
-	QUICHUB_THREADS=1 taskset -c 0 "$BIN" relay --bind "127.0.0.1:$PORT" --metrics off --mqtt off \
+	QUICHUB_THREADS=1 taskset -c 0 "$BIN" relay --config contrib/bench-relay.toml --bind "127.0.0.1:$PORT" --metrics off --mqtt off \
 		--http off --data-dir off "$@" >"$DIR/relay-$label.log" 2>&1 &
 	RELAY=$!
 	sleep 1

@@ -56,8 +56,8 @@ pub struct ClusterSection {
     /// upstream SUBSCRIBE per track however many subscribers it has here.
     pub origins: Vec<OriginSection>,
     /// The registry of the cluster this relay is one of:
-    /// `etcd://host:port[,host:port…][/prefix]`, or `file:PATH` (a fixed
-    /// list of relays); empty: no cluster.
+    /// `etcd://host:port[,host:port…][/prefix]` (`etcds://` over TLS), or
+    /// `file:PATH` (a fixed list of relays); empty: no cluster.
     pub registry: String,
     /// Where the other relays reach this one (`moqt://host:port/` or
     /// `https://host:port/`); empty: `moqt://` and `quic.bind`, when that is
@@ -75,6 +75,24 @@ pub struct ClusterSection {
     /// relay registers its certificate's SHA-256 and the others pin it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca: Option<PathBuf>,
+    /// PEM file of the CAs that sign etcd's certificate: TLS to etcd
+    /// (`etcds://` without it checks against the system's CAs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd_ca: Option<PathBuf>,
+    /// PEM file of this relay's client certificate for etcd (with
+    /// `etcd_key`; etcd's `--client-cert-auth`): TLS to etcd.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd_cert: Option<PathBuf>,
+    /// PEM file of `etcd_cert`'s private key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd_key: Option<PathBuf>,
+    /// The etcd user this relay authenticates as (with
+    /// `etcd_password_file`); empty: none.
+    pub etcd_user: String,
+    /// A file holding `etcd_user`'s password (its first line), kept out of
+    /// the configuration so that printing or sharing it shows no secret.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd_password_file: Option<PathBuf>,
 }
 
 impl Default for ClusterSection {
@@ -87,11 +105,57 @@ impl Default for ClusterSection {
             lease_ttl_s: 10,
             token: String::new(),
             ca: None,
+            etcd_ca: None,
+            etcd_cert: None,
+            etcd_key: None,
+            etcd_user: String::new(),
+            etcd_password_file: None,
         }
     }
 }
 
 impl ClusterSection {
+    /// How to reach the etcd of `registry` (an `etcd://` or `etcds://`
+    /// one): its URL with TLS and the user's password (read from its file)
+    /// as configured.
+    pub fn etcd_options(&self) -> anyhow::Result<quichub_cluster::etcd::EtcdOptions> {
+        use quichub_cluster::etcd::{EtcdOptions, EtcdTls, EtcdUser};
+        let mut o = EtcdOptions::from_url(
+            &self.registry,
+            std::time::Duration::from_secs(self.lease_ttl_s),
+        )
+        .context("cluster.registry / cluster.lease_ttl_s")?;
+        let identity = match (&self.etcd_cert, &self.etcd_key) {
+            (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+            (None, None) => None,
+            _ => anyhow::bail!("cluster.etcd_cert and cluster.etcd_key: both or neither"),
+        };
+        if self.etcd_ca.is_some() || identity.is_some() {
+            let ca = self.etcd_ca.clone();
+            // etcds:// alone checks against the system's CAs.
+            o = o.with_tls(EtcdTls { ca, identity });
+        }
+        match (self.etcd_user.is_empty(), &self.etcd_password_file) {
+            (true, None) => {}
+            (false, Some(f)) => {
+                let text = std::fs::read_to_string(f)
+                    .with_context(|| format!("cluster.etcd_password_file {}", f.display()))?;
+                let password = text.lines().next().unwrap_or("").to_string();
+                anyhow::ensure!(
+                    !password.is_empty(),
+                    "cluster.etcd_password_file {}: empty",
+                    f.display()
+                );
+                o = o.with_user(EtcdUser {
+                    name: self.etcd_user.clone(),
+                    password,
+                });
+            }
+            _ => anyhow::bail!("cluster.etcd_user and cluster.etcd_password_file: both or neither"),
+        }
+        Ok(o)
+    }
+
     /// `node_url`, or `moqt://` with the QUIC address when that is a
     /// specific one.
     pub fn node_url(&self, quic: SocketAddr) -> anyhow::Result<String> {
@@ -268,6 +332,17 @@ pub struct MqttSection {
     pub topic_alias_maximum: u16,
     /// Time allowed between a connection and its CONNECT, milliseconds.
     pub connect_timeout_ms: u64,
+    /// PUBLISH packets per second per connection, after `publish_burst`
+    /// (more wait unread); 0: no limit.
+    pub publish_rate: u64,
+    /// PUBLISH packets a connection may send at once (0: one second's worth).
+    pub publish_burst: u64,
+    /// Bytes of PUBLISH packets per second per connection, after
+    /// `publish_bytes_burst`; 0: no limit.
+    pub publish_bytes_rate: u64,
+    /// Bytes of PUBLISH packets a connection may send at once (0: one
+    /// second's worth).
+    pub publish_bytes_burst: u64,
     /// The broker's limits.
     #[serde(flatten)]
     pub broker: BrokerConfig,
@@ -286,6 +361,10 @@ impl Default for MqttSection {
             receive_maximum: c.receive_maximum,
             topic_alias_maximum: c.topic_alias_maximum,
             connect_timeout_ms: duration_ms(c.connect_timeout),
+            publish_rate: c.publish_rate,
+            publish_burst: c.publish_burst,
+            publish_bytes_rate: c.publish_bytes_rate,
+            publish_bytes_burst: c.publish_bytes_burst,
             broker: BrokerConfig::default(),
             unknown: toml::Table::new(),
         }
@@ -300,6 +379,10 @@ impl MqttSection {
             receive_maximum: self.receive_maximum,
             topic_alias_maximum: self.topic_alias_maximum,
             connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+            publish_rate: self.publish_rate,
+            publish_burst: self.publish_burst,
+            publish_bytes_rate: self.publish_bytes_rate,
+            publish_bytes_burst: self.publish_bytes_burst,
         }
     }
 
@@ -309,6 +392,10 @@ impl MqttSection {
         self.receive_maximum = c.receive_maximum;
         self.topic_alias_maximum = c.topic_alias_maximum;
         self.connect_timeout_ms = duration_ms(c.connect_timeout);
+        self.publish_rate = c.publish_rate;
+        self.publish_burst = c.publish_burst;
+        self.publish_bytes_rate = c.publish_bytes_rate;
+        self.publish_bytes_burst = c.publish_bytes_burst;
     }
 }
 
@@ -339,10 +426,23 @@ pub struct HttpSection {
     /// Longest wait for the broker's durable store before a `POST` of a
     /// persisted message answers, milliseconds.
     pub durable_timeout_ms: u64,
+    /// Publishes (`POST`) per second per client address, after
+    /// `publish_burst` (more get 429); 0: no limit.
+    pub publish_rate: u64,
+    /// Publishes one address may make at once (0: one second's worth).
+    pub publish_burst: u64,
     /// MoQT over WebSocket (QMux, subprotocol `qmux-01.moqt-18`) on this
     /// port: an upgrade on any path is a relay session, for browsers
     /// without WebTransport and networks that block UDP.
     pub websocket: bool,
+    /// Origins (`scheme://host[:port]`) whose web pages may make
+    /// state-changing requests and WebSocket upgrades here, besides the
+    /// relay's own (the pages it serves itself); `"*"`: any page of any
+    /// site (dangerous on an open relay).
+    pub allowed_origins: Vec<String>,
+    /// Host names a loopback listener answers for besides loopback
+    /// addresses and `localhost` (DNS rebinding); `"*"`: any.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for HttpSection {
@@ -357,7 +457,11 @@ impl Default for HttpSection {
             queue: 0,
             keepalive_ms: 0,
             durable_timeout_ms: 0,
+            publish_rate: 0,
+            publish_burst: 0,
             websocket: true,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
         };
         s.set_api_config(&quichub_gateway::http::ApiConfig::default());
         s
@@ -365,9 +469,29 @@ impl Default for HttpSection {
 }
 
 impl HttpSection {
-    /// The API's limits.
-    pub fn api_config(&self) -> quichub_gateway::http::ApiConfig {
-        quichub_gateway::http::ApiConfig {
+    /// The API's limits and allowed origins and hosts; an entry of
+    /// `allowed_origins` or `allowed_hosts` that is not one is an error.
+    pub fn api_config(&self) -> anyhow::Result<quichub_gateway::http::ApiConfig> {
+        use quichub_gateway::http::origin::{normalize_host, normalize_origin};
+        let allowed_origins = self
+            .allowed_origins
+            .iter()
+            .map(|o| {
+                normalize_origin(o).with_context(|| {
+                    format!("http.allowed_origins: {o:?} is not an origin: scheme://host[:port] (no path), or \"*\"")
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let allowed_hosts = self
+            .allowed_hosts
+            .iter()
+            .map(|h| {
+                normalize_host(h).with_context(|| {
+                    format!("http.allowed_hosts: {h:?} is not a host name or IP address (no port), or \"*\"")
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(quichub_gateway::http::ApiConfig {
             max_body: self.max_body,
             max_topics: self.max_topics,
             max_subscribers: self.max_subscribers,
@@ -375,10 +499,14 @@ impl HttpSection {
             queue: self.queue,
             keepalive: Duration::from_millis(self.keepalive_ms),
             durable_timeout: Duration::from_millis(self.durable_timeout_ms),
-        }
+            publish_rate: self.publish_rate,
+            publish_burst: self.publish_burst,
+            allowed_origins,
+            allowed_hosts,
+        })
     }
 
-    /// Sets the API's limits from `c`.
+    /// Sets the API's limits, allowed origins and hosts from `c`.
     pub fn set_api_config(&mut self, c: &quichub_gateway::http::ApiConfig) {
         self.max_body = c.max_body;
         self.max_topics = c.max_topics;
@@ -387,6 +515,10 @@ impl HttpSection {
         self.queue = c.queue;
         self.keepalive_ms = duration_ms(c.keepalive);
         self.durable_timeout_ms = duration_ms(c.durable_timeout);
+        self.publish_rate = c.publish_rate;
+        self.publish_burst = c.publish_burst;
+        self.allowed_origins = c.allowed_origins.clone();
+        self.allowed_hosts = c.allowed_hosts.clone();
     }
 }
 
@@ -405,7 +537,10 @@ pub struct TlsSection {
     /// TLS and over QUIC).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_ca: Option<PathBuf>,
-    /// Refuse MQTT clients without a certificate signed by `client_ca`.
+    /// Refuse clients without a certificate signed by `client_ca` on every
+    /// listener that can carry one: the QUIC port (MQTT over QUIC, MoQT,
+    /// WebTransport, HTTP/3), MQTT over TLS and HTTPS. Plain MQTT/TCP and
+    /// HTTP cannot, and stay on loopback unless `[auth]` protects them.
     pub require_certificate: bool,
     /// The client certificate's Common Name is the MQTT user name.
     pub use_identity_as_username: bool,
@@ -581,17 +716,24 @@ impl Config {
         }
         let c = &self.cluster;
         if !c.registry.is_empty() {
+            let etcd = c.registry.starts_with("etcd://") || c.registry.starts_with("etcds://");
             anyhow::ensure!(
-                c.registry.starts_with("etcd://") || c.registry.starts_with("file:"),
-                "cluster.registry {:?}: etcd://host:port[/prefix] or file:PATH",
-                c.registry
+                etcd || c.registry.starts_with("file:"),
+                "cluster.registry {}: etcd://host:port[/prefix], etcds://… or file:PATH",
+                quichub_relay::origin::redact(&c.registry)
             );
-            if c.registry.starts_with("etcd://") {
-                quichub_cluster::etcd::EtcdOptions::from_url(
-                    &c.registry,
-                    std::time::Duration::from_secs(c.lease_ttl_s),
-                )
-                .context("cluster.registry / cluster.lease_ttl_s")?;
+            if etcd {
+                c.etcd_options()?;
+            } else {
+                let etcd_keys = c.etcd_ca.is_some()
+                    || c.etcd_cert.is_some()
+                    || c.etcd_key.is_some()
+                    || !c.etcd_user.is_empty()
+                    || c.etcd_password_file.is_some();
+                anyhow::ensure!(
+                    !etcd_keys,
+                    "cluster.etcd_*: for an etcd:// or etcds:// registry only"
+                );
             }
             if !c.node_url.is_empty() {
                 c.node_url("127.0.0.1:1".parse().expect("address"))?;
@@ -646,48 +788,68 @@ impl Config {
     /// mosquitto 2's safe default: with no authentication configured,
     /// clients are served only on loopback addresses. A client listener on
     /// any other address needs `[auth]` (keys, password or ACL file, public
-    /// prefixes), required client certificates, or an explicit
-    /// `auth.allow_anonymous = true`.
-    fn check_exposure(&self) -> anyhow::Result<()> {
+    /// prefixes), or an explicit `auth.allow_anonymous = true` (the open
+    /// mode: no authentication at all). `tls.require_certificate` counts
+    /// only for listeners that carry a client certificate (the QUIC port:
+    /// MQTT over QUIC, MoQT, WebTransport, HTTP/3; MQTT over TLS; HTTPS):
+    /// plain MQTT/TCP and plain HTTP (API, WebSocket MoQT) cannot, so they
+    /// stay on loopback unless `[auth]` protects them.
+    pub(crate) fn check_exposure(&self) -> anyhow::Result<()> {
         let a = &self.auth;
-        let authenticated = a.configured()
-            || !a.public.is_empty()
-            || !a.public_read.is_empty()
-            || self.tls.require_certificate;
+        let authenticated = a.configured() || !a.public.is_empty() || !a.public_read.is_empty();
         if authenticated || a.allow_anonymous == Some(true) {
             return Ok(());
         }
+        // (key, address, whether a client certificate can be asked for)
         let listeners = [
-            ("quic.bind (--bind)", Some(self.quic.bind_addr()?)),
+            ("quic.bind (--bind)", Some(self.quic.bind_addr()?), true),
             (
                 "mqtt.tcp (--mqtt)",
                 listen_addr("mqtt.tcp", &self.mqtt.tcp)?,
+                false,
             ),
             (
                 "mqtt.tls (--mqtt-tls)",
                 listen_addr("mqtt.tls", &self.mqtt.tls)?,
+                true,
             ),
             (
                 "http.address (--http)",
                 listen_addr("http.address", &self.http.address)?,
+                false,
             ),
             (
                 "http.tls (--https)",
                 listen_addr("http.tls", &self.http.tls)?,
+                true,
             ),
         ];
-        for (key, addr) in listeners {
-            if let Some(addr) = addr.filter(|a| !a.ip().is_loopback()) {
+        for (key, addr, carries_certificate) in listeners {
+            let Some(addr) = addr.filter(|a| !a.ip().is_loopback()) else {
+                continue;
+            };
+            if carries_certificate && self.tls.require_certificate {
+                continue;
+            }
+            if self.tls.require_certificate {
                 anyhow::bail!(
-                    "{key} = {addr} is not a loopback address and no authentication is \
-                     configured, so anyone who reaches it could publish and subscribe to \
-                     everything. Configure [auth] (key, key_dir or jwks for JWTs; \
-                     password_file and acl_file as mosquitto's; public prefixes; or the \
-                     flags --auth-key, --password-file, --acl-file, --public), or set \
-                     auth.allow_anonymous = true (--allow-anonymous) to serve anonymous \
-                     clients on the network deliberately (docs/auth.md)"
+                    "{key} = {addr} is not a loopback address and is plain TCP, which cannot \
+                     carry the client certificate tls.require_certificate asks for, and no \
+                     [auth] is configured, so anyone who reaches it could publish and \
+                     subscribe to everything. Put it on loopback or off, or configure [auth] \
+                     (docs/auth.md)"
                 );
             }
+            anyhow::bail!(
+                "{key} = {addr} is not a loopback address and no authentication is \
+                 configured, so anyone who reaches it could publish and subscribe to \
+                 everything. Configure [auth] (key, key_dir or jwks for JWTs; \
+                 password_file and acl_file as mosquitto's; public prefixes; or the \
+                 flags --auth-key, --password-file, --acl-file, --public), require client \
+                 certificates on TLS listeners (tls.require_certificate), or set \
+                 auth.allow_anonymous = true (--allow-anonymous) to serve everything to \
+                 anyone on the network deliberately (docs/auth.md)"
+            );
         }
         Ok(())
     }
@@ -837,11 +999,32 @@ mod tests {
         assert_eq!(c.mqtt.broker.max_queued, 5);
         assert_eq!(c.mqtt.conn_config().receive_maximum, 9);
         assert_eq!(c.mqtt.tcp, "off");
-        assert_eq!(c.http.api_config().max_body, 10);
+        assert_eq!(c.http.api_config().unwrap().max_body, 10);
         assert_eq!(c.tcp.max_connections_per_ip, 3);
         assert_eq!(c.store.fsync, FsyncPolicy::Never);
         assert_eq!(c.store.dir(), None);
         assert_eq!(Config::parse("", "t").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn http_allowed_origins_and_hosts_are_checked_and_normalized() {
+        let text = "[http]\nallowed_origins = [\"https://App.Example:443/\", \"*\"]\n\
+                    allowed_hosts = [\"Relay.LAN.\", \"::1\"]\n";
+        let c = Config::parse(text, "t").unwrap().http.api_config().unwrap();
+        assert_eq!(c.allowed_origins, ["https://app.example", "*"]);
+        assert_eq!(c.allowed_hosts, ["relay.lan", "[::1]"]);
+        for (key, bad) in [
+            ("allowed_origins", "https://app.example/path"),
+            ("allowed_origins", "app.example"),
+            ("allowed_origins", "null"),
+            ("allowed_hosts", "relay.lan:8080"),
+            ("allowed_hosts", "http://relay.lan"),
+        ] {
+            let text = format!("[http]\n{key} = [{bad:?}]\n");
+            let e = Config::parse(&text, "t").unwrap().http.api_config();
+            let e = e.unwrap_err().to_string();
+            assert!(e.contains(&format!("http.{key}")) && e.contains(bad), "{e}");
+        }
     }
 
     #[test]
@@ -877,6 +1060,31 @@ mod tests {
             .unwrap()
             .check_exposure()
             .unwrap();
+    }
+
+    /// tls.require_certificate protects the listeners that carry a client
+    /// certificate; plain TCP ones exposed with it alone are refused.
+    #[test]
+    fn required_certificates_cover_only_tls_listeners() {
+        let check = |listeners: &str| {
+            let text = format!(
+                "{listeners}[tls]\nclient_ca = \"/etc/ca.pem\"\nrequire_certificate = true\n"
+            );
+            Config::parse(&text, "t").unwrap().check_exposure()
+        };
+        check("[quic]\nbind = \"0.0.0.0:4443\"\n").unwrap();
+        check("[mqtt]\ntls = \"0.0.0.0:8883\"\n").unwrap();
+        check("[http]\ntls = \"0.0.0.0:8443\"\n").unwrap();
+        for (listeners, key) in [
+            ("[mqtt]\ntcp = \"0.0.0.0:1883\"\n", "mqtt.tcp"),
+            ("[http]\naddress = \"0.0.0.0:8080\"\n", "http.address"),
+        ] {
+            let e = check(listeners).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("plain TCP"), "{e}");
+        }
+        // With [auth] the plain listeners are protected by it.
+        let text = "[mqtt]\ntcp = \"0.0.0.0:1883\"\n[auth]\npassword_file = \"/p\"\n";
+        Config::parse(text, "t").unwrap().check_exposure().unwrap();
     }
 
     #[test]
@@ -922,6 +1130,38 @@ mod tests {
         assert!(e.starts_with("t.toml:1:"), "{e}");
         let e = err("[quic]\ncongestion_control = \"fast\"\n");
         assert!(e.starts_with("t.toml:2:22:"), "{e}");
+    }
+
+    /// The per-client rate limits of each protocol reach what enforces them.
+    #[test]
+    fn rate_limits_reach_their_listeners() {
+        let c = Config::parse(
+            "[relay]\nmax_requests_per_second = 7\nrequest_burst = 9\n\
+             [mqtt]\npublish_rate = 5\npublish_burst = 6\npublish_bytes_rate = 1000\npublish_bytes_burst = 2000\n\
+             [http]\npublish_rate = 3\npublish_burst = 4\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.relay.max_requests_per_second, c.relay.request_burst),
+            (7, 9)
+        );
+        let m = c.mqtt.conn_config();
+        assert_eq!(
+            (
+                m.publish_rate,
+                m.publish_burst,
+                m.publish_bytes_rate,
+                m.publish_bytes_burst
+            ),
+            (5, 6, 1000, 2000)
+        );
+        let h = c.http.api_config().unwrap();
+        assert_eq!((h.publish_rate, h.publish_burst), (3, 4));
+        let d = Config::default();
+        assert_eq!(d.mqtt.conn_config().publish_rate, 0);
+        assert_eq!(d.http.api_config().unwrap().publish_rate, 1000);
+        assert_eq!(d.relay.max_requests_per_second, 1000);
     }
 
     #[test]
@@ -1069,6 +1309,57 @@ mod tests {
         assert!(want.contains(&"quic.max_handshakes".to_string()));
     }
 
+    /// etcd's TLS and user: keys that go together, the password read from
+    /// its file (never shown), TLS implied by a CA or a client certificate.
+    #[test]
+    fn etcd_security_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret\nignored\n").unwrap();
+        let parse = |extra: &str| {
+            let text = format!(
+                "[cluster]\nregistry = \"etcd://10.0.0.9:2379/q\"\nnode_url = \"moqt://10.0.0.1:4443/\"\n{extra}"
+            );
+            Config::parse(&text, "t").unwrap()
+        };
+        let c = parse(&format!(
+            "etcd_user = \"relay\"\netcd_password_file = {:?}\netcd_ca = \"/etc/ca.pem\"\n",
+            pw.display().to_string()
+        ));
+        c.validate().unwrap();
+        let o = c.cluster.etcd_options().unwrap();
+        assert_eq!(o.endpoints, ["https://10.0.0.9:2379"]);
+        let user = o.user.as_ref().unwrap();
+        assert_eq!(
+            (user.name.as_str(), user.password.as_str()),
+            ("relay", "s3cret")
+        );
+        assert!(!format!("{o:?}{c:?}").contains("s3cret"));
+        // The password file alone, or the user alone, is a mistake.
+        let e = parse("etcd_user = \"relay\"\n").validate().unwrap_err();
+        assert!(format!("{e:#}").contains("etcd_password_file"), "{e:#}");
+        let e = parse("etcd_cert = \"/c.pem\"\n").validate().unwrap_err();
+        assert!(format!("{e:#}").contains("etcd_key"), "{e:#}");
+        std::fs::write(&pw, "\n").unwrap();
+        let e = parse(&format!(
+            "etcd_user = \"relay\"\netcd_password_file = {:?}\n",
+            pw.display().to_string()
+        ))
+        .validate()
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("empty"), "{e:#}");
+        // etcds:// alone is TLS against the system's CAs.
+        let mut c = parse("");
+        c.cluster.registry = "etcds://10.0.0.9:2379".into();
+        let o = c.cluster.etcd_options().unwrap();
+        assert_eq!(o.endpoints, ["https://10.0.0.9:2379"]);
+        assert!(o.tls.unwrap().ca.is_none());
+        // Not with a file registry.
+        let mut c = parse("etcd_ca = \"/etc/ca.pem\"\n");
+        c.cluster.registry = "file:/etc/cluster.toml".into();
+        assert!(c.validate().is_err());
+    }
+
     /// A `[quic]` section without `endpoints` keeps the relay's default (one
     /// per CPU), not the library's (serde fills flattened keys from it).
     #[test]
@@ -1096,6 +1387,10 @@ mod tests {
             ("auth", "password_file"),
             ("auth", "acl_file"),
             ("auth", "allow_anonymous"),
+            ("cluster", "etcd_ca"),
+            ("cluster", "etcd_cert"),
+            ("cluster", "etcd_key"),
+            ("cluster", "etcd_password_file"),
         ];
         let mut missing = Vec::new();
         for (section, v) in &table {

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -58,6 +59,7 @@ pub struct Hub {
     metrics: Option<SocketAddr>,
     auth: Arc<RwLock<AuthConfig>>,
     shared_auth: Arc<SharedAuth>,
+    reloads: Arc<crate::metrics::Reloads>,
     cluster: Option<Arc<quichub_cluster::member::Membership>>,
     mqtt_link: Option<Arc<quichub_gateway::cluster::Link>>,
 }
@@ -116,7 +118,11 @@ impl Hub {
         let auth = SharedAuth::new(Auth::load(&config.auth).context("[auth]")?);
         let relay = Relay::with_authorizer(
             config.relay.clone(),
-            TokenAuthorizer::new(auth.clone(), config.auth.max_token_cache),
+            TokenAuthorizer::for_cluster(
+                auth.clone(),
+                config.auth.max_token_cache,
+                &config.cluster.token,
+            ),
         );
         let mqtt_addr = listen_addr("mqtt.tcp", &config.mqtt.tcp)?;
         let broker = match (&mqtt_addr, &data_dir) {
@@ -313,7 +319,18 @@ impl Hub {
         };
         let https = match https_addr {
             Some(a) => {
-                let tls = quichub_net::tls::tcp_server_config(&identity, &[b"h2", b"http/1.1"])?;
+                // Browsers ask their user to pick a certificate whenever a
+                // server asks for one, so the HTTPS port asks only when
+                // `require_certificate` makes it a must.
+                let asked = match clients.require_certificate {
+                    true => (*clients).clone(),
+                    false => ClientCertConfig::default(),
+                };
+                let tls = quichub_net::tls::tcp_server_config_with_clients(
+                    &identity,
+                    &[b"h2", b"http/1.1"],
+                    &asked,
+                )?;
                 Some(
                     quichub_gateway::http::tcp::spawn_tls_with(
                         a,
@@ -330,6 +347,7 @@ impl Hub {
             }
             None => None,
         };
+        let reloads = Arc::new(crate::metrics::Reloads::default());
         let metrics = match listen_addr("metrics.address", &config.metrics.address)? {
             Some(a) => {
                 let listener = quichub_net::metrics_http::bind(a).await.with_context(|| {
@@ -340,6 +358,7 @@ impl Hub {
                 let c = cluster.clone();
                 let l = mqtt_link.clone();
                 let h = api.clone();
+                let reloaded = reloads.clone();
                 tokio::spawn(quichub_net::metrics_http::serve_with(
                     quichub_net::tcp_limits::Acceptor::new(listener, tcp.metrics_limiter()),
                     Arc::new(move || {
@@ -348,6 +367,8 @@ impl Hub {
                             + &c.as_ref().map(|c| c.render_metrics()).unwrap_or_default()
                             + &l.as_ref().map(|l| l.render_metrics()).unwrap_or_default()
                             + &h.metrics.render()
+                            + &h.publish_rate().render()
+                            + &reloaded.render()
                     }),
                     crate::metrics::readiness(&relay),
                     tcp.http_header_timeout(),
@@ -359,6 +380,7 @@ impl Hub {
         Ok(Hub {
             auth: Arc::new(RwLock::new(config.auth.clone())),
             shared_auth: auth,
+            reloads,
             cluster,
             mqtt_link,
             config,
@@ -485,63 +507,84 @@ impl Hub {
     /// What SIGHUP does: re-reads the certificate and key files
     /// (`tls.cert`, `tls.key`) and presents them from the next handshake on
     /// (QUIC and TLS over TCP alike; sessions already up keep theirs), and
-    /// re-reads the `[auth]` section of the configuration file. A part that
-    /// fails to load leaves what was in effect and is named in the error;
-    /// the other part still applies.
+    /// re-reads the `[auth]` section of the configuration file.
+    ///
+    /// All or nothing: the reloaded configuration must pass every check
+    /// startup makes ([`Config::validate`], which includes the exposure
+    /// check, on the file as it now is, and the exposure check again for
+    /// the listeners actually running with the new `[auth]`), and every
+    /// file must load; otherwise nothing changes, the refusal is logged at
+    /// ERROR and counted (`quichub_config_reloads_total{result="refused"}`).
+    /// A reload must never do what a restart would refuse, such as leaving
+    /// an exposed relay open because the file lost its keys.
     pub fn reload(&self) -> anyhow::Result<()> {
         self.reload_with(&|_| {})
     }
 
     /// [`Hub::reload`], with `flags` applied over the file's configuration
-    /// before its `[auth]` is used, so that command-line flags keep winning
-    /// over the file after a reload. Without a configuration file the
-    /// `[auth]` in effect is re-read (its key, password and ACL files).
+    /// before it is checked and used, so that command-line flags keep
+    /// winning over the file after a reload. Without a configuration file
+    /// the configuration in effect is re-read (its key, password and ACL
+    /// files, and the certificate).
     pub fn reload_with(&self, flags: &dyn Fn(&mut Config)) -> anyhow::Result<()> {
-        let mut errors = Vec::new();
-        if let (Some(c), Some(k)) = (&self.config.tls.cert, &self.config.tls.key) {
-            match self.reload_certificate(c, k) {
-                Ok(hash) => tracing::info!(sha256 = %hash, "certificate reloaded"),
-                Err(e) => errors.push(format!("certificate not reloaded: {e:#}")),
+        let result = self.try_reload(flags);
+        match &result {
+            Ok(()) => self.reloads.applied.fetch_add(1, Relaxed),
+            Err(e) => {
+                tracing::error!("reload refused, the configuration in effect stays: {e:#}");
+                self.reloads.refused.fetch_add(1, Relaxed)
             }
-        }
-        let loaded = match &self.config.source {
-            Some(path) => Config::load(path),
-            None => Ok(Config {
-                auth: self.auth.read().unwrap_or_else(|e| e.into_inner()).clone(),
-                ..Config::default()
-            }),
         };
-        match loaded {
-            Ok(mut c) => {
-                flags(&mut c);
-                match self.shared_auth.reload(&c.auth) {
-                    Ok(()) => {
-                        *self.auth.write().unwrap_or_else(|e| e.into_inner()) = c.auth;
-                        tracing::info!("[auth] reloaded");
-                    }
-                    Err(e) => errors.push(format!("[auth] not reloaded: {e}")),
-                }
-            }
-            Err(e) => errors.push(format!("[auth] not reloaded: {e:#}")),
-        }
-        match errors.is_empty() {
-            true => Ok(()),
-            false => Err(anyhow::anyhow!(errors.join("; "))),
-        }
+        result
     }
 
-    fn reload_certificate(
-        &self,
-        cert: &std::path::Path,
-        key: &std::path::Path,
-    ) -> anyhow::Result<String> {
-        let new = Identity::from_pem_files(cert, key)?;
+    fn try_reload(&self, flags: &dyn Fn(&mut Config)) -> anyhow::Result<()> {
+        let mut next = match &self.config.source {
+            Some(path) => Config::load(path)?,
+            None => Config {
+                auth: self.auth.read().unwrap_or_else(|e| e.into_inner()).clone(),
+                ..self.config.clone()
+            },
+        };
+        flags(&mut next);
+        next.validate()
+            .context("the reloaded configuration fails startup's checks")?;
+        // The listeners do not move on reload: the ones running must be as
+        // safe with the new [auth] as the file's are.
+        Config {
+            auth: next.auth.clone(),
+            source: None,
+            ..self.config.clone()
+        }
+        .check_exposure()
+        .context("the listeners running with the reloaded [auth]")?;
+        let auth = Auth::load(&next.auth).context("[auth]")?;
+        // Loaded before anything is applied, so a bad certificate file
+        // refuses the [auth] change too.
+        let certificate = match (&self.config.tls.cert, &self.config.tls.key) {
+            (Some(c), Some(k)) => Some(
+                Identity::from_pem_files(c, k)
+                    .with_context(|| format!("certificate {} / {}", c.display(), k.display()))?,
+            ),
+            _ => None,
+        };
+        if let Some(new) = certificate {
+            let hash = self.reload_certificate(&new)?;
+            tracing::info!(sha256 = %hash, "certificate reloaded");
+        }
+        self.shared_auth.set(auth);
+        *self.auth.write().unwrap_or_else(|e| e.into_inner()) = next.auth;
+        tracing::info!("[auth] reloaded");
+        Ok(())
+    }
+
+    fn reload_certificate(&self, new: &Identity) -> anyhow::Result<String> {
         let rotation = self
             .identity
             .rotation
             .as_ref()
             .context("the certificate was not loaded with a rotation")?;
-        rotation.set(&new)?;
+        rotation.set(new)?;
         let hash = new.fingerprint_hex();
         *self.fingerprint.write().unwrap_or_else(|e| e.into_inner()) = hash.clone();
         Ok(hash)
@@ -554,7 +597,7 @@ impl Hub {
         // another member.
         if let (true, Some(c)) = (self.relay.goaway_uri().is_empty(), &self.cluster) {
             if let Some(other) = other_member(c.registry().as_ref()) {
-                tracing::info!(to = %other, "draining: GOAWAY sends clients to another relay of the cluster");
+                tracing::info!(to = %quichub_relay::origin::Redacted(&other), "draining: GOAWAY sends clients to another relay of the cluster");
                 self.relay.set_goaway_uri(other);
             }
         }
@@ -648,16 +691,21 @@ async fn join_cluster(
     let ttl = Duration::from_secs(c.lease_ttl_s);
     let registry: Arc<dyn Registry> = match c.registry.strip_prefix("file:") {
         Some(path) => Arc::new(file::StaticRegistry::load(path.as_ref(), me.clone())?),
-        None => Arc::new(
-            etcd::EtcdRegistry::new(me.clone(), etcd::EtcdOptions::from_url(&c.registry, ttl)?)
-                .await?,
-        ),
+        None => Arc::new(etcd::EtcdRegistry::new(me.clone(), c.etcd_options()?).await?),
     };
     let verify = match &c.ca {
         Some(ca) => Some(quichub_net::tls::Verify::ca_file(ca).context("cluster.ca")?),
         None => None,
     };
-    tracing::info!(node = %me.id, url = %me.url, registry = %c.registry, "joining the cluster");
+    {
+        use quichub_relay::origin::Redacted;
+        tracing::info!(
+            node = %me.id,
+            url = %Redacted(&me.url),
+            registry = %Redacted(&c.registry),
+            "joining the cluster"
+        );
+    }
     Ok(Some(member::join(
         relay.clone(),
         registry,

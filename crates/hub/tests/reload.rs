@@ -77,11 +77,19 @@ async fn reload_swaps_the_certificate_and_keeps_sessions() {
         .await
         .unwrap();
 
-    // A broken pair is refused, and the old certificate stays.
+    // A broken pair refuses the whole reload (as it would refuse a start):
+    // the old certificate stays, and so does the old [auth].
     std::fs::write(dir.path().join("key.pem"), "not a key").unwrap();
-    let e = hub.reload().unwrap_err().to_string();
-    assert!(e.contains("certificate not reloaded"), "{e}");
+    let mut refused = Config::load(&file).unwrap();
+    refused.auth.public = vec!["refused".into()];
+    std::fs::write(&file, refused.to_toml()).unwrap();
+    let e = format!("{:#}", hub.reload().unwrap_err());
+    assert!(
+        e.contains("fails startup's checks") && e.contains("tls.key"),
+        "{e}"
+    );
     assert_eq!(hub.fingerprint(), old);
+    assert_eq!(hub.auth_config().read().unwrap().public, ["before"]);
 
     let new = write_identity(dir.path());
     assert_ne!(new, old);
