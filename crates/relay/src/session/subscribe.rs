@@ -160,9 +160,17 @@ pub(super) async fn serve_subscription(
 ) -> Result<()> {
     let track = entry.track.clone();
     let joined = joined.unwrap_or_else(|| track.join(&h.session));
-    // The upstream's LARGEST_OBJECT may have arrived after we joined: use the
-    // freshest value; objects already queued below it are filtered out.
-    let largest = track.largest();
+    // A SUBSCRIBE's filter is relative to the freshest Largest Location (the
+    // upstream's LARGEST_OBJECT may have arrived after we joined; objects
+    // already queued below it are filtered out). A pushed track's
+    // (PUBLISH_OK, no reader here) is relative to the Largest Location its
+    // PUBLISH told the subscriber: objects that arrived while PUBLISH_OK was
+    // on its way are queued for it and are after what it was told, so they
+    // are delivered (a slow subscriber lost them otherwise).
+    let largest = match reader {
+        Some(_) => track.largest(),
+        None => joined.largest,
+    };
     let settings = settings_from(params, &joined.info, largest);
     if let (Some(end), Some(l)) = (settings.end_group, largest) {
         if end < l.group {
