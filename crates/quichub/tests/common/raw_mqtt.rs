@@ -130,7 +130,14 @@ impl Raw {
 
     /// The next packet, or `None` once the broker closed the connection.
     pub async fn recv(&mut self) -> Option<Packet> {
-        within(5, async {
+        self.recv_within(5).await
+    }
+
+    /// [`Raw::recv`] with a bound of `secs` seconds, for a step whose work
+    /// grows with the test's data (a loaded machine takes its time).
+    #[allow(dead_code)]
+    pub async fn recv_within(&mut self, secs: u64) -> Option<Packet> {
+        within(secs, async {
             loop {
                 if let Some(p) =
                     quichub_mqtt::decode(&mut self.buf, Some(self.version), usize::MAX).unwrap()
