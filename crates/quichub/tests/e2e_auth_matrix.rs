@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use common::pki::Pki;
 use common::{curl_http2, h3_python, mqtt_tools, within, H3Client};
 use moqt::FullTrackName;
 use quichub_auth::jwt::{Claims, Key};
@@ -354,33 +355,9 @@ impl Fixture {
             "mosquitto_passwd",
             &["-c", "-b", "passwd", "alice", "s3cret"],
         );
-        fx.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=quichub matrix CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ]);
-        fx.leaf(
-            "server",
-            "/CN=localhost",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-        );
-        fx.leaf("client", "/CN=alice", "extendedKeyUsage=clientAuth\n");
+        Pki::ca_in(&fx.dir)
+            .server()
+            .leaf("client", "/CN=alice", "extendedKeyUsage=clientAuth\n");
         fx
     }
 
@@ -395,52 +372,6 @@ impl Fixture {
             "{tool} {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        self.run("openssl", args)
-    }
-
-    /// `NAME.pem` and `NAME.key`, signed by the CA.
-    fn leaf(&self, name: &str, subject: &str, ext: &str) {
-        let ext_file = format!("{name}.ext");
-        std::fs::write(self.path(&ext_file), ext).unwrap();
-        let (key, csr, pem) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.pem"),
-        );
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            subject,
-        ]);
-        self.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            &pem,
-            "-extfile",
-            &ext_file,
-        ]);
     }
 
     fn path(&self, f: &str) -> PathBuf {

@@ -7,40 +7,11 @@
 mod common;
 
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 use common::etcd::{etcd_binary, Etcd};
-use common::{test_config, within, TestRelay};
+use common::{knows, test_config, until_async, TestRelay};
 use moqt::TrackNamespace;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// Waits (at most `secs`) until `cond` holds.
-async fn until_async<F: std::future::Future<Output = bool>>(
-    secs: u64,
-    mut cond: impl FnMut() -> F,
-) {
-    within(secs, async {
-        while !cond().await {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-}
-
-/// Waits until `relay` knows namespace `ns`.
-async fn knows(relay: &TestRelay, ns: &str) {
-    let ns = TrackNamespace::from_path(ns);
-    until_async(15, || {
-        let known = relay
-            .relay
-            .snapshot()
-            .namespaces
-            .iter()
-            .any(|n| n.namespace == ns);
-        async move { known }
-    })
-    .await;
-}
 
 /// What the tests of this file log, at DEBUG and above.
 fn captured() -> &'static Arc<Mutex<Vec<u8>>> {

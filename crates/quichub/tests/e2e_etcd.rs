@@ -9,22 +9,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::etcd::{etcd_binary, Etcd};
-use common::{test_config, within, TestRelay};
+use common::{knows, test_config, until_async, within, TestRelay};
 use moqt::{FullTrackName, TrackNamespace};
 use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
-
-/// Waits (at most `secs`) until `cond` holds.
-async fn until_async<F: std::future::Future<Output = bool>>(
-    secs: u64,
-    mut cond: impl FnMut() -> F,
-) {
-    within(secs, async {
-        while !cond().await {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-}
 
 /// A relay of the cluster under `prefix` in `etcd`.
 async fn member(etcd: &Etcd, prefix: &str) -> TestRelay {
@@ -32,21 +19,6 @@ async fn member(etcd: &Etcd, prefix: &str) -> TestRelay {
     c.cluster.registry = etcd.url(prefix);
     c.cluster.lease_ttl_s = 6;
     TestRelay::with_hub_config(c).await
-}
-
-/// Waits until `relay` knows namespace `ns`.
-async fn knows(relay: &TestRelay, ns: &str) {
-    let ns = TrackNamespace::from_path(ns);
-    until_async(15, || {
-        let known = relay
-            .relay
-            .snapshot()
-            .namespaces
-            .iter()
-            .any(|n| n.namespace == ns);
-        async move { known }
-    })
-    .await;
 }
 
 fn node_url(r: &TestRelay) -> String {

@@ -6,95 +6,26 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use common::etcd::{etcd_binary, Etcd, EtcdTlsFiles};
-use common::{test_config, within, TestRelay};
+use common::pki::Pki;
+use common::{knows, test_config, until_async, within, TestRelay};
 use moqt::TrackNamespace;
-
-/// Waits (at most `secs`) until `cond` holds.
-async fn until_async<F: std::future::Future<Output = bool>>(
-    secs: u64,
-    mut cond: impl FnMut() -> F,
-) {
-    within(secs, async {
-        while !cond().await {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-}
-
-/// Waits until `relay` knows namespace `ns`.
-async fn knows(relay: &TestRelay, ns: &str) {
-    let ns = TrackNamespace::from_path(ns);
-    until_async(15, || {
-        let known = relay
-            .relay
-            .snapshot()
-            .namespaces
-            .iter()
-            .any(|n| n.namespace == ns);
-        async move { known }
-    })
-    .await;
-}
-
-/// Runs `openssl ARGS` (split at spaces) in `dir`.
-fn openssl(dir: &Path, args: &str) {
-    let out = Command::new("openssl")
-        .args(args.split_whitespace())
-        .current_dir(dir)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// `NAME.pem` and `NAME.key` in `dir`, signed by its `ca.pem`.
-fn leaf(dir: &Path, name: &str, subject: &str, ext: &str) {
-    std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-    openssl(
-        dir,
-        &format!(
-            "req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-             -keyout {name}.key -out {name}.csr -subj {subject}"
-        ),
-    );
-    openssl(
-        dir,
-        &format!(
-            "x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-             -out {name}.pem -extfile {name}.ext"
-        ),
-    );
-}
 
 /// A CA, etcd's certificate for 127.0.0.1, and a client certificate.
 fn pki(dir: &Path) -> EtcdTlsFiles {
-    openssl(
-        dir,
-        "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-         -keyout ca.key -out ca.pem -days 2 -subj /CN=quichub-etcd-ca \
-         -addext basicConstraints=critical,CA:TRUE \
-         -addext keyUsage=critical,keyCertSign,cRLSign",
-    );
-    leaf(
-        dir,
-        "etcd",
-        "/CN=etcd",
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    );
-    leaf(
-        dir,
-        "client",
-        "/CN=quichub-relay",
-        "extendedKeyUsage=clientAuth\n",
-    );
+    Pki::ca_in(dir)
+        .leaf(
+            "etcd",
+            "/CN=etcd",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        )
+        .leaf(
+            "client",
+            "/CN=quichub-relay",
+            "extendedKeyUsage=clientAuth\n",
+        );
     EtcdTlsFiles {
         ca: dir.join("ca.pem"),
         cert: dir.join("etcd.pem"),

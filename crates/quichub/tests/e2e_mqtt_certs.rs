@@ -7,10 +7,10 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
+use common::pki::Pki;
 use common::{mqtt_tools, within};
 use quichub_gateway::Broker;
 use quichub_net::server::{Server, ALPN_MQTT};
@@ -21,120 +21,17 @@ use web_transport_quinn::quinn;
 use web_transport_quinn::quinn::rustls;
 
 /// A CA, a server certificate for localhost, and client certificates it
-/// signed, as PEM files in a temporary directory.
-struct Pki {
-    dir: PathBuf,
-}
-
-impl Pki {
-    fn make(name: &str) -> Pki {
-        let dir = std::env::temp_dir().join(format!("quichub-pki-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let pki = Pki { dir };
-        pki.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=quichub test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ]);
-        pki.leaf(
-            "server",
-            "/CN=localhost",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-        );
-        pki.leaf(
+/// signed (`client`, CN sensor-1; `nocn`, without a CN).
+fn make_pki(name: &str) -> Pki {
+    let pki = Pki::temp(name);
+    pki.server()
+        .leaf(
             "client",
             "/O=quichub/CN=sensor-1",
             "extendedKeyUsage=clientAuth\n",
-        );
-        pki.leaf("nocn", "/O=quichub", "extendedKeyUsage=clientAuth\n");
-        pki
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(&self.dir)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// `NAME.pem` and `NAME.key`, signed by the CA.
-    fn leaf(&self, name: &str, subject: &str, ext: &str) {
-        let ext_file = format!("{name}.ext");
-        std::fs::write(self.dir.join(&ext_file), ext).unwrap();
-        let (key, csr, pem) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.pem"),
-        );
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            subject,
-        ]);
-        self.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            &pem,
-            "-extfile",
-            &ext_file,
-        ]);
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.dir.join(file)
-    }
-
-    fn s(&self, file: &str) -> String {
-        self.path(file).display().to_string()
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+        )
+        .leaf("nocn", "/O=quichub", "extendedKeyUsage=clientAuth\n");
+    pki
 }
 
 /// A broker on MQTT over TLS and MQTT over QUIC, both with `clients`.
@@ -219,7 +116,7 @@ async fn mosquitto_over_tls_needs_a_certificate_from_the_ca() {
     if mqtt_tools().is_none() {
         return;
     }
-    let pki = Pki::make("tls");
+    let pki = make_pki("tls");
     let gw = gateway(
         &pki,
         ClientCertConfig {
@@ -304,7 +201,7 @@ async fn mqtt_over_quic_refuses_a_client_without_a_certificate_at_connect() {
         eprintln!("SKIPPED: openssl not installed");
         return;
     }
-    let pki = Pki::make("quic");
+    let pki = make_pki("quic");
     let gw = gateway(
         &pki,
         ClientCertConfig {
@@ -372,7 +269,7 @@ async fn the_certificate_name_is_the_acl_user() {
     if mqtt_tools().is_none() {
         return;
     }
-    let pki = Pki::make("acl");
+    let pki = make_pki("acl");
     let gw = gateway(
         &pki,
         ClientCertConfig {
@@ -413,7 +310,7 @@ async fn https_needs_a_certificate_when_required() {
         eprintln!("SKIPPED: openssl not installed");
         return;
     }
-    let pki = Pki::make("https");
+    let pki = make_pki("https");
     let mut c = quichub_hub::Config::default();
     c.quic.bind = "127.0.0.1:0".into();
     c.mqtt.tcp = "off".into();

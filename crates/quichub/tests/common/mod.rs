@@ -6,6 +6,7 @@
 
 pub mod etcd;
 pub mod media;
+pub mod pki;
 pub mod raw_mqtt;
 
 use std::net::SocketAddr;
@@ -238,6 +239,34 @@ impl TestRelay {
             recv,
         }
     }
+}
+
+/// Waits (at most `secs`) until `cond` holds.
+pub async fn until_async<F: std::future::Future<Output = bool>>(
+    secs: u64,
+    mut cond: impl FnMut() -> F,
+) {
+    within(secs, async {
+        while !cond().await {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+/// Waits (at most 15 s) until `relay` knows namespace `ns`.
+pub async fn knows(relay: &TestRelay, ns: &str) {
+    let ns = moqt::TrackNamespace::from_path(ns);
+    until_async(15, || {
+        let known = relay
+            .relay
+            .snapshot()
+            .namespaces
+            .iter()
+            .any(|n| n.namespace == ns);
+        async move { known }
+    })
+    .await;
 }
 
 /// Runs `f` with a deadline so a hung test fails instead of blocking CI.

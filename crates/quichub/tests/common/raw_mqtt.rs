@@ -135,7 +135,6 @@ impl Raw {
 
     /// [`Raw::recv`] with a bound of `secs` seconds, for a step whose work
     /// grows with the test's data (a loaded machine takes its time).
-    #[allow(dead_code)]
     pub async fn recv_within(&mut self, secs: u64) -> Option<Packet> {
         within(secs, async {
             loop {

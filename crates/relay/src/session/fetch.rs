@@ -73,16 +73,6 @@ pub(super) async fn on_fetch(
             if end < start && end.object != 0 || end.group < start.group {
                 return Err(SessionError::protocol("FETCH end before start"));
             }
-            if super::reserved_namespace(&track.namespace) && !h.may_read_cluster_track(track) {
-                reply_error(
-                    &mut send,
-                    Some(slot),
-                    request_error::DOES_NOT_EXIST,
-                    "reserved namespace",
-                )
-                .await;
-                return Ok(());
-            }
             let Some(entry) = relay.find_track(track) else {
                 let key = FetchKey {
                     track: track.clone(),

@@ -264,7 +264,7 @@ impl SessionHandle {
         }
     }
 
-    /// A reserved track only another relay of the cluster may subscribe to
+    /// A reserved track only another relay of the cluster may read
     /// (`.quichub/...`, [`crate::cluster`]); the authorizer still decides.
     fn may_read_cluster_track(&self, track: &moqt::FullTrackName) -> bool {
         self.cluster_peer.load(Relaxed) && crate::cluster::is_cluster_namespace(&track.namespace)
@@ -865,6 +865,16 @@ async fn on_request(
         }
         Err(Denied::Session(e)) => return Err(e),
     }
+    if hides_track(h, &first) {
+        reply_error(
+            &mut send,
+            Some(&slot),
+            request_error::DOES_NOT_EXIST,
+            "reserved namespace",
+        )
+        .await;
+        return Ok(());
+    }
     match first {
         Message::Subscribe(m) => on_subscribe(relay, &slot, h, send, reader, m).await,
         Message::TrackStatus(m) => on_track_status(relay, h, &slot, send, m).await,
@@ -884,6 +894,22 @@ async fn on_request(
 /// The authorisation point: every request the peer opens passes here, after
 /// the request limits and before its handler, and is refused with the
 /// session access's [`Refusal`] (REQUEST_ERROR) if it may not be made.
+/// Whether `m` reads a track of a reserved namespace (`.quichub/...`) that
+/// this session may not see: SUBSCRIBE, TRACK_STATUS and a standalone FETCH
+/// (a joining one reads a track already subscribed to) are answered as if
+/// it did not exist.
+fn hides_track(h: &SessionHandle, m: &Message) -> bool {
+    let track = match m {
+        Message::Subscribe(m) | Message::TrackStatus(m) => &m.track,
+        Message::Fetch(f) => match &f.kind {
+            FetchKind::Standalone { track, .. } => track,
+            _ => return false,
+        },
+        _ => return false,
+    };
+    reserved_namespace(&track.namespace) && !h.may_read_cluster_track(track)
+}
+
 fn authorize(h: &SessionHandle, m: &Message) -> Result<(), Denied> {
     let joined;
     let op = match m {

@@ -15,9 +15,7 @@ use quichub_net::io::{write_message, MessageReader, ReadError};
 use quichub_net::SendStream;
 use tokio::sync::{watch, Notify};
 
-use super::{
-    reply_error, reserved_namespace, RequestSlot, Reservation, Result, SessionHandle, SubInfo,
-};
+use super::{reply_error, RequestSlot, Reservation, Result, SessionHandle, SubInfo};
 use crate::access::Operation;
 use crate::core::{Relay, TrackEntry};
 use crate::forward::{Forwarder, Settings};
@@ -76,16 +74,6 @@ pub(super) async fn on_subscribe(
     mut reader: MessageReader,
     m: Subscribe,
 ) -> Result<()> {
-    if reserved_namespace(&m.track.namespace) && !h.may_read_cluster_track(&m.track) {
-        reply_error(
-            &mut send,
-            Some(slot),
-            request_error::DOES_NOT_EXIST,
-            "reserved namespace",
-        )
-        .await;
-        return Ok(());
-    }
     // Reserve the track name for this session at once, so a second SUBSCRIBE
     // that races the first (before its SUBSCRIBE_OK) is still a duplicate.
     let reserved = h
@@ -316,16 +304,6 @@ pub(super) async fn on_track_status(
     mut send: SendStream,
     m: Subscribe,
 ) -> Result<()> {
-    if reserved_namespace(&m.track.namespace) && !h.may_read_cluster_track(&m.track) {
-        reply_error(
-            &mut send,
-            Some(slot),
-            request_error::DOES_NOT_EXIST,
-            "reserved namespace",
-        )
-        .await;
-        return Ok(());
-    }
     let (entry, acquired) = match relay.find_track(&m.track) {
         Some(e) => (e, false),
         None => match relay
