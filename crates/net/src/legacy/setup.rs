@@ -95,10 +95,21 @@ impl Bridge {
             });
         }
         self.spawn_streams();
-        // The peer's control stream, for the session's life.
+        // The peer's control stream, for the session's life. A failure is
+        // reported from here, while `relay_control` is still open: were it
+        // dropped first (by returning), the relay could close the session
+        // for its own reason ("control stream closed") before the bridge
+        // closes it with the peer's fault, and the peer would get that code.
         loop {
-            let m = reader.next().await?;
-            self.on_peer_control(m).await?;
+            let step = match reader.next().await {
+                Ok(m) => self.on_peer_control(m).await,
+                Err(f) => Err(f),
+            };
+            if let Err(f) = step {
+                let _ = self.fail.send(f).await;
+                // The bridge closes both sessions, then ends this task.
+                std::future::pending::<()>().await;
+            }
         }
     }
 
