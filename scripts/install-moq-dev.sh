@@ -56,6 +56,14 @@ command -v cargo >/dev/null || {
 
 mkdir -p "$BIN"
 
+# One target directory for every tool built from crates.io (moq-dev's tools
+# here, the MQTT-over-QUIC clients in install-mqtt-tools.sh): moq-cli's 837
+# locked crates include 557 of moq-relay's 560, and the builds share tokio,
+# quinn, rustls and ring with the others, so each crate version is compiled
+# once instead of once per `cargo install` (cargo install otherwise builds in a
+# fresh temporary directory every time). scripts/test.sh removes it afterwards.
+export CARGO_TARGET_DIR="${QUICHUB_TOOLS_TARGET:-$TOOLS/target/shared}"
+
 # has_version BINARY VERSION: true when .tools/bin/BINARY --version prints exactly VERSION.
 has_version() {
 	local bin="$BIN/$1" want="$2" got
@@ -140,13 +148,14 @@ install_cli() {
 	install_pinned moq-cli "$MOQ_CLI_VERSION" "$MOQ_CLI_FEATURES"
 }
 
-install_clock
+# moq-relay first, then moq-cli, which builds on moq-relay's crates.
 if [ "$with_relay" = "1" ]; then
 	install_relay
 fi
 if [ "$with_cli" = "1" ]; then
 	install_cli
 fi
+install_clock
 
 echo
 echo "moq-dev tools in $BIN:"

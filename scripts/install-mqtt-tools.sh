@@ -92,7 +92,7 @@ install_probe() {
 	fi
 	echo "install-mqtt-tools: mqtt-quic-probe (on flowsdk) into $BIN (about 2 min on 2 cores)" >&2
 	cargo install --locked --force --quiet --root "$TOOLS" \
-		--target-dir "$TOOLS/target/mqtt-quic-probe" --path "$dir"
+		--path "$dir"
 	echo "$want" >"$stamp"
 }
 
@@ -102,6 +102,9 @@ if [ "${QUICHUB_SKIP_MQTT_QUIC:-0}" != 1 ]; then
 		exit 1
 	}
 	mkdir -p "$BIN"
+	# The target directory install-moq-dev.sh builds in: these clients share
+	# tokio, quinn, rustls and ring with moq-dev's tools.
+	export CARGO_TARGET_DIR="${QUICHUB_TOOLS_TARGET:-$TOOLS/target/shared}"
 	install_mqttv5
 	install_probe
 	echo "install-mqtt-tools: $("$BIN/mqttv5" --version), $("$BIN/mqtt-quic-probe" --version-info)" >&2

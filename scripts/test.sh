@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of quichub on a fresh machine: installs the independent MoQT
 # implementation used by the interop tests (moq-dev's moq-relay, moq-clock and
-# moq-cli's `moq`, from crates.io, into ~/.cache/quichub/tools; about an hour on
-# 2 cores the first time, instant afterwards), aiomoqt (PyPI) for draft-14
+# moq-cli's `moq`, from crates.io, into ~/.cache/quichub/tools, built in one
+# shared target directory; the longest step the first time, instant afterwards), aiomoqt (PyPI) for draft-14
 # interop, the third-party MQTT/HTTP clients (mosquitto from
 # Debian, paho-mqtt and aioquic from PyPI), ffmpeg (Debian) for the media
 # tests, what the web tests need (Chromium from Debian, web/node_modules
@@ -10,6 +10,7 @@
 # workspace's test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$SECONDS
 
 # Tools are built once per machine and shared by every checkout.
 export QUICHUB_TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
@@ -26,6 +27,9 @@ export QUICHUB_TOOLS="${QUICHUB_TOOLS:-$HOME/.cache/quichub/tools}"
 ./scripts/install-web-tools.sh
 # etcd (Debian's etcd-server): the registry of the cluster tests.
 ./scripts/install-cluster-tools.sh
+# The tools' shared build directory (several GB) is needed only while building them.
+rm -rf "$QUICHUB_TOOLS/target"
+echo "test.sh: tools ready after $((SECONDS - start)) s" >&2
 
 # The interop test fails (rather than skips) when this is set and a tool is missing.
 export QUICHUB_MOQ_DEV_BIN="$QUICHUB_TOOLS/bin"
@@ -41,4 +45,19 @@ export QUICHUB_WEB_TESTS=1
 # And the cluster tests (relays registered in a real etcd).
 export QUICHUB_CLUSTER_TESTS=1
 
-cargo test --workspace --locked
+# --no-fail-fast: one failing test binary does not hide the others' results.
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
+
+# The failures, gathered from the whole run (cargo prints each binary's own
+# list far up in the output).
+echo
+echo "test.sh: finished after $((SECONDS - start)) s"
+if [ "$status" -ne 0 ]; then
+	echo "test.sh: FAILED (cargo test exited with $status)"
+	grep -E '^test .* \.\.\. FAILED$|^error: (test failed|[0-9]+ targets? failed)|^    `-p .*`$|^error(\[E[0-9]+\])?: ' "$log" | sed 's/^/  /' || true
+	exit "$status"
+fi
+grep -E '^test result: ' "$log" | awk '{p += $4; f += $6; i += $8} END {printf "test.sh: all passed: %d passed, %d ignored\n", p, i}'
