@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the third-party MQTT and HTTP/3 clients the gateway tests use:
 #   - Debian's mosquitto-clients (mosquitto_pub, mosquitto_sub), curl (the HTTP
-#     API tests, HTTP/1.1 and HTTP/2) and the mosquitto
-#     broker (the benchmark's baseline), with apt-get (as root, or through sudo);
+#     API tests, HTTP/1.1 and HTTP/2), the mosquitto broker (the benchmark's
+#     baseline; its mosquitto_passwd writes the auth tests' password files) and
+#     openssl (the certificate tests' CA and client certificates), with apt-get
+#     (as root, or through sudo);
 #   - paho-mqtt, aioquic and PyJWT (an independent JWT implementation for the
 #     auth tests) from PyPI, pinned, into a virtual environment at
 #     $QUICHUB_TOOLS/py (default ~/.cache/quichub/tools/py);
@@ -21,18 +23,18 @@ PAHO_VERSION="2.1.0"
 AIOQUIC_VERSION="1.2.0"
 PYJWT_VERSION="2.10.1"
 
-if ! command -v mosquitto_pub >/dev/null || ! command -v mosquitto >/dev/null || ! command -v curl >/dev/null; then
+if ! command -v mosquitto_pub >/dev/null || ! command -v mosquitto >/dev/null || ! command -v mosquitto_passwd >/dev/null || ! command -v curl >/dev/null || ! command -v openssl >/dev/null; then
 	SUDO=""
 	if [ "$(id -u)" != 0 ]; then
 		command -v sudo >/dev/null || {
-			echo "install-mqtt-tools: need root or sudo for apt-get install mosquitto mosquitto-clients curl" >&2
+			echo "install-mqtt-tools: need root or sudo for apt-get install mosquitto mosquitto-clients curl openssl" >&2
 			exit 1
 		}
 		SUDO="sudo"
 	fi
-	echo "install-mqtt-tools: apt-get install mosquitto mosquitto-clients curl" >&2
+	echo "install-mqtt-tools: apt-get install mosquitto mosquitto-clients curl openssl" >&2
 	$SUDO apt-get update -qq >/dev/null 2>&1 || true
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mosquitto mosquitto-clients curl >/dev/null
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mosquitto mosquitto-clients curl openssl >/dev/null
 fi
 
 PY="$TOOLS/py/bin/python"
