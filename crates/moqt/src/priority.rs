@@ -5,9 +5,9 @@
 //! the stream of largest priority first and streams of equal priority
 //! round-robin; without the group term, a sender whose link is slower than
 //! its data advances every open group together, so on a congested uplink few
-//! groups complete in time (`quichub lab mar` measured 0.70 Mbit/s of whole
+//! groups complete in time (`quichub-lab mar` measured 0.70 Mbit/s of whole
 //! requests on an 8.63 Mbit/s uplink round-robin, 8.09 Mbit/s oldest first;
-//! README, Lab).
+//! docs/lab/uplink.md).
 
 use crate::GroupOrder;
 

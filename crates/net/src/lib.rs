@@ -52,7 +52,7 @@ pub enum Transport {
 /// A relay mostly sends, so most of what it receives are ACKs; with QUIC's
 /// default (every other packet) each subscriber of a 20 ms audio track sends 25
 /// ACKs a second; asking for fewer cut the relay's CPU per delivered object
-/// by about a sixth (figures in the README's benchmark section). Peers that do
+/// by about a sixth (figures in docs/benchmarks.md, "ACK frequency"). Peers that do
 /// not support the extension ignore the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckFrequency {

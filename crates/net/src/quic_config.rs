@@ -10,7 +10,7 @@
 //! per idle connection; the vendored quinn-proto allocates a slot when the
 //! peer first uses the stream (vendor/PATCHES.md), so an idle connection
 //! costs about 43 kB whatever the counts (figures and the command that
-//! measures them in the README, "Memory per connection"). quinn grants new
+//! measures them in docs/benchmarks.md, "Memory per connection"). quinn grants new
 //! stream credit as streams end, so the counts bound streams open *at once*:
 //! a publisher's concurrent subgroups and a session's concurrent requests
 //! (1024, above `max_requests_per_session`, so a session over its request

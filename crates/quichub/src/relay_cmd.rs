@@ -128,7 +128,7 @@ pub struct RelayArgs {
     /// Makes this relay one of a cluster whose registry is
     /// `etcd://host:port[,host:port…][/prefix]` (etcd v3) or `file:PATH` (a
     /// fixed list of relays): subscribers here get what is published on any
-    /// relay of the cluster (README, "A cluster of relays"). Key
+    /// relay of the cluster (docs/cluster.md). Key
     /// `cluster.registry`.
     #[arg(long, value_name = "URL")]
     pub cluster: Option<String>,
