@@ -13,6 +13,7 @@ mod session;
 pub mod shape;
 mod subscribe;
 pub mod synth;
+mod token;
 
 pub use namespace::NamespaceSubscription;
 pub use publish::{LocalTrack, SubgroupWriter, TrackMode};
@@ -23,3 +24,4 @@ pub use subscribe::{
 };
 
 pub use quichub_net::tls::Verify;
+pub use token::{refuse_unverified_token, verify_from, with_jwt};
