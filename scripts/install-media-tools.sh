@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the media tests use: Debian's ffmpeg (ffmpeg and ffprobe, which
 # make the test inputs and check the outputs), and nginx with its RTMP module
-# (libnginx-mod-rtmp: the RTMP ingest + HLS server `quichub lab live-video`
+# (libnginx-mod-rtmp: the RTMP ingest + HLS server `quichub-lab live-video`
 # compares MoQ with), with apt-get (as root, or through sudo). About half a
 # minute the first time; nothing when already installed. The lab runs its own
 # nginx (its own configuration, ports and temporary directory); a service the

@@ -3,7 +3,7 @@
 //!
 //! QUIC encrypts payloads but not the sizes and times of packets, and a
 //! video's bitrate and burst sizes give its resolution away (A. Sengupta,
-//! "Streaming over QUIC: Applications in Media and IoT", 2025; `quichub lab
+//! "Streaming over QUIC: Applications in Media and IoT", 2025; `quichub-lab
 //! fingerprint` measures it). Two defences, on the publisher's hop:
 //!
 //! - **Constant rate** ([`ShapeConfig::rate_bps`]): time is cut into ticks
