@@ -5,8 +5,12 @@
 //! PUBLISH), subscribe, fetch. Used by `quichub pub`, `quichub sub`, the demo,
 //! the interop client and the benchmarks. The wire format is [`moqt`]'s; this
 //! crate only moves bytes.
+//!
+//! [`media`] publishes and plays real media broadcasts (fMP4/MPEG-TS in,
+//! fMP4 out) over such a session, with `quichub-media`'s packaging.
 #![warn(missing_docs)]
 
+pub mod media;
 mod namespace;
 mod publish;
 mod session;

@@ -1,8 +1,8 @@
 //! # quichub-media
 //!
 //! Media packaging, sans-IO: bytes in, frames and packaged objects out. No
-//! sockets, no clocks, no tasks; the CLI (`quichub pub --format`, `quichub sub
-//! --output`) moves the bytes.
+//! sockets, no clocks, no tasks; `quichub_client::media` (behind `quichub pub
+//! --broadcast` and `quichub sub --broadcast`) moves the bytes.
 //!
 //! - [`fmp4`]: an incremental fragmented-MP4 (CMAF) demuxer: an init segment
 //!   and `moof`+`mdat` fragments in, [`TrackInfo`]s and [`Frame`]s out.
@@ -17,12 +17,18 @@
 //!   updates.
 //! - [`loc`]: LOC (draft-ietf-moq-loc-04) object properties: timestamp,
 //!   timescale, video/audio config, frame marking, audio level.
+//! - [`broadcast`]: a publisher's decisions: track names, the catalog, and
+//!   each frame's group, subgroup, object ID, priority and packaging; pacing.
+//! - [`playback`]: a subscriber's: the catalog as it evolves, the renditions
+//!   chosen, their objects back to timed frames.
+//! - [`reorder`]: objects back in (Group, Object ID) order across streams.
 //!
 //! The box layer is the `mp4-atom` crate; this crate adds the parts a live
 //! relay needs that it does not have: incremental parsing with bounded
 //! buffering, and the MoQ catalogs.
 #![warn(missing_docs)]
 
+pub mod broadcast;
 pub mod codec;
 pub mod fmp4;
 #[cfg(any(test, feature = "fuzz"))]
@@ -31,6 +37,8 @@ pub mod hang;
 pub mod loc;
 pub mod msf;
 pub mod mux;
+pub mod playback;
+pub mod reorder;
 pub mod ts;
 
 use bytes::Bytes;
@@ -106,6 +114,14 @@ impl TrackInfo {
             nal_length_size: 4,
         }
     }
+
+    /// `640x360` for video, `48000 Hz, 2 ch` for audio.
+    pub fn describe(&self) -> String {
+        match self.kind {
+            TrackKind::Video => format!("{}x{}", self.width, self.height),
+            TrackKind::Audio => format!("{} Hz, {} ch", self.sample_rate, self.channels),
+        }
+    }
 }
 
 /// One coded frame (an access unit) of a track.
@@ -166,6 +182,9 @@ pub enum Error {
     /// Frames arrived before the tracks were described.
     #[error("{0} before the init segment")]
     NoInit(&'static str),
+    /// A broadcast this crate cannot play: what is missing or unsupported.
+    #[error("{0}")]
+    Unplayable(String),
     /// The input is not the container it was opened as.
     #[error("not {expected}: {detail}")]
     WrongFormat {

@@ -9,7 +9,6 @@ mod fanout_bench;
 mod framing;
 mod interop;
 mod media_bench;
-mod media_cmd;
 mod mqtt_bench;
 #[cfg(test)]
 mod packaging;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use bytes::Bytes;
 use moqt::{FullTrackName, SubscriptionFilter, TrackNamespace};
+use quichub_client::media;
 use quichub_client::synth::{self, Profile};
 use quichub_client::{
     ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent, TrackMode,
@@ -70,7 +71,7 @@ pub struct PubArgs {
     pub draft: crate::Draft,
     /// Real media (`--broadcast`).
     #[command(flatten)]
-    pub media: crate::media_cmd::MediaPubArgs,
+    pub media: MediaPubArgs,
 }
 
 /// Subscriber options.
@@ -126,7 +127,172 @@ pub struct SubArgs {
     pub draft: crate::Draft,
     /// Real media (`--broadcast`).
     #[command(flatten)]
-    pub media: crate::media_cmd::MediaSubArgs,
+    pub media: MediaSubArgs,
+}
+
+// The media options (`--broadcast`) mirror quichub_client::media's, which
+// do not depend on clap.
+
+/// Media packaging on the wire.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// moq-dev's hang: catalog.json + one timestamped frame per object.
+    Hang,
+    /// hang with CMAF fragments as objects (init segments in the catalog).
+    HangCmaf,
+    /// IETF MSF (draft-ietf-moq-msf-01): a `catalog` track, LOC packaging
+    /// (draft-ietf-moq-loc-04): one codec frame per object, timestamp,
+    /// frame marking and decoder config as object properties.
+    Msf,
+    /// IETF CMSF (draft-ietf-moq-cmsf-01): the MSF catalog with `cmaf`
+    /// packaging, one CMAF chunk per object, init segments in the catalog.
+    Cmsf,
+}
+
+/// Container of the input.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum InputFormat {
+    /// Judge by the first bytes.
+    #[default]
+    Auto,
+    /// Fragmented MP4 / CMAF.
+    Fmp4,
+    /// MPEG transport stream.
+    Ts,
+}
+
+/// How frames of a GOP are spread over subgroups (streams).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Delivery {
+    /// One subgroup (one stream) per group: frames arrive in order.
+    #[default]
+    Group,
+    /// Subgroup 0 keyframes, 1 other reference frames, 2 frames nothing
+    /// references, each at a lower priority, so a congested link drops the
+    /// disposable frames first (Sengupta 2025's per-frame-type delivery).
+    FrameType,
+}
+
+impl From<Format> for media::Format {
+    fn from(f: Format) -> Self {
+        match f {
+            Format::Hang => media::Format::Hang,
+            Format::HangCmaf => media::Format::HangCmaf,
+            Format::Msf => media::Format::Msf,
+            Format::Cmsf => media::Format::Cmsf,
+        }
+    }
+}
+
+impl From<InputFormat> for media::InputFormat {
+    fn from(f: InputFormat) -> Self {
+        match f {
+            InputFormat::Auto => media::InputFormat::Auto,
+            InputFormat::Fmp4 => media::InputFormat::Fmp4,
+            InputFormat::Ts => media::InputFormat::Ts,
+        }
+    }
+}
+
+impl From<Delivery> for media::Delivery {
+    fn from(d: Delivery) -> Self {
+        match d {
+            Delivery::Group => media::Delivery::Group,
+            Delivery::FrameType => media::Delivery::FrameType,
+        }
+    }
+}
+
+/// `pub` options for real media (with `--broadcast`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct MediaPubArgs {
+    /// Publish a media broadcast under this name (the track namespace,
+    /// `/`-separated), read from `--input`, instead of a synthetic profile.
+    #[arg(long)]
+    pub broadcast: Option<String>,
+    /// Packaging of the broadcast.
+    #[arg(long, value_enum, default_value_t = Format::Hang)]
+    pub format: Format,
+    /// Media input: a file, or `-` for standard input (e.g. `ffmpeg … -f mp4
+    /// -movflags cmaf+separate_moof+delay_moov+skip_trailer+frag_every_frame -`).
+    #[arg(long, default_value = "-")]
+    pub input: String,
+    /// Container of the input.
+    #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
+    pub input_format: InputFormat,
+    /// Send as fast as the input arrives instead of in real time (by default
+    /// frames leave when their timestamps say, so a file plays as if live).
+    #[arg(long)]
+    pub no_pace: bool,
+    /// How each GOP is spread over streams.
+    #[arg(long, value_enum, default_value_t = Delivery::Group)]
+    pub delivery: Delivery,
+    /// Target latency in ms: objects older than this are not worth
+    /// delivering (the tracks' OBJECT_DELIVERY_TIMEOUT); 0 for none.
+    #[arg(long, default_value_t = 2000)]
+    pub target_latency_ms: u64,
+    /// Constant-rate shaping against resolution fingerprinting, kbit/s: the
+    /// media goes out at most this fast (bursts such as keyframes spread
+    /// over 20 ms ticks), every tick's unused share is sent as MoQT PADDING
+    /// datagrams and every QUIC packet is padded to full size, so the hop to
+    /// the relay carries the same full-size packets every tick whatever the
+    /// video. Pick it above the broadcast's peak rate over about a second;
+    /// 0 is off.
+    #[arg(long, default_value_t = 0, value_parser = parse_shape_rate)]
+    pub shape_rate: u64,
+    /// Pad every object (with PADDING datagrams after it) to the next size
+    /// of the ladder 256 B × RATIO^k, e.g. 1.5: hides exact frame sizes,
+    /// not the bitrate.
+    #[arg(long)]
+    pub pad_objects: Option<f64>,
+    /// Longest a frame may wait for its share of `--shape-rate`, ms; beyond
+    /// it, it goes out at once (counted and reported as an overrun).
+    #[arg(long, default_value_t = 500)]
+    pub shape_max_delay_ms: u64,
+}
+
+fn parse_shape_rate(s: &str) -> Result<u64, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    quichub_client::shape::parse_kbps(s)
+}
+
+impl MediaPubArgs {
+    /// The shaping `--shape-rate`, `--pad-objects` and
+    /// `--shape-max-delay-ms` ask for.
+    pub fn shape_config(&self) -> anyhow::Result<quichub_client::ShapeConfig> {
+        if let Some(r) = self.pad_objects {
+            anyhow::ensure!(
+                r.is_finite() && r > 1.0 && r <= 16.0,
+                "--pad-objects must be in (1, 16], e.g. 1.5"
+            );
+        }
+        Ok(quichub_client::ShapeConfig {
+            rate_bps: (self.shape_rate > 0).then_some(self.shape_rate * 1000),
+            bucket_ratio: self.pad_objects,
+            max_delay: std::time::Duration::from_millis(self.shape_max_delay_ms.clamp(10, 60_000)),
+            ..Default::default()
+        })
+    }
+}
+
+/// `sub` options for real media (with `--broadcast`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct MediaSubArgs {
+    /// Subscribe to this media broadcast (catalog and renditions).
+    #[arg(long)]
+    pub broadcast: Option<String>,
+    /// Where the fragmented MP4 goes: a file, or `-` for standard output
+    /// (`| ffplay -`).
+    #[arg(long, default_value = "-")]
+    pub output: String,
+    /// Video rendition to take (default: the first in the catalog; `none` for audio only).
+    #[arg(long)]
+    pub video: Option<String>,
+    /// Audio rendition to take (default: the first; `none` for video only).
+    #[arg(long)]
+    pub audio: Option<String>,
 }
 
 fn deadline(d: Option<f64>) -> tokio::time::Instant {
@@ -181,9 +347,7 @@ pub async fn run_pub(a: PubArgs) -> anyhow::Result<()> {
     crate::refuse_unverified_token(&url, &opts.verify, a.insecure)?;
     let session = ClientSession::connect(&url, opts).await?;
     let result = match &a.media.broadcast {
-        Some(b) => {
-            crate::media_cmd::publish(&a.media, b, &session, mode, deadline(a.duration)).await
-        }
+        Some(b) => publish_media(&a, b, &session, mode).await,
         None => publish(&a, &session, profile, mode, in_framing, chunk_size).await,
     };
     leave(&session, result).await
@@ -207,6 +371,38 @@ async fn leave(session: &ClientSession, result: anyhow::Result<()>) -> anyhow::R
     };
     session.shutdown(code, reason).await;
     result
+}
+
+/// `pub --broadcast`: real media from `--input`, published by
+/// [`media::publish`].
+async fn publish_media(
+    a: &PubArgs,
+    broadcast: &str,
+    session: &ClientSession,
+    mode: TrackMode,
+) -> anyhow::Result<()> {
+    let m = &a.media;
+    let opts = media::MediaPublishOptions {
+        broadcast: broadcast.to_string(),
+        format: m.format.into(),
+        input_format: m.input_format.into(),
+        mode,
+        pace: !m.no_pace,
+        delivery: m.delivery.into(),
+        target_latency_ms: m.target_latency_ms,
+        shape: m.shape_config()?,
+    };
+    // Files and pipes block: read on a thread of their own.
+    let input: Box<dyn std::io::Read + Send> = if m.input == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::fs::File::open(&m.input).with_context(|| format!("open {}", m.input))?)
+    };
+    let stop = tokio::time::sleep_until(deadline(a.duration));
+    let input = media::read_on_thread(input);
+    let summary = media::publish(session, &opts, input, stop, |n| eprintln!("{n}")).await?;
+    eprintln!("{summary}");
+    Ok(())
 }
 
 async fn publish(
@@ -318,20 +514,45 @@ pub async fn run_sub(a: SubArgs) -> anyhow::Result<()> {
     crate::refuse_unverified_token(&url, &opts.verify, a.insecure)?;
     let session = ClientSession::connect(&url, opts).await?;
     let result = match &a.media.broadcast {
-        Some(b) => {
-            crate::media_cmd::subscribe(
-                &a.media,
-                b,
-                &session,
-                a.rendezvous_ms,
-                deadline(a.duration),
-                a.count,
-            )
-            .await
-        }
+        Some(b) => subscribe_media(&a, b, &session).await,
         None => subscribe(&a, &session).await,
     };
     leave(&session, result).await
+}
+
+/// `sub --broadcast`: a media broadcast played by [`media::subscribe`]
+/// into `--output`.
+async fn subscribe_media(
+    a: &SubArgs,
+    broadcast: &str,
+    session: &ClientSession,
+) -> anyhow::Result<()> {
+    let m = &a.media;
+    let opts = media::MediaSubscribeOptions {
+        broadcast: broadcast.to_string(),
+        video: m.video.clone(),
+        audio: m.audio.clone(),
+        rendezvous_ms: a.rendezvous_ms,
+        count: a.count,
+    };
+    let stop = tokio::time::sleep_until(deadline(a.duration));
+    let output: Box<dyn tokio::io::AsyncWrite + Unpin + Send> = if m.output == "-" {
+        Box::new(tokio::io::stdout())
+    } else {
+        let file = tokio::fs::File::create(&m.output)
+            .await
+            .with_context(|| format!("create {}", m.output))?;
+        Box::new(tokio::io::BufWriter::new(file))
+    };
+    let (written, result) =
+        match media::subscribe(session, &opts, output, stop, |n| eprintln!("{n}")).await {
+            Ok(written) => (written, Ok(())),
+            Err(e) => (e.written, Err(e.error)),
+        };
+    if let Some(w) = written {
+        eprintln!("wrote {}: {w}", m.output);
+    }
+    result
 }
 
 async fn subscribe(a: &SubArgs, session: &ClientSession) -> anyhow::Result<()> {

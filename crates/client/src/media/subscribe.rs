@@ -1,0 +1,413 @@
+//! [`subscribe`]: read the catalog, subscribe the renditions, write fMP4.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use moqt::message::FetchKind;
+use moqt::{FullTrackName, Parameters, SubscriptionFilter};
+use quichub_media::hang;
+use quichub_media::msf;
+use quichub_media::mux::{init_segment, Fragmenter};
+use quichub_media::playback::{catalog_update, AnyCatalog, CatalogChange, Decoder};
+use quichub_media::reorder::{Held, Reorder, REORDER_WAIT};
+use quichub_media::{Frame, TrackInfo};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::{MediaSubscribeOptions, Note, PlayedRendition, Stop, SubscribeError, SubscribeSummary};
+use crate::{ClientSession, SubscribeOptions, Subscription, SubscriptionEvent};
+
+/// One object as the subscription tasks pass it on.
+#[derive(Clone, Debug, Default)]
+struct Obj {
+    payload: Bytes,
+    /// The object's property block (LOC's metadata).
+    properties: Bytes,
+}
+
+impl Held for Obj {
+    fn len(&self) -> usize {
+        self.payload.len() + self.properties.len()
+    }
+}
+
+/// What the subscription tasks pass to the writer.
+enum Arrival {
+    /// (group, subgroup (`None` if fetched), object, the object).
+    Object(u64, Option<u64>, u64, Obj),
+    /// A subgroup stream ended: (group, subgroup).
+    SubgroupEnd(u64, u64),
+    /// The subscription ended.
+    Done,
+    /// Time to give up on old gaps.
+    Tick,
+}
+
+/// One subscribed rendition on the subscriber side.
+struct Output {
+    decoder: Decoder,
+    reorder: Reorder<Obj>,
+    frames: u64,
+}
+
+/// Frames held at most while waiting for decoder configurations.
+const MAX_PENDING: usize = 1024;
+
+/// Subscribes to whichever catalog track `broadcast` has: MSF's `catalog`
+/// or hang's `catalog.json`. Both are asked for at once (a subscriber
+/// started before the publisher waits for it with RENDEZVOUS_TIMEOUT); the
+/// first to be accepted wins, and a refusal of one leaves the other.
+async fn subscribe_catalog(
+    session: &ClientSession,
+    broadcast: &str,
+    opts: SubscribeOptions,
+) -> anyhow::Result<(bool, Subscription)> {
+    let m = session.subscribe(
+        FullTrackName::new(broadcast, msf::CATALOG_TRACK),
+        opts.clone(),
+    );
+    let h = session.subscribe(FullTrackName::new(broadcast, hang::CATALOG_TRACK), opts);
+    tokio::pin!(m, h);
+    let (is_msf, r) = tokio::select! {
+        r = &mut m => match r {
+            Ok(s) => (true, Ok(s)),
+            Err(_) => (false, h.await),
+        },
+        r = &mut h => match r {
+            Ok(s) => (false, Ok(s)),
+            Err(_) => (true, m.await),
+        },
+    };
+    let sub = r.with_context(|| {
+        format!(
+            "subscribe to {broadcast}/{} or {broadcast}/{}",
+            msf::CATALOG_TRACK,
+            hang::CATALOG_TRACK
+        )
+    })?;
+    Ok((is_msf, sub))
+}
+
+/// Subscribes to a media broadcast on `session` and writes it to `output`
+/// as fragmented MP4 (an init segment, one fragment per frame), until the
+/// broadcast ends, `opts.count` frames are written, the reader of `output`
+/// leaves (a broken pipe), or `stop` completes. `notes` hears of the
+/// catalog, the renditions chosen and catalog updates.
+///
+/// `Ok(None)`: `stop` completed before the catalog arrived, so nothing was
+/// played.
+pub async fn subscribe<W: AsyncWrite + Unpin + Send>(
+    session: &ClientSession,
+    opts: &MediaSubscribeOptions,
+    mut output: W,
+    stop: impl Future<Output = ()> + Send,
+    mut notes: impl FnMut(Note) + Send,
+) -> Result<Option<SubscribeSummary>, SubscribeError> {
+    let mut stop = Stop::new(stop);
+    let broadcast = opts.broadcast.as_str();
+    let rendezvous_ms = (opts.rendezvous_ms > 0).then_some(opts.rendezvous_ms);
+    let sub_opts = SubscribeOptions {
+        rendezvous_ms,
+        ..Default::default()
+    };
+    let (is_msf, mut cat_sub) = tokio::select! {
+        r = subscribe_catalog(session, broadcast, sub_opts) => r?,
+        _ = stop.wait() => return Ok(None),
+    };
+    // The current catalog is the latest group's: fetch it (MSF: object 0
+    // and the delta updates after it, a Joining FETCH as §Catalog asks) if
+    // the subscription started after it, else wait for it.
+    let mut catalog = None;
+    if cat_sub.largest.is_some() {
+        let r = session
+            .fetch(
+                FetchKind::RelativeJoining {
+                    joining_request_id: cat_sub.request_id,
+                    joining_start: 0,
+                },
+                Parameters::default(),
+            )
+            .await?;
+        let objects: Vec<_> = if is_msf {
+            r.objects
+        } else {
+            r.objects.into_iter().last().into_iter().collect()
+        };
+        for o in objects.iter().filter(|o| !o.payload.is_empty()) {
+            AnyCatalog::read(&mut catalog, is_msf, &o.payload).map_err(anyhow::Error::from)?;
+        }
+    }
+    while catalog.is_none() {
+        let ev = tokio::select! {
+            ev = cat_sub.next() => ev,
+            _ = stop.wait() => return Ok(None),
+        };
+        match ev {
+            Some(SubscriptionEvent::Object(o)) if !o.payload.is_empty() => {
+                AnyCatalog::read(&mut catalog, is_msf, &o.payload).map_err(anyhow::Error::from)?
+            }
+            Some(SubscriptionEvent::Done { .. }) | None => {
+                return Err(anyhow::anyhow!("the broadcast ended before its catalog").into())
+            }
+            _ => {}
+        }
+    }
+    let Some(catalog) = catalog else {
+        return Err(anyhow::anyhow!("no catalog").into());
+    };
+    let chosen = catalog
+        .choose(opts.video.as_deref(), opts.audio.as_deref())
+        .with_context(|| format!("broadcast {broadcast}"))?;
+    notes(Note::Catalog { msf: is_msf });
+    let mut outputs = Vec::new();
+    for (i, c) in chosen.into_iter().enumerate() {
+        let decoder = Decoder::new(&c, i as u32 + 1).map_err(anyhow::Error::from)?;
+        notes(Note::Rendition {
+            name: c.name.clone(),
+            info: decoder.info().clone(),
+        });
+        outputs.push((
+            c.name,
+            Output {
+                decoder,
+                reorder: Reorder::default(),
+                frames: 0,
+            },
+        ));
+    }
+
+    // Subscribe each rendition from the latest object, and fetch the
+    // current group up to it, so output starts at the GOP's keyframe at once.
+    // The tasks end with the subscriptions, or when this future is done or
+    // dropped (the JoinSets abort them).
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Arrival)>();
+    let mut subs = JoinSet::new();
+    for (i, (track_name, _)) in outputs.iter().enumerate() {
+        let name = FullTrackName::new(broadcast, track_name);
+        let mut sub = session
+            .subscribe(
+                name,
+                SubscribeOptions {
+                    filter: Some(SubscriptionFilter::LargestObject),
+                    rendezvous_ms,
+                    ..Default::default()
+                },
+            )
+            .await
+            .with_context(|| format!("subscribe to {track_name}"))?;
+        if sub.largest.is_some() {
+            // Objects go to the muxer as they arrive: the group's keyframe
+            // plays before the rest of the group is in.
+            let mut r = session
+                .fetch_stream(
+                    FetchKind::RelativeJoining {
+                        joining_request_id: sub.request_id,
+                        joining_start: 0,
+                    },
+                    Parameters::default(),
+                )
+                .await?;
+            while let Some(o) = r.next().await? {
+                let obj = Obj {
+                    payload: o.payload,
+                    properties: o.properties,
+                };
+                let _ = tx.send((i, Arrival::Object(o.group, None, o.object_id, obj)));
+            }
+        }
+        let tx = tx.clone();
+        subs.spawn(async move {
+            while let Some(ev) = sub.next().await {
+                match ev {
+                    SubscriptionEvent::Object(o) => {
+                        let obj = Obj {
+                            payload: o.payload,
+                            properties: o.properties,
+                        };
+                        let a = Arrival::Object(o.group, o.subgroup, o.object_id, obj);
+                        if tx.send((i, a)).is_err() {
+                            break;
+                        }
+                    }
+                    SubscriptionEvent::SubgroupEnd {
+                        group, subgroup, ..
+                    } => {
+                        let _ = tx.send((i, Arrival::SubgroupEnd(group, subgroup)));
+                    }
+                    SubscriptionEvent::Done { .. } => break,
+                }
+            }
+            let _ = tx.send((i, Arrival::Done));
+            sub.cancel();
+        });
+    }
+    drop(tx);
+    // Catalog updates keep coming on the catalog subscription: read them
+    // (and say what changed) while the media plays.
+    let (cat_tx, mut cat_rx) = tokio::sync::mpsc::unbounded_channel::<Option<Bytes>>();
+    subs.spawn(async move {
+        while let Some(ev) = cat_sub.next().await {
+            let payload = match ev {
+                SubscriptionEvent::Object(o) => o.payload,
+                SubscriptionEvent::Done { .. } => break,
+                _ => continue,
+            };
+            if !payload.is_empty() && cat_tx.send(Some(payload)).is_err() {
+                break;
+            }
+        }
+        let _ = cat_tx.send(None);
+        cat_sub.cancel();
+    });
+    let mut catalog = Some(catalog);
+    let mut catalog_open = true;
+    let mut fragmenter = Fragmenter::new();
+    let mut open = outputs.len();
+    let mut written = 0u64;
+    let mut first_dts: Option<i64> = None;
+    // Frames held until every output knows its decoder configuration
+    // (LOC), so the init segment can be written first.
+    let mut pending: Vec<(usize, Frame)> = Vec::new();
+    let mut started = false;
+    let result: anyhow::Result<()> = async {
+        let mut tick = tokio::time::interval(REORDER_WAIT / 4);
+        // Once the media has ended, a moment more for the catalog's last
+        // word (MSF's isComplete), which comes after the tracks end.
+        let mut linger: Option<Instant> = None;
+        while open > 0 || (catalog_open && linger.is_none_or(|l| Instant::now() < l)) {
+            if open == 0 && linger.is_none() {
+                linger = Some(Instant::now() + Duration::from_secs(1));
+            }
+            let msg = tokio::select! {
+                m = rx.recv(), if open > 0 => m,
+                c = cat_rx.recv(), if catalog_open => {
+                    match c.flatten() {
+                        Some(p) => match catalog_update(&mut catalog, is_msf, &p) {
+                            CatalogChange::None => {}
+                            change => notes(Note::CatalogUpdate(change)),
+                        },
+                        None => catalog_open = false,
+                    }
+                    continue;
+                }
+                _ = tick.tick() => Some((usize::MAX, Arrival::Tick)),
+                _ = stop.wait() => break,
+            };
+            let Some((i, arrival)) = msg else { break };
+            let now = Instant::now().into_std();
+            let ready: Vec<(usize, bool, Obj)> = match arrival {
+                Arrival::Object(group, subgroup, object, obj) => outputs[i]
+                    .1
+                    .reorder
+                    .object(group, subgroup, object, obj, now)
+                    .into_iter()
+                    .map(|(s, p)| (i, s, p))
+                    .collect(),
+                Arrival::SubgroupEnd(group, subgroup) => outputs[i]
+                    .1
+                    .reorder
+                    .subgroup_end(group, subgroup, now)
+                    .into_iter()
+                    .map(|(s, p)| (i, s, p))
+                    .collect(),
+                Arrival::Done => {
+                    open -= 1;
+                    outputs[i]
+                        .1
+                        .reorder
+                        .release(true, now)
+                        .into_iter()
+                        .map(|(s, p)| (i, s, p))
+                        .collect()
+                }
+                Arrival::Tick => {
+                    let mut v = Vec::new();
+                    for (j, (_, o)) in outputs.iter_mut().enumerate() {
+                        v.extend(
+                            o.reorder
+                                .release(false, now)
+                                .into_iter()
+                                .map(|(s, p)| (j, s, p)),
+                        );
+                    }
+                    v
+                }
+            };
+            for (i, starts_group, obj) in ready {
+                let o = &mut outputs[i].1;
+                for f in o
+                    .decoder
+                    .decode(starts_group, obj.payload, &obj.properties)?
+                {
+                    pending.push((i, f));
+                }
+            }
+            if !started {
+                if outputs.iter().all(|(_, o)| o.decoder.is_configured()) {
+                    let tracks: Vec<TrackInfo> = outputs
+                        .iter()
+                        .map(|(_, o)| o.decoder.info().clone())
+                        .collect();
+                    output.write_all(&init_segment(&tracks)?).await?;
+                    started = true;
+                } else if pending.len() > MAX_PENDING {
+                    let missing: Vec<_> = outputs
+                        .iter()
+                        .filter(|(_, o)| !o.decoder.is_configured())
+                        .map(|(n, _)| n.as_str())
+                        .collect();
+                    bail!("no decoder configuration arrived for {missing:?}");
+                } else {
+                    continue;
+                }
+            }
+            for (i, mut f) in pending.drain(..) {
+                let o = &mut outputs[i].1;
+                // Output time starts at the first frame's decode time, so
+                // no decode time is negative.
+                let base = *first_dts.get_or_insert(f.dts);
+                f.dts = f.dts.saturating_sub(base);
+                f.pts = f.pts.saturating_sub(base);
+                let frag = fragmenter.fragment(o.decoder.info(), &f)?;
+                let w = match output.write_all(&frag).await {
+                    Ok(()) => output.flush().await,
+                    e => e,
+                };
+                match w {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                    r => r.context("write output")?,
+                }
+                o.frames += 1;
+                written += 1;
+                if opts.count.is_some_and(|c| written >= c) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    subs.abort_all();
+    // What a buffered writer still holds (the init segment alone, say).
+    let _ = output.flush().await;
+    let summary = SubscribeSummary {
+        renditions: outputs
+            .iter()
+            .map(|(n, o)| PlayedRendition {
+                name: n.clone(),
+                frames: o.frames,
+                late: o.reorder.late(),
+            })
+            .collect(),
+    };
+    match result {
+        Ok(()) => Ok(Some(summary)),
+        Err(error) => Err(SubscribeError {
+            written: Some(summary),
+            error,
+        }),
+    }
+}

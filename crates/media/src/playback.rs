@@ -1,0 +1,430 @@
+//! The subscriber's side of a broadcast, sans-IO: the catalog as it
+//! evolves (hang's `catalog.json` or MSF's `catalog`), the renditions chosen
+//! from it, and each rendition's objects turned back into timed frames for
+//! the fMP4 muxer. The client's `media::subscribe` moves the bytes.
+
+use bytes::Bytes;
+
+use crate::codec::sample_entry;
+use crate::fmp4::Fmp4Demuxer;
+use crate::hang::{self, Container};
+use crate::loc::LocProperties;
+use crate::msf::{self, CatalogObject, Packaging};
+use crate::{Demuxer, Error, Event, Frame, TrackInfo, TrackKind};
+
+/// Which catalog a broadcast has.
+#[derive(Clone, Debug)]
+pub enum AnyCatalog {
+    /// moq-dev's hang `catalog.json`.
+    Hang(hang::Catalog),
+    /// IETF MSF `catalog`.
+    Msf(msf::Catalog),
+}
+
+impl AnyCatalog {
+    /// Reads one catalog object, in track order, into the current catalog:
+    /// hang's latest object replaces it; for MSF an independent catalog
+    /// replaces it and a delta update is applied to it.
+    pub fn read(cur: &mut Option<AnyCatalog>, is_msf: bool, payload: &[u8]) -> Result<(), Error> {
+        if !is_msf {
+            *cur = Some(AnyCatalog::Hang(hang::Catalog::parse(payload)?));
+            return Ok(());
+        }
+        match CatalogObject::parse(payload)? {
+            CatalogObject::Independent(c) => *cur = Some(AnyCatalog::Msf(c)),
+            CatalogObject::Delta(d) => {
+                // A delta before any independent catalog is ignored (§Catalog:
+                // updates before the group's first object do not count).
+                if let Some(AnyCatalog::Msf(c)) = cur {
+                    c.apply(&d)?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The names of the tracks it lists.
+    pub fn track_names(&self) -> Vec<String> {
+        match self {
+            AnyCatalog::Msf(c) => c.tracks.iter().map(|t| t.name.clone()).collect(),
+            AnyCatalog::Hang(c) => c.renditions().map(|(_, n, _)| n.clone()).collect(),
+        }
+    }
+
+    /// The renditions to play: `video` / `audio` by name (`none` for
+    /// neither), else the first of each kind the catalog lists that this
+    /// crate can decode.
+    pub fn choose(&self, video: Option<&str>, audio: Option<&str>) -> Result<Vec<Chosen>, Error> {
+        match self {
+            AnyCatalog::Hang(c) => choose_hang(c, video, audio),
+            AnyCatalog::Msf(c) => choose_msf(c, video, audio),
+        }
+    }
+}
+
+/// What a catalog update that arrived during playback changed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CatalogChange {
+    /// It could not be read, and was skipped.
+    Ignored(String),
+    /// The broadcast is over (MSF's `isComplete`).
+    Complete,
+    /// The list of tracks is now this.
+    Tracks(Vec<String>),
+    /// Nothing that playback shows.
+    None,
+}
+
+/// Applies a catalog update that arrived during playback and says what it
+/// changed. The tracks being played stay as they are (a new configuration
+/// would need a new init segment); a bad update is reported and skipped.
+pub fn catalog_update(cur: &mut Option<AnyCatalog>, is_msf: bool, payload: &[u8]) -> CatalogChange {
+    let names = |c: &Option<AnyCatalog>| c.as_ref().map_or_else(Vec::new, AnyCatalog::track_names);
+    let before = names(cur);
+    if let Err(e) = AnyCatalog::read(cur, is_msf, payload) {
+        return CatalogChange::Ignored(e.to_string());
+    }
+    let after = names(cur);
+    if let Some(AnyCatalog::Msf(c)) = cur {
+        if c.is_complete {
+            return CatalogChange::Complete;
+        }
+    }
+    if before != after {
+        CatalogChange::Tracks(after)
+    } else {
+        CatalogChange::None
+    }
+}
+
+/// How a subscribed rendition's objects are packaged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packing {
+    /// hang's legacy container: timestamp varint + frame.
+    Legacy,
+    /// CMAF chunks (hang `cmaf`, MSF `cmaf`).
+    Cmaf,
+    /// LOC: the frame, with metadata in object properties.
+    Loc,
+}
+
+/// A rendition chosen from the catalog: its track name and how to decode it.
+#[derive(Clone, Debug)]
+pub struct Chosen {
+    /// The track's name in the broadcast.
+    pub name: String,
+    /// What the catalog says of it.
+    pub info: TrackInfo,
+    /// How its objects are packaged.
+    pub packing: Packing,
+    /// The init segment of a CMAF rendition.
+    pub init: Option<Bytes>,
+    /// Frames per second, if the catalog says.
+    pub framerate: Option<f64>,
+}
+
+fn unplayable(msg: String) -> Error {
+    Error::Unplayable(msg)
+}
+
+/// The renditions to play from a hang catalog.
+fn choose_hang(
+    c: &hang::Catalog,
+    video: Option<&str>,
+    audio: Option<&str>,
+) -> Result<Vec<Chosen>, Error> {
+    let pick = |want: Option<&str>, section: &hang::Section| -> Option<(String, hang::Rendition)> {
+        match want {
+            Some("none") => None,
+            Some(n) => section
+                .renditions
+                .get(n)
+                .map(|r| (n.to_string(), r.clone())),
+            None => section
+                .renditions
+                .iter()
+                .next()
+                .map(|(n, r)| (n.clone(), r.clone())),
+        }
+    };
+    let mut out = Vec::new();
+    for (kind, picked) in [
+        (TrackKind::Video, pick(video, &c.video)),
+        (TrackKind::Audio, pick(audio, &c.audio)),
+    ] {
+        let Some((name, r)) = picked else { continue };
+        let (info, packing, init) = match &r.container {
+            Container::Legacy => (r.to_track(0, kind)?, Packing::Legacy, None),
+            Container::Cmaf { init } => (r.to_track(0, kind)?, Packing::Cmaf, Some(init.clone())),
+            other => {
+                return Err(unplayable(format!(
+                    "rendition {name}: container {:?} is not supported (legacy and cmaf are)",
+                    other.kind()
+                )))
+            }
+        };
+        out.push(Chosen {
+            name,
+            info,
+            packing,
+            init,
+            framerate: r.framerate,
+        });
+    }
+    if out.is_empty() {
+        return Err(unplayable(format!(
+            "the catalog has no rendition to play (video: {:?}, audio: {:?})",
+            c.video.renditions.keys().collect::<Vec<_>>(),
+            c.audio.renditions.keys().collect::<Vec<_>>()
+        )));
+    }
+    Ok(out)
+}
+
+/// The renditions to play from an MSF catalog: `video` / `audio` by
+/// track name, else the first video and the first audio track in the
+/// catalog's own namespace whose packaging is `loc` or `cmaf`.
+fn choose_msf(
+    c: &msf::Catalog,
+    video: Option<&str>,
+    audio: Option<&str>,
+) -> Result<Vec<Chosen>, Error> {
+    let playable = |t: &&msf::Track| {
+        t.namespace.is_none() && matches!(t.packaging, Some(Packaging::Loc | Packaging::Cmaf))
+    };
+    let pick = |want: Option<&str>, kind: TrackKind| -> Option<&msf::Track> {
+        match want {
+            Some("none") => None,
+            Some(n) => c.track(n),
+            None => c
+                .tracks
+                .iter()
+                .filter(playable)
+                .find(|t| t.kind() == Some(kind)),
+        }
+    };
+    let mut out = Vec::new();
+    for kind in [TrackKind::Video, TrackKind::Audio] {
+        let want = match kind {
+            TrackKind::Video => video,
+            TrackKind::Audio => audio,
+        };
+        let Some(t) = pick(want, kind) else { continue };
+        let (packing, init) = match &t.packaging {
+            Some(Packaging::Loc) => (Packing::Loc, None),
+            Some(Packaging::Cmaf) => match c.init_data(t)? {
+                Some(init) => (Packing::Cmaf, Some(init)),
+                None => {
+                    return Err(unplayable(format!(
+                        "track {}: cmaf packaging without init data",
+                        t.name
+                    )))
+                }
+            },
+            other => {
+                return Err(unplayable(format!(
+                    "track {}: packaging {:?} is not supported (loc and cmaf are)",
+                    t.name,
+                    other.as_ref().map(Packaging::as_str)
+                )))
+            }
+        };
+        out.push(Chosen {
+            name: t.name.clone(),
+            info: t.to_info(0)?,
+            packing,
+            init,
+            framerate: t.framerate,
+        });
+    }
+    if out.is_empty() {
+        return Err(unplayable(format!(
+            "the catalog has no track to play: {:?}",
+            c.tracks
+                .iter()
+                .map(|t| (t.name.as_str(), t.packaging.as_ref().map(Packaging::as_str)))
+                .collect::<Vec<_>>()
+        )));
+    }
+    Ok(out)
+}
+
+/// One chosen rendition's objects back to frames with decode times, as
+/// the fMP4 muxer takes them.
+#[derive(Debug)]
+pub struct Decoder {
+    info: TrackInfo,
+    packing: Packing,
+    /// For CMAF objects: a demuxer primed with the init segment.
+    cmaf: Option<Fmp4Demuxer>,
+    /// Synthesised decode times for legacy and LOC video (µs): the previous one.
+    last_dts: Option<i64>,
+    frame_us: i64,
+    waiting_keyframe: bool,
+    /// Whether `info` says enough to write the init segment. LOC tracks
+    /// learn their decoder configuration from the objects' Video/Audio
+    /// Config properties, so output waits for it.
+    configured: bool,
+}
+
+impl Decoder {
+    /// A decoder for `c`, whose frames carry track ID `id` in the output.
+    pub fn new(c: &Chosen, id: u32) -> Result<Self, Error> {
+        let (info, cmaf) = match (&c.packing, &c.init) {
+            (Packing::Cmaf, Some(init)) => {
+                let mut d = Fmp4Demuxer::default();
+                d.push(init);
+                let t = match d.next() {
+                    Ok(Some(Event::Tracks(t))) if !t.is_empty() => t[0].clone(),
+                    other => {
+                        return Err(unplayable(format!(
+                            "rendition {}: bad init segment ({other:?})",
+                            c.name
+                        )))
+                    }
+                };
+                (TrackInfo { id, ..t }, Some(d))
+            }
+            _ => {
+                // Legacy and LOC timestamps are µs; the output's timescale
+                // is the one an fMP4 of the track would have.
+                let mut t = TrackInfo {
+                    id,
+                    ..c.info.clone()
+                };
+                t.timescale = match t.kind {
+                    TrackKind::Video => 90_000,
+                    TrackKind::Audio => t.sample_rate.max(1),
+                };
+                (t, None)
+            }
+        };
+        let frame_us = c
+            .framerate
+            .filter(|f| *f > 0.0)
+            // A catalog's framerate is peer input: 1 to 1000 frames per second.
+            .map_or(33_333, |f| (1e6 / f).clamp(1_000.0, 1_000_000.0) as i64);
+        let configured = sample_entry(&info).is_ok();
+        Ok(Self {
+            info,
+            packing: c.packing,
+            cmaf,
+            last_dts: None,
+            frame_us,
+            waiting_keyframe: true,
+            configured,
+        })
+    }
+
+    /// The output track (its decoder configuration once known).
+    pub fn info(&self) -> &TrackInfo {
+        &self.info
+    }
+
+    /// Whether the decoder configuration is known, so the init segment
+    /// can be written.
+    pub fn is_configured(&self) -> bool {
+        self.configured
+    }
+
+    /// Turns one object (its payload and property block), in order, into
+    /// frames with decode times; nothing before the first keyframe.
+    pub fn decode(
+        &mut self,
+        starts_group: bool,
+        payload: Bytes,
+        properties: &Bytes,
+    ) -> Result<Vec<Frame>, Error> {
+        let mut frames = Vec::new();
+        match self.packing {
+            Packing::Cmaf => {
+                if let Some(d) = self.cmaf.as_mut() {
+                    d.push(&payload);
+                    while let Some(ev) = d.next()? {
+                        if let Event::Frame(f) = ev {
+                            frames.push(Frame {
+                                track: self.info.id,
+                                ..f
+                            });
+                        }
+                    }
+                }
+            }
+            Packing::Legacy => {
+                let (pts, data) = hang::decode_legacy(&payload)?;
+                let keyframe = starts_group || self.info.kind == TrackKind::Audio;
+                frames.push(self.timed_frame(pts as i64, keyframe, data));
+            }
+            Packing::Loc => {
+                let p = LocProperties::decode(properties)?;
+                let pts = p
+                    .pts_micros()
+                    .ok_or_else(|| unplayable("LOC object without a Timestamp property".into()))?;
+                // The frame marking's I bit says where decoding can start; a
+                // publisher without it starts each group with a keyframe (MSF).
+                let keyframe = match p.frame_marking {
+                    Some(m) => m.independent,
+                    None => starts_group || self.info.kind == TrackKind::Audio,
+                };
+                let config = match self.info.kind {
+                    TrackKind::Video => p.video_config,
+                    TrackKind::Audio => p.audio_config,
+                };
+                if let Some(c) = config {
+                    if !self.configured {
+                        self.info.description = Some(c);
+                        self.configured = sample_entry(&self.info).is_ok();
+                    }
+                }
+                frames.push(self.timed_frame(pts, keyframe, payload));
+            }
+        }
+        // Nothing decodes before the first keyframe.
+        if self.waiting_keyframe {
+            if let Some(i) = frames.iter().position(|f| f.keyframe) {
+                frames.drain(..i);
+                self.waiting_keyframe = false;
+            } else {
+                frames.clear();
+            }
+        }
+        Ok(frames)
+    }
+
+    /// A frame of a format that carries presentation times only (hang
+    /// legacy, LOC). Decode times are made up: a frame's duration apart,
+    /// starting two frames before the GOP's keyframe presents (room for B
+    /// frames), re-anchored whenever a keyframe shows the estimate has
+    /// drifted.
+    fn timed_frame(&mut self, pts: i64, keyframe: bool, data: Bytes) -> Frame {
+        let frame_us = self.frame_us;
+        let dts = match (self.info.kind, self.last_dts) {
+            (TrackKind::Audio, _) => pts,
+            (TrackKind::Video, None) => pts.saturating_sub(2 * frame_us),
+            (TrackKind::Video, Some(last)) => {
+                // Timestamps are peer input: saturate rather than overflow.
+                let next = last.saturating_add(frame_us);
+                let anchor = pts.saturating_sub(2 * frame_us);
+                if keyframe && next.abs_diff(anchor) > (frame_us / 2) as u64 {
+                    anchor.max(last.saturating_add(1))
+                } else {
+                    next
+                }
+            }
+        };
+        self.last_dts = Some(dts);
+        Frame {
+            track: self.info.id,
+            pts,
+            dts,
+            duration: if self.info.kind == TrackKind::Video {
+                frame_us as u32
+            } else {
+                0
+            },
+            keyframe,
+            disposable: false,
+            data,
+        }
+    }
+}
