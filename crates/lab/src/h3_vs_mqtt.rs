@@ -474,7 +474,7 @@ pub fn clients(quichub: &Path, scratch: &Path) -> anyhow::Result<(Vec<ClientInfo
 }
 
 /// aioquic's HTTP/3 client from the gateway tests.
-const H3_CLIENT_PY: &str = include_str!("../../quichub/tests/http3/h3_client.py");
+const H3_CLIENT_PY: &str = include_str!("../../testkit/py/h3_client.py");
 
 /// What the broker's thread tells the experiment.
 struct ServerInfo {

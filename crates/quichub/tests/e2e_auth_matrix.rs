@@ -25,7 +25,7 @@
 //! Skipped (with a message) when those tools are missing and
 //! `QUICHUB_MQTT_PYTHON` is unset, as the other tests using them.
 
-mod common;
+use quichub_testkit as common;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! `quichub bench` end to end against an in-process quichub relay: the
 //! draft's scenario 1 and 2 profiles, shortened to a few seconds.
 
-mod common;
+use quichub_testkit as common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! subscriber on B, and A sends B one copy per track however many
 //! subscribers B has.
 
-mod common;
+use quichub_testkit as common;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;

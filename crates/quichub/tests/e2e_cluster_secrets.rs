@@ -4,7 +4,7 @@
 //! along. Two relays of a cluster on a real etcd (started here) with a
 //! cluster token, and a third following one of them as an origin.
 
-mod common;
+use quichub_testkit as common;
 
 use std::sync::{Arc, Mutex, OnceLock};
 

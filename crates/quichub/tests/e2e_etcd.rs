@@ -2,7 +2,7 @@
 //! temporary data directory): relays register on leases, claim what their
 //! publishers announce, and follow each other over MoQT.
 
-mod common;
+use quichub_testkit as common;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;

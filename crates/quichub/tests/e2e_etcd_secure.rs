@@ -3,7 +3,7 @@
 //! wrong credentials are refused at startup with an error that names the
 //! setting.
 
-mod common;
+use quichub_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! End to end through an in-process relay: fan-out to 50 subscribers, joining
 //! FETCH from the cache, and a stuck subscriber that must not cost the others.
 
-mod common;
+use quichub_testkit as common;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;

@@ -2,7 +2,7 @@
 //! connections, stalled SETUPs, data before SETUP, handshake floods; and what a
 //! departing client leaves behind.
 
-mod common;
+use quichub_testkit as common;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The HTTP pub/sub API end to end with curl over HTTP/1.1 and HTTP/2 (prior
 //! knowledge, cleartext), and across protocols with mosquitto's MQTT clients.
 
-mod common;
+use quichub_testkit as common;
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -924,7 +924,7 @@ async fn mqtt_accepts_while_http_is_at_its_cap() {
     let mut extra = TcpStream::connect(h.addr).await.unwrap();
     closed_within(&mut extra, 5).await;
     let _mqtt =
-        common::raw_mqtt::Raw::connect(&gw, quichub_mqtt::Version::V311, "while-http-full").await;
+        common::mqtt::Raw::connect(&gw, quichub_mqtt::Version::V311, "while-http-full").await;
 }
 
 /// MQTT 3.1.1 CONNECT, client id `x`, and the CONNACK it gets.

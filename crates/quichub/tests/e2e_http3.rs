@@ -1,8 +1,8 @@
 //! The HTTP pub/sub API over HTTP/3 (ALPN `h3` on the relay's UDP port,
 //! beside WebTransport), driven by aioquic's HTTP/3 stack (PyPI) through
-//! `tests/http3/h3_client.py`, and across protocols with mosquitto's clients.
+//! `crates/testkit/py/h3_client.py`, and across protocols with mosquitto's clients.
 
-mod common;
+use quichub_testkit as common;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! the token. Tokens come from PyJWT (an independent implementation) and
 //! from quichub-auth's own signer.
 
-mod common;
+use quichub_testkit as common;
 
 use std::path::PathBuf;
 use std::process::Stdio;

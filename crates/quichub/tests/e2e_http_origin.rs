@@ -6,7 +6,7 @@
 //! loopback listener is answered 421; a configured origin gets CORS; and
 //! `/metrics` counts the refusals.
 
-mod common;
+use quichub_testkit as common;
 
 use std::net::SocketAddr;
 use std::process::Stdio;

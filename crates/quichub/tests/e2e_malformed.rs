@@ -1,7 +1,7 @@
 //! Bad input closes only the offending session, with PROTOCOL_VIOLATION,
 //! while a concurrent healthy session keeps receiving.
 
-mod common;
+use quichub_testkit as common;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

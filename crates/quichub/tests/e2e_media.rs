@@ -6,7 +6,7 @@
 //! Without ffmpeg these tests pass with a note, unless `QUICHUB_MEDIA_TESTS=1`
 //! (set by `scripts/test.sh`), where a missing ffmpeg fails them.
 
-mod common;
+use quichub_testkit as common;
 
 use common::media::{count_frames, picture_md5s, run};
 use std::io::{BufRead, BufReader, Write};

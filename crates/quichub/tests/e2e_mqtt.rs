@@ -2,13 +2,13 @@
 //! over TCP), across protocols with MoQT, and against malformed input while
 //! a healthy client keeps flowing.
 
-mod common;
+use quichub_testkit as common;
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::raw_mqtt::{persistent_connect, qos1_flows, Raw};
+use common::mqtt::{persistent_connect, qos1_flows, Raw};
 use common::{mqtt_tools, within, TestGateway};
 use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
 use quichub_gateway::mapping::topic_to_track;

@@ -8,13 +8,13 @@
 //! Skipped (with a message) when the tools of `scripts/install-mqtt-tools.sh`
 //! are missing and `QUICHUB_MQTT_PYTHON` is unset.
 
-mod common;
+use quichub_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
 use bytes::Bytes;
-use common::raw_mqtt::Raw;
+use common::mqtt::Raw;
 use common::{mqtt_tools, within, TestGateway};
 use quichub_gateway::broker::{Message, Source};
 use quichub_mqtt::{Properties, QoS, Version};

@@ -4,7 +4,7 @@
 //! certificate are made by the `openssl` command line in the test. With
 //! `use_identity_as_username` the certificate's CN is the `acl_file` user.
 
-mod common;
+use quichub_testkit as common;
 
 use std::net::SocketAddr;
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! message the broker acknowledged reaches both, and retained messages are
 //! still there.
 
-mod common;
+use quichub_testkit as common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::raw_mqtt::{qos1_flows, Raw};
+use common::mqtt::{qos1_flows, Raw};
 use common::within;
 use quichub_mqtt::{Ack, Connect, Packet, Properties, Publish, QoS, Version};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -7,7 +7,7 @@
 //! Skipped (with a message) when the tools of `scripts/install-mqtt-tools.sh`
 //! are missing and `QUICHUB_MQTT_PYTHON` is unset.
 
-mod common;
+use quichub_testkit as common;
 
 use std::path::PathBuf;
 use std::process::Stdio;

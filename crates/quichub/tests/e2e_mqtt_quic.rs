@@ -13,7 +13,7 @@
 //! Without the tools the tests are skipped, unless `QUICHUB_MQTT_PYTHON` is set
 //! (as `scripts/test.sh` does): then they fail.
 
-mod common;
+use quichub_testkit as common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

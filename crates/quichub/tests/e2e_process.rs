@@ -1,7 +1,7 @@
 //! Tests that run the real `quichub` binary: the interop client against the
 //! relay over both ways in, and GOAWAY on SIGTERM.
 
-mod common;
+use quichub_testkit as common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -6,13 +6,13 @@
 //! counted in `/metrics`. Assertions are on counts and order, not on how long
 //! anything took.
 
-mod common;
+use quichub_testkit as common;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::raw_mqtt::Raw;
+use common::mqtt::Raw;
 use common::{mqtt_tools, test_config, within, TestGateway, TestRelay};
 use moqt::message::Message;
 use moqt::{FullTrackName, Location, Parameters, TrackNamespace};
@@ -178,7 +178,7 @@ async fn mqtt_bandwidth_is_throttled_without_a_keep_alive_timeout() {
             client_id: "bytes-pub".into(),
             clean_start: true,
             keep_alive: 1,
-            ..common::raw_mqtt::persistent_connect(Version::V311, "x", true)
+            ..common::mqtt::persistent_connect(Version::V311, "x", true)
         },
     )
     .await;

@@ -3,7 +3,7 @@
 //! FORWARD=0 and REQUEST_UPDATE, TRACK_STATUS, RENDEZVOUS_TIMEOUT, duplicate
 //! subscriptions, request limits, and the metrics endpoint.
 
-mod common;
+use quichub_testkit as common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

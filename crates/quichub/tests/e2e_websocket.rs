@@ -4,7 +4,7 @@
 //! WebTransport subscribers, upgrades without the MoQT subprotocol are
 //! refused, and a WebSocket session that sends garbage is closed alone.
 
-mod common;
+use quichub_testkit as common;
 
 use std::time::Duration;
 

@@ -18,7 +18,7 @@
 //! sets `QUICHUB_MOQ_DEV_BIN`, so a missing tool (or ffmpeg) fails the test
 //! there instead of skipping it.
 
-mod common;
+use quichub_testkit as common;
 
 use common::media::{count_frames, picture_md5s, run};
 use std::io::{BufRead, BufReader};

@@ -4,7 +4,7 @@
 //! closes its session with EXPIRED_AUTH_TOKEN, and the authorizer sees the
 //! path, query and address a session came with.
 
-mod common;
+use quichub_testkit::bare as common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};

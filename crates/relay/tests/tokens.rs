@@ -3,7 +3,7 @@
 //! alias), anonymous public prefixes, refused and expiring tokens, and reloads
 //! that revoke credentials or grants of sessions already up.
 
-mod common;
+use quichub_testkit::bare as common;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -1,7 +1,7 @@
-//! What the relay's loopback tests share: a relay on an ephemeral port with
-//! an authorizer, clients pinned to its certificate, raw namespace requests
-//! and the codes of replies and closes.
-#![allow(dead_code)]
+//! The routing core alone on loopback (no hub, no broker), for the relay's
+//! own tests: a relay on an ephemeral port with an authorizer, clients
+//! pinned to its certificate, raw namespace requests and the codes of
+//! replies and closes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,7 +93,4 @@ pub fn error_code(m: &Message) -> Option<u64> {
     }
 }
 
-/// The application close code of a closed session, raw QUIC or WebTransport.
-pub fn close_code(e: &quichub_net::mux::Error) -> Option<u64> {
-    e.application_close().map(|(code, _)| code.into())
-}
+pub use crate::close_code;

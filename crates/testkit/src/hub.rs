@@ -1,13 +1,6 @@
-//! Shared helpers for end-to-end tests: an in-process relay on an OS-assigned
-//! loopback port, client sessions, and raw transport sessions for sending
-//! malformed input.
-
-#![allow(dead_code)]
-
-pub mod etcd;
-pub mod media;
-pub mod pki;
-pub mod raw_mqtt;
+//! Hubs on loopback: what `quichub relay` starts ([`Hub::start`]) on
+//! OS-assigned ports with no state on disk, with handles on its relay,
+//! broker and HTTP API, and raw sessions for hand-made bytes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +10,8 @@ use quichub_client::{ClientSession, ConnectOptions, Verify};
 use quichub_hub::Hub;
 use quichub_net::server::Server;
 use quichub_relay::{Config, Relay};
+
+use crate::until_async;
 
 /// What `quichub relay` starts ([`Hub::start`]), on OS-assigned loopback
 /// ports, with no state on disk and the listeners a test does not ask for off.
@@ -173,38 +168,6 @@ impl TestGateway {
     }
 }
 
-/// The third-party MQTT tools, or `None` (test skipped) when they are not
-/// installed and `QUICHUB_MQTT_PYTHON` is unset; with it set (as
-/// `scripts/test.sh` does) a missing tool fails the test.
-pub fn mqtt_tools() -> Option<std::path::PathBuf> {
-    let required = std::env::var_os("QUICHUB_MQTT_PYTHON").map(std::path::PathBuf::from);
-    let python = required.clone().or_else(|| {
-        std::env::var_os("HOME")
-            .map(|h| std::path::PathBuf::from(h).join(".cache/quichub/tools/py/bin/python"))
-    });
-    let have_mosquitto = std::process::Command::new("mosquitto_pub")
-        .arg("--help")
-        .output()
-        .is_ok();
-    let py_ok = python.as_ref().is_some_and(|p| {
-        std::process::Command::new(p)
-            .args(["-c", "import paho.mqtt"])
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    match (&required, have_mosquitto && py_ok) {
-        (_, true) => python,
-        (Some(p), false) => panic!(
-            "QUICHUB_MQTT_PYTHON={} is set but mosquitto_pub or paho-mqtt is missing: run scripts/install-mqtt-tools.sh",
-            p.display()
-        ),
-        (None, false) => {
-            eprintln!("SKIPPED: mosquitto clients / paho-mqtt not installed (scripts/install-mqtt-tools.sh)");
-            None
-        }
-    }
-}
-
 /// A hand-driven subscriber: a raw session that sends SETUP and one
 /// SUBSCRIBE, and never reads a data stream. Returns the session, its control
 /// stream and the request stream (keep them alive as long as needed).
@@ -241,19 +204,6 @@ impl TestRelay {
     }
 }
 
-/// Waits (at most `secs`) until `cond` holds.
-pub async fn until_async<F: std::future::Future<Output = bool>>(
-    secs: u64,
-    mut cond: impl FnMut() -> F,
-) {
-    within(secs, async {
-        while !cond().await {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-}
-
 /// Waits (at most 15 s) until `relay` knows namespace `ns`.
 pub async fn knows(relay: &TestRelay, ns: &str) {
     let ns = moqt::TrackNamespace::from_path(ns);
@@ -267,29 +217,6 @@ pub async fn knows(relay: &TestRelay, ns: &str) {
         async move { known }
     })
     .await;
-}
-
-/// Runs `f` with a deadline so a hung test fails instead of blocking CI.
-pub async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), f)
-        .await
-        .expect("test step timed out")
-}
-
-/// Waits (at most 5 s) until `track` forwards: a subscription reached its
-/// publisher, so what it writes now goes out.
-pub async fn until_forwarding(track: &quichub_client::LocalTrack) {
-    within(5, async {
-        while !track.is_forwarding() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-}
-
-/// The application close code of a closed session, for raw QUIC and WebTransport.
-pub fn close_code(e: &quichub_net::mux::Error) -> Option<u64> {
-    e.application_close().map(|(code, _)| code.into())
 }
 
 /// The HTTP pub/sub API of a [`TestGateway`], HTTP/1.1 and HTTP/2 on an
@@ -333,126 +260,4 @@ impl TestGateway {
         .unwrap();
         TestHttp { api, addr, limiter }
     }
-}
-
-/// Whether `curl` with HTTP/2 is installed; `None` skips the test, except
-/// where `QUICHUB_MQTT_PYTHON` is set (scripts/test.sh), where it fails.
-pub fn curl_http2() -> Option<()> {
-    let ok = std::process::Command::new("curl")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"));
-    match (ok, std::env::var_os("QUICHUB_MQTT_PYTHON").is_some()) {
-        (true, _) => Some(()),
-        (false, true) => panic!("curl with HTTP2 is missing: run scripts/install-mqtt-tools.sh"),
-        (false, false) => {
-            eprintln!("SKIPPED: curl with HTTP/2 not installed (scripts/install-mqtt-tools.sh)");
-            None
-        }
-    }
-}
-
-/// Python with aioquic (the venv of scripts/install-mqtt-tools.sh), or `None`
-/// (test skipped) when missing and `QUICHUB_MQTT_PYTHON` is unset; with it
-/// set a missing aioquic fails the test.
-pub fn h3_python() -> Option<std::path::PathBuf> {
-    let required = std::env::var_os("QUICHUB_MQTT_PYTHON").map(std::path::PathBuf::from);
-    let python = required.clone().or_else(|| {
-        std::env::var_os("HOME")
-            .map(|h| std::path::PathBuf::from(h).join(".cache/quichub/tools/py/bin/python"))
-    })?;
-    let ok = std::process::Command::new(&python)
-        .args(["-c", "import aioquic.h3.connection"])
-        .status()
-        .is_ok_and(|s| s.success());
-    match (ok, required.is_some()) {
-        (true, _) => Some(python),
-        (false, true) => panic!(
-            "QUICHUB_MQTT_PYTHON={} is set but aioquic is missing: run scripts/install-mqtt-tools.sh",
-            python.display()
-        ),
-        (false, false) => {
-            eprintln!("SKIPPED: aioquic not installed (scripts/install-mqtt-tools.sh)");
-            None
-        }
-    }
-}
-
-/// A run of `tests/http3/h3_client.py` (aioquic): its JSON lines as they come.
-pub struct H3Client {
-    child: tokio::process::Child,
-    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-}
-
-impl H3Client {
-    /// Starts the client against UDP `port` of 127.0.0.1 with `spec` (see the
-    /// script) and extra arguments (`--ticket FILE`, `--zero-rtt`).
-    pub async fn start(
-        python: &std::path::Path,
-        port: u16,
-        spec: serde_json::Value,
-        args: &[&str],
-    ) -> Self {
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-        let script =
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/http3/h3_client.py");
-        let mut child = tokio::process::Command::new(python)
-            .arg(script)
-            .args(["--port", &port.to_string()])
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("h3_client.py");
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(spec.to_string().as_bytes()).await.unwrap();
-        drop(stdin);
-        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        Self { child, lines }
-    }
-
-    /// Waits until response `i`'s headers have arrived.
-    pub async fn ready(&mut self, i: u64) {
-        within(15, async {
-            loop {
-                let line = self
-                    .lines
-                    .next_line()
-                    .await
-                    .unwrap()
-                    .expect("h3_client ended early");
-                let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-                if v["ready"] == i {
-                    return;
-                }
-            }
-        })
-        .await
-    }
-
-    /// The final result: `{"early_data_accepted", "responses": [...]}`.
-    pub async fn result(mut self) -> serde_json::Value {
-        let v = within(30, async {
-            while let Some(line) = self.lines.next_line().await.unwrap() {
-                let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-                if v.get("responses").is_some() {
-                    return v;
-                }
-            }
-            panic!("h3_client ended without a result")
-        })
-        .await;
-        let status = within(10, self.child.wait()).await.unwrap();
-        assert!(status.success(), "h3_client exited with {status}");
-        v
-    }
-}
-
-/// One exchange's response from [`H3Client::result`].
-pub fn h3_body(r: &serde_json::Value) -> Vec<u8> {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD
-        .decode(r["body_b64"].as_str().unwrap())
-        .unwrap()
 }

@@ -1,16 +1,20 @@
-//! A minimal MQTT client on our own codec, for tests that need bytes no
-//! real client would send, or exact control over acknowledgements.
+//! The tests' one MQTT client, on the project's codec (`quichub_mqtt`):
+//! it sends what a test says, acknowledges nothing by itself and keeps no
+//! session, so a test controls every packet; [`Raw::send_raw`] writes bytes
+//! no real client would send. Over TCP by default, or any byte stream: TLS,
+//! a QUIC stream pair joined by [`tokio::io::join`]. Interoperability with
+//! real clients is what mosquitto, paho and the QUIC clients are for.
 
 use bytes::BytesMut;
 use quichub_mqtt::{Packet, Properties, Version};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{within, TestGateway};
+use crate::within;
 
-/// A minimal client on our own codec, for bytes no real client would send.
-pub struct Raw {
-    pub tcp: TcpStream,
+/// An MQTT connection on `S` that does only what the test asks.
+pub struct Raw<S = TcpStream> {
+    io: S,
     buf: BytesMut,
     pub version: Version,
 }
@@ -38,7 +42,13 @@ pub fn persistent_connect(version: Version, id: &str, clean_start: bool) -> quic
 /// `first_id`) to `sub`, which acknowledges each: afterwards the broker's
 /// next identifiers towards `sub` are past the ones a fresh connection would
 /// pick, so a test can tell reused identifiers from new ones.
-pub async fn qos1_flows(publisher: &mut Raw, sub: &mut Raw, topic: &str, first_id: u16, n: u16) {
+pub async fn qos1_flows<S: AsyncRead + AsyncWrite + Unpin>(
+    publisher: &mut Raw<S>,
+    sub: &mut Raw<S>,
+    topic: &str,
+    first_id: u16,
+    n: u16,
+) {
     for i in 0..n {
         publisher
             .send(&Packet::Publish(quichub_mqtt::Publish {
@@ -62,9 +72,10 @@ pub async fn qos1_flows(publisher: &mut Raw, sub: &mut Raw, topic: &str, first_i
     }
 }
 
+#[cfg(feature = "hub")]
 impl Raw {
-    /// Connects with Clean Start and expects success.
-    pub async fn connect(gw: &TestGateway, version: Version, id: &str) -> Raw {
+    /// Connects to `gw`'s MQTT port with Clean Start and expects success.
+    pub async fn connect(gw: &crate::TestGateway, version: Version, id: &str) -> Raw {
         let (r, ack) = Raw::connect_with(
             gw.mqtt,
             quichub_mqtt::Connect {
@@ -82,18 +93,31 @@ impl Raw {
         assert_eq!(ack.code, 0);
         r
     }
+}
 
-    /// Sends `connect` to `addr` and returns the CONNACK.
+impl Raw {
+    /// Sends `connect` to TCP `addr` and returns the CONNACK.
     pub async fn connect_with(
         addr: std::net::SocketAddr,
         connect: quichub_mqtt::Connect,
     ) -> (Raw, quichub_mqtt::ConnAck) {
-        let version = connect.version;
-        let mut r = Raw {
-            tcp: TcpStream::connect(addr).await.unwrap(),
+        Raw::handshake(TcpStream::connect(addr).await.unwrap(), connect).await
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Raw<S> {
+    /// A client on `io` that has sent nothing yet, speaking `version`.
+    pub fn new(io: S, version: Version) -> Self {
+        Raw {
+            io,
             buf: BytesMut::new(),
             version,
-        };
+        }
+    }
+
+    /// Sends `connect` on `io` and returns the CONNACK.
+    pub async fn handshake(io: S, connect: quichub_mqtt::Connect) -> (Self, quichub_mqtt::ConnAck) {
+        let mut r = Raw::new(io, connect.version);
         r.send(&Packet::Connect(connect)).await;
         match r.recv().await {
             Some(Packet::ConnAck(a)) => (r, a),
@@ -104,7 +128,7 @@ impl Raw {
     pub async fn send(&mut self, p: &Packet) {
         let mut b = BytesMut::new();
         quichub_mqtt::encode(p, self.version, &mut b).unwrap();
-        self.tcp.write_all(&b).await.unwrap();
+        self.io.write_all(&b).await.unwrap();
     }
 
     /// SUBSCRIBE to one filter at `qos` and expect the SUBACK.
@@ -125,7 +149,7 @@ impl Raw {
     }
 
     pub async fn send_raw(&mut self, bytes: &[u8]) {
-        self.tcp.write_all(bytes).await.unwrap();
+        self.io.write_all(bytes).await.unwrap();
     }
 
     /// The next packet, or `None` once the broker closed the connection.
@@ -136,20 +160,30 @@ impl Raw {
     /// [`Raw::recv`] with a bound of `secs` seconds, for a step whose work
     /// grows with the test's data (a loaded machine takes its time).
     pub async fn recv_within(&mut self, secs: u64) -> Option<Packet> {
-        within(secs, async {
-            loop {
-                if let Some(p) =
-                    quichub_mqtt::decode(&mut self.buf, Some(self.version), usize::MAX).unwrap()
-                {
-                    return Some(p);
-                }
-                match self.tcp.read_buf(&mut self.buf).await {
-                    Ok(0) | Err(_) => return None,
-                    Ok(_) => {}
-                }
+        within(secs, self.next()).await
+    }
+
+    /// The next packet, or `None` once the connection ends or `secs` pass
+    /// (for a step where silence is an answer).
+    pub async fn try_recv_within(&mut self, secs: u64) -> Option<Packet> {
+        tokio::time::timeout(std::time::Duration::from_secs(secs), self.next())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    async fn next(&mut self) -> Option<Packet> {
+        loop {
+            if let Some(p) =
+                quichub_mqtt::decode(&mut self.buf, Some(self.version), usize::MAX).unwrap()
+            {
+                return Some(p);
             }
-        })
-        .await
+            match self.io.read_buf(&mut self.buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
     }
 
     /// Reads until the broker's DISCONNECT (its reason code) or the close.
