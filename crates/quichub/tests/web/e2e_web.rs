@@ -10,8 +10,7 @@
 //! `scripts/test.sh`, which installs them), which makes them fail.
 //! Screenshots go to `$CARGO_TARGET_TMPDIR/e2e_web/`.
 
-#[path = "web/media.rs"]
-mod media;
+use crate::media;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

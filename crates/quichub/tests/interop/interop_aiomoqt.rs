@@ -117,7 +117,7 @@ fn aiomoqt_interop_client_passes_against_quichub_at_draft_14() {
 /// One aiomoqt publisher and one quichub subscriber: how many objects the
 /// subscriber read within the time given.
 fn publish_and_read(py: &Path, port: u16, datagrams: bool, track: &str) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/aiomoqt/pub.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/aiomoqt_pub.py");
     let mut publisher = Command::new(py);
     publisher
         .arg(script)

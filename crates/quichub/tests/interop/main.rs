@@ -1,0 +1,6 @@
+//! Interoperability with independent MoQT implementations: moq-dev's relay,
+//! clock and media CLI, and aiomoqt (its publisher script beside it).
+
+mod interop_aiomoqt;
+mod interop_moq_dev;
+mod interop_moq_media;
