@@ -9,6 +9,7 @@
 mod config;
 mod hub;
 mod metrics;
+mod start;
 
 pub use config::{
     listen_addr, resolve_addr, ClusterSection, Config, FsyncPolicy, HttpSection, MetricsSection,
