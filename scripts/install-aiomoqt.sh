@@ -2,7 +2,7 @@
 # Installs aiomoqt (PyPI), an independent draft-14 MoQT implementation in
 # Python, pinned, into a virtual environment at $QUICHUB_TOOLS/aiomoqt
 # (default ~/.cache/quichub/tools/aiomoqt): the draft-14 interop test
-# (crates/quichub/tests/interop_aiomoqt.rs) runs its interop client against
+# (crates/quichub/tests/interop/interop_aiomoqt.rs) runs its interop client against
 # quichub's relay. A few seconds; idempotent.
 #
 # qh3 is pinned below 2: aiomoqt 0.5.3 asks for qh3>=1.7.0 but imports

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the cluster tests (crates/quichub/tests/e2e_etcd.rs) use:
+# Installs what the cluster tests (crates/quichub/tests/cluster/e2e_etcd.rs) use:
 # Debian's etcd-server (etcd 3.4, the registry of a cluster of relays), with
 # apt-get (as root, or through sudo). About ten seconds the first time;
 # nothing when already installed. The tests run their own etcd (loopback

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the web tests (crates/quichub/tests/e2e_web.rs) need:
+# Installs what the web tests (crates/quichub/tests/web/e2e_web.rs) need:
 #   - Debian's chromium (the full browser: the headless shell lacks
 #     WebTransport) and ffmpeg (makes the test clips), with apt-get (as root,
 #     or through sudo), when missing;

@@ -126,8 +126,39 @@ impl Etcd {
         format!("etcd://127.0.0.1:{}/{prefix}", self.client_port)
     }
 
+    /// Starts the etcd process. Its ports were picked by binding and
+    /// releasing them, so another process may take one first: then etcd
+    /// exits, and a first start tries again on other ports (a restart must
+    /// keep its ports). The member name is this instance's own, so a probe
+    /// answered by another test's etcd is not taken for this one.
     async fn spawn(&mut self) {
+        let first = self.child.is_none() && !self.dir.path().join("data").exists();
+        for attempt in 1.. {
+            if self.try_spawn().await {
+                return;
+            }
+            assert!(
+                first && attempt < 5,
+                "etcd did not start on 127.0.0.1:{} / {}",
+                self.client_port,
+                self.peer_port
+            );
+            let _ = std::fs::remove_dir_all(self.dir.path().join("data"));
+            self.client_port = free_port();
+            self.peer_port = free_port();
+        }
+    }
+
+    /// This instance's member name.
+    fn name(&self) -> String {
+        let dir = self.dir.path().file_name().unwrap_or_default();
+        format!("quichub-test-{}", dir.to_string_lossy())
+    }
+
+    /// Whether etcd came up, serving as this instance.
+    async fn try_spawn(&mut self) -> bool {
         let client = self.client_url();
+        let name = self.name();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let mut cmd = Command::new(&self.bin);
         if let Some(t) = &self.tls {
@@ -137,7 +168,7 @@ impl Etcd {
                 .arg("--client-cert-auth");
         }
         let child = cmd
-            .arg("--name=quichub-test")
+            .arg(format!("--name={name}"))
             .arg(format!(
                 "--data-dir={}",
                 self.dir.path().join("data").display()
@@ -146,19 +177,34 @@ impl Etcd {
             .arg(format!("--advertise-client-urls={client}"))
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=quichub-test={peer}"))
+            .arg(format!("--initial-cluster={name}={peer}"))
             .arg("--log-level=error")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start etcd");
         self.child = Some(child);
-        // Serving once a request goes through.
+        // Serving once a request goes through, as this member.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(_)) = c.try_wait() {
+                    self.child = None;
+                    return false;
+                }
+            }
             if let Ok(mut c) = self.client().await {
-                if c.get("probe", None).await.is_ok() {
-                    return;
+                match c.member_list().await {
+                    Ok(m) if m.members().iter().any(|m| m.name() == name) => return true,
+                    Ok(_) => {
+                        // Another test's etcd on the port this one wanted.
+                        self.stop();
+                        return false;
+                    }
+                    // Where etcd's auth keeps the member list from the
+                    // harness, a key read shows it serves.
+                    Err(_) if c.get("probe", None).await.is_ok() => return true,
+                    Err(_) => {}
                 }
             }
             assert!(

@@ -29,7 +29,7 @@ use std::path::PathBuf;
 pub use h3::{h3_body, H3Client};
 #[cfg(feature = "hub")]
 pub use hub::{knows, test_config, RawSubscriber, TestGateway, TestHttp, TestRelay};
-pub use tools::{curl_http2, h3_python, mqtt_tools};
+pub use tools::{curl_http2, h3_python, mqtt_tools, openssl};
 pub use wait::{until_async, until_forwarding, within};
 
 /// The application close code of a closed session, for raw QUIC and WebTransport.

@@ -12,10 +12,10 @@ pub fn mqtt_tools() -> Option<std::path::PathBuf> {
         std::env::var_os("HOME")
             .map(|h| std::path::PathBuf::from(h).join(".cache/quichub/tools/py/bin/python"))
     });
-    let have_mosquitto = std::process::Command::new("mosquitto_pub")
-        .arg("--help")
-        .output()
-        .is_ok();
+    // mosquitto_passwd (Debian's mosquitto) writes the auth tests' password files.
+    let have_mosquitto = ["mosquitto_pub", "mosquitto_passwd"]
+        .iter()
+        .all(|t| std::process::Command::new(t).arg("--help").output().is_ok());
     let py_ok = python.as_ref().is_some_and(|p| {
         std::process::Command::new(p)
             .args(["-c", "import paho.mqtt"])
@@ -47,6 +47,25 @@ pub fn curl_http2() -> Option<()> {
         (false, true) => panic!("curl with HTTP2 is missing: run scripts/install-mqtt-tools.sh"),
         (false, false) => {
             eprintln!("SKIPPED: curl with HTTP/2 not installed (scripts/install-mqtt-tools.sh)");
+            None
+        }
+    }
+}
+
+/// Whether the `openssl` command line (the certificate tests' CA and client
+/// certificates, scripts/install-mqtt-tools.sh) is installed; `None` skips
+/// the test, except where `QUICHUB_MQTT_PYTHON` is set (scripts/test.sh),
+/// where it fails.
+pub fn openssl() -> Option<()> {
+    let ok = std::process::Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    match (ok, std::env::var_os("QUICHUB_MQTT_PYTHON").is_some()) {
+        (true, _) => Some(()),
+        (false, true) => panic!("openssl is missing: run scripts/install-mqtt-tools.sh"),
+        (false, false) => {
+            eprintln!("SKIPPED: openssl not installed (scripts/install-mqtt-tools.sh)");
             None
         }
     }

@@ -7,7 +7,6 @@
 use quichub_testkit as common;
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::Arc;
 
 use common::pki::Pki;
@@ -197,8 +196,7 @@ async fn quic_connack(pki: &Pki, gw: &Gateway, cert: Option<&str>) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_over_quic_refuses_a_client_without_a_certificate_at_connect() {
-    if Command::new("openssl").arg("version").output().is_err() {
-        eprintln!("SKIPPED: openssl not installed");
+    if common::openssl().is_none() {
         return;
     }
     let pki = make_pki("quic");
@@ -306,8 +304,7 @@ async fn the_certificate_name_is_the_acl_user() {
 /// a client certificate fails the handshake, with one it is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_needs_a_certificate_when_required() {
-    if Command::new("openssl").arg("version").output().is_err() {
-        eprintln!("SKIPPED: openssl not installed");
+    if common::openssl().is_none() {
         return;
     }
     let pki = make_pki("https");

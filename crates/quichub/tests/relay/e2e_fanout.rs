@@ -74,6 +74,7 @@ async fn fanout_to_50(relay: TestRelay) {
     const GROUPS: u64 = 5;
     const PER_GROUP: u64 = 20;
     const DATAGRAMS: u64 = 100;
+    let (sent_tx, sent_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
     for i in 0..SUBS {
         // Half over raw QUIC, half over WebTransport.
@@ -93,17 +94,24 @@ async fn fanout_to_50(relay: TestRelay) {
             )
             .await
             .unwrap();
+        let mut sent = sent_rx.clone();
         tasks.push(tokio::spawn(async move {
             let _keep = s;
             let mut stream_objs: Vec<(u64, u64, u64)> = Vec::new();
             let mut datagrams = std::collections::HashSet::new();
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            let mut deadline = tokio::time::Instant::now() + Duration::from_secs(20);
             while stream_objs.len() < (GROUPS * PER_GROUP) as usize
                 || datagrams.len() < DATAGRAMS as usize
             {
                 let ev = tokio::select! {
                     e = v.next() => e,
                     e = a.next() => e,
+                    // Once everything is sent, a datagram that has not come
+                    // within a second was lost on the way (below).
+                    _ = sent.wait_for(|s| *s), if !*sent.borrow() => {
+                        deadline = deadline.min(tokio::time::Instant::now() + Duration::from_secs(1));
+                        continue;
+                    }
                     _ = tokio::time::sleep_until(deadline) => break,
                 };
                 if let Some(SubscriptionEvent::Object(o)) = ev {
@@ -140,7 +148,9 @@ async fn fanout_to_50(relay: TestRelay) {
         }
     };
     within(30, async { tokio::join!(send_video, send_audio) }).await;
+    sent_tx.send_replace(true);
 
+    let mut received_datagrams = 0;
     for t in tasks {
         let (objs, dgrams) = within(30, t).await.unwrap();
         assert_eq!(
@@ -159,7 +169,29 @@ async fn fanout_to_50(relay: TestRelay) {
                 );
             }
         }
-        assert_eq!(dgrams, DATAGRAMS as usize, "no datagram lost on loopback");
+        // Datagrams are unreliable below the relay too: a busy machine's
+        // loopback socket buffer or a QUIC datagram queue may drop one. What
+        // the relay does is checked below (every datagram handed to every
+        // subscriber's session); here only that they flow to each one.
+        assert!(
+            (1..=DATAGRAMS as usize).contains(&dgrams),
+            "{dgrams} of {DATAGRAMS} datagrams"
+        );
+        received_datagrams += dgrams as u64;
+    }
+    let m = &relay.relay.metrics;
+    assert_eq!(m.drops_datagram.load(Relaxed), 0, "the relay dropped none");
+    assert_eq!(
+        m.objects_out.load(Relaxed),
+        SUBS as u64 * (GROUPS * PER_GROUP + DATAGRAMS),
+        "every object handed to every subscriber's session"
+    );
+    if received_datagrams < SUBS as u64 * DATAGRAMS {
+        eprintln!(
+            "{} of {} datagrams lost below the relay (loopback)",
+            SUBS as u64 * DATAGRAMS - received_datagrams,
+            SUBS as u64 * DATAGRAMS
+        );
     }
     // One upstream per track however many subscribers.
     assert_eq!(

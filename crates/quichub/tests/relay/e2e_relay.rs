@@ -848,15 +848,23 @@ async fn new_group_requests_reach_the_publisher_once_per_group() {
     // Group 1 came: a request for group 2 goes on.
     sub3.update(ngr(2)).await.unwrap();
     until_count(&requests, 3).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(*requests.borrow(), 3, "exactly one request per new group");
 
     // A track without DYNAMIC_GROUPS: only the SUBSCRIBE carries it.
     let plain_requests = plain.new_group_requests();
     let (_p1, _psub1) = subscribe(fixed.clone(), 0).await;
     until_count(&plain_requests, 1).await;
     let (_p2, _psub2) = subscribe(fixed.clone(), 0).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // No waiting for what must not come: a request that should come, sent
+    // after everything above, marks the end. The relay decides while it
+    // handles each SUBSCRIBE and REQUEST_UPDATE, so by the marker's turn
+    // any extra request is on its way ahead of it (on the dynamic track's
+    // upstream stream, in order).
+    publish_group(2).await;
+    largest_group(2).await;
+    sub3.update(ngr(3)).await.unwrap();
+    until_count(&requests, 4).await;
+    assert_eq!(*requests.borrow(), 4, "exactly one request per new group");
     assert_eq!(*plain_requests.borrow(), 1);
 }
 
