@@ -11,7 +11,8 @@
 #   scripts/bench-auth.sh 1000 audio 20       # the issue's figure
 #   ROUNDS=3 scripts/bench-auth.sh 200 audio 10
 #
-# QUICHUB_BIN=path skips the release build and uses that binary.
+# QUICHUB_BIN=path skips the release build and uses that binary, and the
+# quichub-bench beside it (or QUICHUB_BENCH_BIN=path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-1000}"
@@ -20,10 +21,11 @@ SECS="${3:-20}"
 ROUNDS="${ROUNDS:-2}"
 PORT="${PORT:-14443}"
 if [ -z "${QUICHUB_BIN:-}" ]; then
-	cargo build --release --quiet -p quichub
+	cargo build --release --quiet -p quichub -p quichub-bench
 	QUICHUB_BIN="${CARGO_TARGET_DIR:-target}/release/quichub"
 fi
 BIN="$QUICHUB_BIN"
+BENCH="${QUICHUB_BENCH_BIN:-$(dirname "$BIN")/quichub-bench}"
 DIR="$(mktemp -d)"
 RELAY=""
 cleanup() {
@@ -47,7 +49,7 @@ run() {
 	local jwt=()
 	# The relay on loopback is ours: its certificate is not pinned.
 	if [ "$label" = auth ]; then jwt=(--jwt "$TOKEN" --insecure); fi
-	taskset -c 1 "$BIN" bench-fanout --relay "moqt://127.0.0.1:$PORT/bench" --relay-pid "$RELAY" \
+	taskset -c 1 "$BENCH" fanout --relay "moqt://127.0.0.1:$PORT/bench" --relay-pid "$RELAY" \
 		--subscribers "$N" --profile "$PROFILE" --duration "$SECS" "${jwt[@]}" --json >"$DIR/out.json"
 	kill "$RELAY" 2>/dev/null || true
 	wait "$RELAY" 2>/dev/null || true

@@ -7,7 +7,8 @@
 #
 #   scripts/bench-cluster.sh [SUBSCRIBERS] [PROFILE]     (defaults 200, scenario1-audio)
 #
-# Environment: QUICHUB_BIN (prebuilt binary), DURATION (default 20 s),
+# Environment: QUICHUB_BIN (prebuilt binary; quichub-bench beside it, or
+# QUICHUB_BENCH_BIN), DURATION (default 20 s),
 # RELAY_A_CPUS / RELAY_B_CPUS / RELAY_C_CPUS / LOAD_CPUS (taskset lists;
 # default: none).
 set -euo pipefail
@@ -16,9 +17,13 @@ N="${1:-200}"
 PROFILE="${2:-scenario1-audio}"
 DURATION="${DURATION:-20}"
 command -v etcd >/dev/null || { echo "bench-cluster: no etcd (scripts/install-cluster-tools.sh)" >&2; exit 1; }
-if [ -n "${QUICHUB_BIN:-}" ]; then Q="$(realpath "$QUICHUB_BIN")"; else
-	cargo build --release --quiet -p quichub
+if [ -n "${QUICHUB_BIN:-}" ]; then
+	Q="$(realpath "$QUICHUB_BIN")"
+	QB="$(realpath "${QUICHUB_BENCH_BIN:-$(dirname "$Q")/quichub-bench}")"
+else
+	cargo build --release --quiet -p quichub -p quichub-bench
 	Q="$PWD/target/release/quichub"
+	QB="$PWD/target/release/quichub-bench"
 fi
 WORK="$(mktemp -d)"
 [ -n "${KEEP:-}" ] && echo "bench-cluster: work directory $WORK" >&2
@@ -45,10 +50,10 @@ run() { # name port...
 	local name="$1" a0 b0 c0 i=0
 	shift
 	a0=$(cpu_s $A) b0=$(cpu_s $B) c0=$(cpu_s $C)
-	pin "${LOAD_CPUS:-}" "$Q" bench pub "profiles/$PROFILE.ini" --duration "$DURATION" --relay moqt://127.0.0.1:17443/anon --quiet >"$WORK/pub-$name.txt" 2>&1 &
+	pin "${LOAD_CPUS:-}" "$QB" pub "profiles/$PROFILE.ini" --duration "$DURATION" --relay moqt://127.0.0.1:17443/anon --quiet >"$WORK/pub-$name.txt" 2>&1 &
 	local p=$! subs=()
 	for port in "$@"; do
-		pin "${LOAD_CPUS:-}" "$Q" bench sub "profiles/$PROFILE.ini" --duration "$DURATION" --relay "moqt://127.0.0.1:$port/anon" \
+		pin "${LOAD_CPUS:-}" "$QB" sub "profiles/$PROFILE.ini" --duration "$DURATION" --relay "moqt://127.0.0.1:$port/anon" \
 			-n "$((N / $#))" --quiet --json "$WORK/sub-$name-$i.json" >"$WORK/sub-$name-$i.txt" 2>&1 &
 		subs+=($!)
 		i=$((i + 1))

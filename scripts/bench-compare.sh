@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Side by side: quichub's relay and moq-dev's moq-relay (draft-18) under the
-# same `quichub bench run`, relay pinned to CPU 0, load generator to CPU 1
+# same `quichub-bench run`, relay pinned to CPU 0, load generator to CPU 1
 # (RELAY_CPU and LOADGEN_CPUS change that; see below).
 # Prints one table: subscribers, loss, relay CPU per delivered object,
 # latency, and the ratio ours/theirs.
@@ -11,6 +11,9 @@
 #
 # Environment (all optional; the defaults are the behaviour described above):
 #   QUICHUB_BIN=PATH    prebuilt quichub binary; skips `cargo build`
+#   QUICHUB_BENCH_BIN=PATH  prebuilt quichub-bench (default: beside QUICHUB_BIN;
+#                       a quichub from before the split has none: its own
+#                       `quichub bench` is used, to compare older commits)
 #   MOQ_RELAY=PATH      moq-relay binary (default $QUICHUB_TOOLS/bin/moq-relay)
 #   QUICHUB_TOOLS=DIR   tools folder (default ~/.cache/quichub/tools)
 #   RELAY_CPU=LIST      taskset CPU list for the relay (default 0)
@@ -34,9 +37,12 @@ LOADGEN_CPUS="${LOADGEN_CPUS:-1}"
 if [ -n "${QUICHUB_BIN:-}" ]; then
 	Q="$(realpath "$QUICHUB_BIN")"
 	[ -x "$Q" ] || { echo "QUICHUB_BIN=$QUICHUB_BIN is not an executable" >&2; exit 1; }
+	QB="${QUICHUB_BENCH_BIN:-$(dirname "$Q")/quichub-bench}"
+	if [ -x "$QB" ]; then BENCH=("$(realpath "$QB")"); else BENCH=("$Q" bench); fi
 else
-	cargo build --release --quiet -p quichub
+	cargo build --release --quiet -p quichub -p quichub-bench
 	Q="$PWD/target/release/quichub"
+	BENCH=("$PWD/target/release/quichub-bench")
 fi
 WORK="$(mktemp -d)"
 keep() {
@@ -73,7 +79,7 @@ run() { # relay-name profile subscribers port
 	pid=$!
 	sleep 2
 	# Shorter than the draft's 35 s per run, same shape: 5 s start delay, 20 s of data.
-	taskset -c "$LOADGEN_CPUS" "$Q" bench run "profiles/$profile.ini" --duration 25 --relay "moqt://127.0.0.1:$port/anon" -n "$n" \
+	taskset -c "$LOADGEN_CPUS" "${BENCH[@]}" run "profiles/$profile.ini" --duration 25 --relay "moqt://127.0.0.1:$port/anon" -n "$n" \
 		--relay-pid "$pid" --quiet --json "$WORK/$name-$profile.json" >"$WORK/$name-$profile.txt" 2>&1 || true
 	kill "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # How the relay scales with cores: the same fan-out load per relay core on 1,
 # 2, 4, 8 ... cores, the relay pinned to CPUs 0..N-1 and the load generator
-# (`quichub bench run`, draft-evens-moq-bench) to the CPUs left. Two ways to
+# (`quichub-bench run`, draft-evens-moq-bench) to the CPUs left. Two ways to
 # use N cores are compared:
 #   runtime    one QUIC endpoint, a Tokio runtime of N worker threads (--threads N --endpoints 1)
 #   endpoints  N QUIC endpoints on one port, a thread each (relay --endpoints N)
 # Prints, per mode and N: subscribers, lost objects, relay CPU (% of one
 # core), CPU µs per delivered object, latency, and the scaling efficiency
 # (µs per object on 1 core ÷ µs per object on N cores; 100 % = linear).
-# With CAPACITY=1 it runs `quichub bench capacity --relay-cpus N` instead,
+# With CAPACITY=1 it runs `quichub-bench capacity --relay-cpus N` instead,
 # from PER_CORE×N subscribers up in steps of STEP×N, and prints the largest
 # clean step (no loss, no failure, relay CPU ≤ 95 % of N cores).
 #
@@ -22,6 +22,7 @@
 #
 # Environment (all optional):
 #   QUICHUB_BIN=PATH   prebuilt quichub binary; skips `cargo build`
+#   QUICHUB_BENCH_BIN=PATH  prebuilt quichub-bench (default: beside QUICHUB_BIN)
 #   CORES="1 2"        relay core counts (default: 1, 2, 4 ... up to nproc/2)
 #   MODES="runtime endpoints"
 #   PROFILE=scenario1-audio   a profile in profiles/
@@ -53,9 +54,11 @@ START_DELAY="${START_DELAY:-5}"
 read -r -a EXTRA <<<"${RELAY_ARGS:-}"
 if [ -n "${QUICHUB_BIN:-}" ]; then
 	Q="$(realpath "$QUICHUB_BIN")"
+	QB="$(realpath "${QUICHUB_BENCH_BIN:-$(dirname "$Q")/quichub-bench}")"
 else
-	cargo build --release --quiet -p quichub
+	cargo build --release --quiet -p quichub -p quichub-bench
 	Q="$PWD/target/release/quichub"
+	QB="$PWD/target/release/quichub-bench"
 fi
 WORK="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; [ -n "${BENCH_KEEP:-}" ] && mkdir -p "$BENCH_KEEP" && cp -r "$WORK"/. "$BENCH_KEEP"/; rm -rf "$WORK"' EXIT
@@ -88,12 +91,12 @@ for n in $CORES; do
 		sleep 2
 		out="$WORK/$mode-$n"
 		if [ "${CAPACITY:-0}" = 1 ]; then
-			taskset -c "$load_cpus" "$Q" bench capacity "profiles/$PROFILE.ini" --duration "$DURATION" --start-delay "$START_DELAY" \
+			taskset -c "$load_cpus" "$QB" capacity "profiles/$PROFILE.ini" --duration "$DURATION" --start-delay "$START_DELAY" \
 				--relay "moqt://127.0.0.1:$port/anon" --relay-pid "$pid" --relay-cpus "$n" \
 				--start $((PER_CORE * n)) --step $((STEP * n)) --max $((PER_CORE * n * 4)) \
 				--quiet --json "$out.json" 2>&1 | tee "$out.txt" | sed "s/^/$mode $n: /" || true
 		else
-			taskset -c "$load_cpus" "$Q" bench run "profiles/$PROFILE.ini" --duration "$DURATION" --start-delay "$START_DELAY" \
+			taskset -c "$load_cpus" "$QB" run "profiles/$PROFILE.ini" --duration "$DURATION" --start-delay "$START_DELAY" \
 				--relay "moqt://127.0.0.1:$port/anon" -n $((PER_CORE * n)) --relay-pid "$pid" \
 				--quiet --json "$out.json" >"$out.txt" 2>&1 || true
 		fi

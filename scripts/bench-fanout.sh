@@ -11,12 +11,13 @@ N="${1:-1000}"
 PROFILE="${2:-audio}"
 SECS="${3:-20}"
 PORT="${PORT:-14443}"
-cargo build --release --quiet -p quichub
+cargo build --release --quiet -p quichub -p quichub-bench
 BIN=target/release/quichub
+BENCH=target/release/quichub-bench
 QUICHUB_THREADS=1 taskset -c 0 "$BIN" relay --config contrib/bench-relay.toml --bind "127.0.0.1:$PORT" --metrics off --mqtt off --http off >/tmp/quichub-bench-relay.log 2>&1 &
 RELAY=$!
 trap 'kill $RELAY 2>/dev/null || true' EXIT
 sleep 1
 ulimit -n 65536 2>/dev/null || true
-taskset -c 1 "$BIN" bench-fanout --relay "moqt://127.0.0.1:$PORT/bench" --relay-pid "$RELAY" \
+taskset -c 1 "$BENCH" fanout --relay "moqt://127.0.0.1:$PORT/bench" --relay-pid "$RELAY" \
 	--subscribers "$N" --profile "$PROFILE" --duration "$SECS" --json

@@ -6,16 +6,21 @@
 #
 #   scripts/bench-hop.sh [SUBSCRIBERS] [PROFILE]     (defaults 200, scenario1-audio)
 #
-# Environment: QUICHUB_BIN (prebuilt binary), DURATION (default 20 s),
+# Environment: QUICHUB_BIN (prebuilt binary; quichub-bench beside it, or
+# QUICHUB_BENCH_BIN), DURATION (default 20 s),
 # RELAY_A_CPUS / RELAY_B_CPUS / LOAD_CPUS (taskset lists; default: none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-200}"
 PROFILE="${2:-scenario1-audio}"
 DURATION="${DURATION:-20}"
-if [ -n "${QUICHUB_BIN:-}" ]; then Q="$(realpath "$QUICHUB_BIN")"; else
-	cargo build --release --quiet -p quichub
+if [ -n "${QUICHUB_BIN:-}" ]; then
+	Q="$(realpath "$QUICHUB_BIN")"
+	QB="$(realpath "${QUICHUB_BENCH_BIN:-$(dirname "$Q")/quichub-bench}")"
+else
+	cargo build --release --quiet -p quichub -p quichub-bench
 	Q="$PWD/target/release/quichub"
+	QB="$PWD/target/release/quichub-bench"
 fi
 WORK="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -42,9 +47,9 @@ run() { # name subscriber-relay-port
 	local a0 b0
 	a0=$(cpu_s $A)
 	b0=$(cpu_s $B)
-	pin "${LOAD_CPUS:-}" "$Q" bench pub "profiles/$PROFILE.ini" --duration "$DURATION" --relay moqt://127.0.0.1:17443/anon --quiet >"$WORK/pub-$1.txt" 2>&1 &
+	pin "${LOAD_CPUS:-}" "$QB" pub "profiles/$PROFILE.ini" --duration "$DURATION" --relay moqt://127.0.0.1:17443/anon --quiet >"$WORK/pub-$1.txt" 2>&1 &
 	local p=$!
-	pin "${LOAD_CPUS:-}" "$Q" bench sub "profiles/$PROFILE.ini" --duration "$DURATION" --relay "moqt://127.0.0.1:$2/anon" -n "$N" \
+	pin "${LOAD_CPUS:-}" "$QB" sub "profiles/$PROFILE.ini" --duration "$DURATION" --relay "moqt://127.0.0.1:$2/anon" -n "$N" \
 		--quiet --json "$WORK/sub-$1.json" >"$WORK/sub-$1.txt" 2>&1 || true
 	wait $p || true
 	awk -v n="$1" -v a1="$(cpu_s $A)" -v a0="$a0" -v b1="$(cpu_s $B)" -v b0="$b0" \

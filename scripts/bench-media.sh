@@ -10,7 +10,8 @@
 #
 # Needs ffmpeg (scripts/install-media-tools.sh) and moq-relay
 # (scripts/install-moq-dev.sh --with-relay). Slow; not part of the tests.
-# Environment: QUICHUB_BIN (prebuilt binary), MOQ_RELAY, QUICHUB_TOOLS, SECS
+# Environment: QUICHUB_BIN (prebuilt binary; quichub-bench beside it, or
+# QUICHUB_BENCH_BIN), MOQ_RELAY, QUICHUB_TOOLS, SECS
 # (measured seconds per run, default 20), RELAY_CPU, LOADGEN_CPUS, BENCH_KEEP (a
 # directory that keeps the input, logs and JSON).
 set -euo pipefail
@@ -25,9 +26,11 @@ LOADGEN_CPUS="${LOADGEN_CPUS:-1}"
 command -v ffmpeg >/dev/null || { echo "ffmpeg missing: scripts/install-media-tools.sh" >&2; exit 1; }
 if [ -n "${QUICHUB_BIN:-}" ]; then
 	Q="$(realpath "$QUICHUB_BIN")"
+	QB="$(realpath "${QUICHUB_BENCH_BIN:-$(dirname "$Q")/quichub-bench}")"
 else
-	cargo build --release --quiet -p quichub
+	cargo build --release --quiet -p quichub -p quichub-bench
 	Q="$PWD/target/release/quichub"
+	QB="$PWD/target/release/quichub-bench"
 fi
 WORK="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; [ -n "${BENCH_KEEP:-}" ] && mkdir -p "$BENCH_KEEP" && cp -r "$WORK"/. "$BENCH_KEEP"/; rm -rf "$WORK"' EXIT
@@ -49,7 +52,7 @@ run() { # relay-name subscribers port
 	esac
 	pid=$!
 	sleep 2
-	taskset -c "$LOADGEN_CPUS" "$Q" bench-media --relay "moqt://127.0.0.1:$port/anon" --relay-pid "$pid" \
+	taskset -c "$LOADGEN_CPUS" "$QB" media --relay "moqt://127.0.0.1:$port/anon" --relay-pid "$pid" \
 		--subscribers "$n" --input "$INPUT" --duration "$SECS" --json >"$WORK/$name-$n.json" 2>"$WORK/$name-$n.txt" || true
 	kill "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MQTT side by side: quichub's broker (`quichub relay --mqtt`) and mosquitto,
-# under the same `quichub bench-mqtt` load (100 publishers, 100 subscribers,
+# under the same `quichub-bench mqtt` load (100 publishers, 100 subscribers,
 # each its own TCP connection), broker pinned to CPU 0, load generator to
 # CPU 1. For each topology, QoS and mode the two brokers run back to back.
 # Prints one table: delivered msgs/s, p50/p99 publish-to-deliver latency,
@@ -44,8 +44,9 @@ MOSQUITTO="${MOSQUITTO:-$(command -v mosquitto || echo /usr/sbin/mosquitto)}"
 [ -x "$MOSQUITTO" ] || { echo "mosquitto missing (apt-get install mosquitto)" >&2; exit 1; }
 command -v taskset >/dev/null || { echo "taskset missing (util-linux)" >&2; exit 1; }
 
-cargo build --release --quiet -p quichub
+cargo build --release --quiet -p quichub -p quichub-bench
 Q="$PWD/target/release/quichub"
+QB="$PWD/target/release/quichub-bench"
 WORK="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 ulimit -n 65536 2>/dev/null || true
@@ -103,7 +104,7 @@ for topo in $TOPOLOGIES; do
 				[ "$topo" = pairs ] && topics=$PUBS extra=(--pairs)
 				echo "== $broker $topo qos $qos $mode" >&2
 				b0=$(busy_ticks)
-				taskset -c 1 "$Q" bench-mqtt --broker "127.0.0.1:$port" --broker-pid "$pid" --label "$broker" \
+				taskset -c 1 "$QB" mqtt --broker "127.0.0.1:$port" --broker-pid "$pid" --label "$broker" \
 					--publishers "$PUBS" --subscribers "$SUBS" --qos "$qos" --rate "$rate" --window "$WINDOW" \
 					--duration "$DURATION" --payload "$PAYLOAD" --topics "$topics" --mqtt-version "$MQTT_VERSION" \
 					"${extra[@]}" --json >"$WORK/run.out"

@@ -1,6 +1,6 @@
-//! The network side of `quichub bench`: publisher and subscriber roles over
-//! any draft-18 MoQT relay, relay CPU sampling from `/proc`, core pinning,
-//! and the capacity search. Everything measured is computed by the sans-IO
+//! The network side of `quichub-bench pub|sub|run|capacity`: publisher and
+//! subscriber roles over any draft-18 MoQT relay, relay CPU sampling from
+//! `/proc`, core pinning, and the capacity search. Everything measured is computed by the sans-IO
 //! [`crate::metrics`] module; this module only moves objects and clocks.
 
 use std::collections::BTreeSet;
@@ -16,6 +16,8 @@ use quichub_client::{
 };
 use tokio::sync::watch;
 
+// Where it always was, for callers of `run::process_cpu_seconds`.
+pub use crate::cpu::process_cpu_seconds;
 use crate::message::{data_object, ms_since_first_object};
 use crate::metrics::{Aggregate, TrackReceiver};
 use crate::profile::{Delivery, Profile, TrackProfile};
@@ -67,29 +69,6 @@ pub struct RunResult {
     pub relay_us_per_object: Option<f64>,
     /// Relay CPU as a share of one core during the DATA phase (percent).
     pub relay_cpu_pct: Option<f64>,
-}
-
-/// Clock ticks per second for `/proc/PID/stat`.
-fn ticks_per_sec() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as u64
-    } else {
-        100
-    }
-}
-
-/// CPU seconds (user + system) used so far by process `pid`.
-pub fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("read /proc/{pid}/stat"))?;
-    // The command name may contain spaces: fields resume after the last ')'.
-    let rest = s.rsplit_once(')').context("malformed /proc stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    anyhow::ensure!(f.len() > 13, "malformed /proc stat");
-    let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
-    Ok(ticks as f64 / ticks_per_sec() as f64)
 }
 
 /// Pins process (or thread) `pid` (0 = this process) to `cpus`.

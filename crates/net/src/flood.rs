@@ -2,7 +2,7 @@
 //! (each a fresh connection with its own ClientHello) from a client that never
 //! reads the server's replies, so no handshake ever completes. This is what a
 //! spoofed-source flood looks like to a server. Used by the hardening tests
-//! and `quichub bench handshake-flood`; aim it only at servers you run.
+//! and `quichub-bench conn --flood`; aim it only at servers you run.
 
 use std::net::SocketAddr;
 use std::pin::Pin;

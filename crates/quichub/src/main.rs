@@ -1,15 +1,10 @@
 //! `quichub`: the one binary. Subcommands: `relay`, `config`, `pub`, `sub`, `demo`,
-//! `interop-client`, the benchmarks, `netem`, `lab`, `token`, `completions`. Logic
-//! lives in the crates; this file parses arguments.
+//! `interop-client`, `token`, `completions`. Logic lives in the crates; this
+//! file parses arguments. The benchmarks are `quichub-bench` (crates/bench).
 
-mod bench_cmd;
-mod conn_bench;
 mod demo;
-mod fanout_bench;
 mod framing;
 mod interop;
-mod media_bench;
-mod mqtt_bench;
 #[cfg(test)]
 mod packaging;
 mod pubsub;
@@ -39,6 +34,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the MoQT relay (raw QUIC and WebTransport on one UDP port; MoQT over
@@ -54,23 +51,6 @@ enum Command {
     Demo(demo::DemoArgs),
     /// The moq-interop-runner test client (TAP 14 output).
     InteropClient(interop::InteropArgs),
-    /// draft-evens-moq-bench: profiles, START/DATA/COMPLETION, Tables 2 and 3, capacity search.
-    Bench(bench_cmd::BenchArgs),
-    /// Packet-level link emulator between two network namespaces (needs root or a user namespace).
-    Netem(quichub_netem::NetemArgs),
-    /// Experiments that reproduce published QUIC studies (A. Sengupta, "Streaming over QUIC: Applications in Media and IoT"; J. Cao et al., "Evaluating Transport Protocols on 5G for Mobile Augmented Reality"), with reports and plots.
-    Lab(quichub_lab::LabArgs),
-    /// Relay fan-out benchmark: one publisher, N subscribers, relay CPU per object.
-    BenchFanout(fanout_bench::BenchFanoutArgs),
-    /// Benchmark a relay with one real video broadcast (an fMP4 or MPEG-TS
-    /// file, looped in real time) to N subscribers: relay CPU per delivered
-    /// Mbit, egress per core, latency.
-    BenchMedia(media_bench::BenchMediaArgs),
-    /// MQTT load generator: N publishers, M subscribers over TCP; msgs/s, latency, loss.
-    BenchMqtt(mqtt_bench::BenchMqttArgs),
-    /// What connections cost a running relay: memory per idle connection, and
-    /// under a flood of handshakes that never complete.
-    BenchConn(conn_bench::BenchConnArgs),
     /// Make JWT keys, sign and verify tokens (moq-token compatible).
     Token(token_cmd::TokenArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
@@ -105,14 +85,14 @@ enum LogFormat {
 /// warn for its dependencies.
 const DEFAULT_LOG_FILTER: &str = "warn,web_transport_quinn=error,quichub=info,\
 quichub_relay=info,quichub_net=info,quichub_client=info,quichub_gateway=info,quichub_mqtt=info,\
-quichub_bench=info,quichub_netem=info,quichub_lab=info,quichub_hub=info,quichub_auth=info,moqt=info";
+quichub_hub=info,quichub_auth=info,moqt=info";
 
 fn init_logging(format: LogFormat, command: &Command) {
     use std::io::IsTerminal;
-    // The demo's and the lab's relays are embedded: their connection lines
-    // would bury the commands' own output.
+    // The demo's relay is embedded: its connection lines would bury the
+    // command's own output.
     let default = match command {
-        Command::Demo(_) | Command::Lab(_) => format!("{DEFAULT_LOG_FILTER},quichub_relay=warn"),
+        Command::Demo(_) => format!("{DEFAULT_LOG_FILTER},quichub_relay=warn"),
         _ => DEFAULT_LOG_FILTER.to_string(),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -133,7 +113,7 @@ fn init_logging(format: LogFormat, command: &Command) {
 /// child processes keep Rust's default (SIGPIPE ignored, EPIPE an error).
 /// The demo's embedded relay speaks QUIC only (UDP: no SIGPIPE).
 fn quiet_on_closed_stdout(c: &Command) -> bool {
-    !matches!(c, Command::Relay(_) | Command::Netem(_) | Command::Lab(_))
+    !matches!(c, Command::Relay(_))
 }
 
 fn main() -> std::process::ExitCode {
@@ -145,11 +125,7 @@ fn main() -> std::process::ExitCode {
         }
     }
     init_logging(cli.log_format, &cli.command);
-    // The emulator and the lab run their own threads and runtimes (network
-    // namespaces are per thread), outside ours.
     let command = match cli.command {
-        Command::Netem(a) => return exit(quichub_netem::main(a)),
-        Command::Lab(a) => return exit(quichub_lab::main(a)),
         Command::Completions(a) => {
             completions(a.shell, &mut std::io::stdout());
             return std::process::ExitCode::SUCCESS;
@@ -178,16 +154,7 @@ fn main() -> std::process::ExitCode {
             Command::Sub(a) => pubsub::run_sub(a).await.map(|_| 0),
             Command::Demo(a) => demo::run(a).await.map(|_| 0),
             Command::InteropClient(a) => interop::run(a).await,
-            Command::Bench(a) => bench_cmd::run(a).await,
-            Command::BenchFanout(a) => fanout_bench::run(a).await.map(|_| 0),
-            Command::BenchMedia(a) => media_bench::run(a).await.map(|_| 0),
-            Command::BenchMqtt(a) => mqtt_bench::run(a).await.map(|_| 0),
-            Command::BenchConn(a) => conn_bench::run(a).await.map(|_| 0),
-            Command::Netem(_)
-            | Command::Lab(_)
-            | Command::Completions(_)
-            | Command::Config(_)
-            | Command::Token(_) => {
+            Command::Completions(_) | Command::Config(_) | Command::Token(_) => {
                 unreachable!("handled above")
             }
         }
@@ -212,16 +179,6 @@ fn exit(r: anyhow::Result<i32>) -> std::process::ExitCode {
     }
 }
 
-/// Where a command's human-readable report goes: stdout, or stderr when
-/// stdout carries its JSON (`--json`), which must then be alone there.
-pub(crate) fn human_out(json_on_stdout: bool) -> Box<dyn std::io::Write> {
-    if json_on_stdout {
-        Box::new(std::io::stderr())
-    } else {
-        Box::new(std::io::stdout())
-    }
-}
-
 /// `--draft`: the MoQT draft to speak to the relay. 18 is native; 14 and 16
 /// go through the translating bridge (`quichub_net::legacy`).
 pub(crate) fn parse_draft(s: &str) -> Result<Draft, String> {
@@ -237,67 +194,8 @@ pub(crate) fn parse_draft(s: &str) -> Result<Draft, String> {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Draft(pub Option<moqt::legacy::Draft>);
 
-/// Parses a hex SHA-256 fingerprint option into a verifier.
-pub(crate) fn verify_from(fingerprint: Option<&str>) -> anyhow::Result<quichub_client::Verify> {
-    Ok(match fingerprint {
-        Some(f) => quichub_client::Verify::Fingerprints(vec![quichub_net::tls::unhex(f)
-            .filter(|b| b.len() == 32)
-            .ok_or_else(|| anyhow::anyhow!("--fingerprint must be 64 hex digits"))?]),
-        None => quichub_client::Verify::Insecure,
-    })
-}
-
-/// Refuses to send a token (`?jwt=` in `url`, where `--jwt` puts it) to a
-/// relay whose certificate `verify` does not check, or over cleartext
-/// `ws://`, unless `insecure`: whoever answers in the relay's place (a
-/// spoofed address, a captive network) would get the token and could use
-/// it until it expires. Without a token nothing is at stake beyond the
-/// data, and an unchecked connection stays allowed as before.
-pub(crate) fn refuse_unverified_token(
-    url: &str,
-    verify: &quichub_client::Verify,
-    insecure: bool,
-) -> anyhow::Result<()> {
-    // A URL that does not parse fails at connect, with its own message.
-    let Ok(u) = url::Url::parse(url) else {
-        return Ok(());
-    };
-    let token = u.query_pairs().any(|(k, v)| k == "jwt" && !v.is_empty());
-    if insecure || !token {
-        return Ok(());
-    }
-    if u.scheme() == "ws" {
-        anyhow::bail!(
-            "not sending the token over ws://, which is not encrypted: use wss:// with \
-             --fingerprint, or give --insecure to send it anyway"
-        );
-    }
-    if matches!(verify, quichub_client::Verify::Insecure) {
-        anyhow::bail!(
-            "not sending the token to a relay whose certificate is not checked: give \
-             --fingerprint SHA256 (the relay prints it at start as `certificate sha256 ...` \
-             and keeps it in its data directory's tls/cert.sha256), or --insecure to send \
-             it anyway"
-        );
-    }
-    Ok(())
-}
-
-/// `url` with `jwt` added as its `?jwt=` query parameter (moq-dev's
-/// convention; the relay reads it from the PATH setup option on raw QUIC and
-/// from the CONNECT URL on WebTransport). A URL that already has a `jwt`
-/// parameter and a `--jwt` too is refused rather than guessed.
-pub(crate) fn with_jwt(url: &str, jwt: Option<&str>) -> anyhow::Result<String> {
-    let Some(jwt) = jwt.map(str::trim).filter(|j| !j.is_empty()) else {
-        return Ok(url.to_string());
-    };
-    let mut u = url::Url::parse(url).map_err(|e| anyhow::anyhow!("bad URL {url:?}: {e}"))?;
-    if u.query_pairs().any(|(k, _)| k == "jwt") {
-        anyhow::bail!("{url} already has a jwt parameter; give the token once (--jwt or ?jwt=)");
-    }
-    u.query_pairs_mut().append_pair("jwt", jwt);
-    Ok(u.to_string())
-}
+// One rule for every command that sends a token, the benchmarks' too.
+pub(crate) use quichub_client::{refuse_unverified_token, verify_from, with_jwt};
 
 /// The documentation's `quichub` command lines, as a user would paste them.
 #[cfg(test)]
@@ -444,51 +342,6 @@ mod doc_commands {
 mod tests {
     use super::*;
 
-    #[test]
-    fn jwt_goes_into_the_query() {
-        assert_eq!(
-            with_jwt("moqt://h:1/x", Some("a.b.c")).unwrap(),
-            "moqt://h:1/x?jwt=a.b.c"
-        );
-        // A token read from a file keeps no newline; odd bytes are escaped.
-        assert_eq!(
-            with_jwt("https://h:1/x?y=1", Some("a.b-_c\n")).unwrap(),
-            "https://h:1/x?y=1&jwt=a.b-_c"
-        );
-        assert_eq!(
-            with_jwt("moqt://h:1/", Some("a+b&c")).unwrap(),
-            "moqt://h:1/?jwt=a%2Bb%26c"
-        );
-        assert_eq!(with_jwt("moqt://h:1/x", None).unwrap(), "moqt://h:1/x");
-        assert!(with_jwt("moqt://h:1/x?jwt=a", Some("b")).is_err());
-    }
-
-    /// A token goes only to a relay whose certificate is pinned, unless
-    /// `--insecure` says otherwise; without a token nothing changes.
-    #[test]
-    fn tokens_go_only_to_verified_relays() {
-        use quichub_client::Verify;
-        let pinned = verify_from(Some(&"ab".repeat(32))).unwrap();
-        let unchecked = verify_from(None).unwrap();
-        assert!(matches!(unchecked, Verify::Insecure));
-        for url in ["moqt://h:1/?jwt=a.b.c", "https://h:1/x?y=1&jwt=a.b.c"] {
-            let e = refuse_unverified_token(url, &unchecked, false).unwrap_err();
-            assert!(e.to_string().contains("--fingerprint"), "{e}");
-            assert!(e.to_string().contains("--insecure"), "{e}");
-            refuse_unverified_token(url, &unchecked, true).unwrap();
-            refuse_unverified_token(url, &pinned, false).unwrap();
-        }
-        // Cleartext: pinning has nothing to pin.
-        let e = refuse_unverified_token("ws://h:1/?jwt=a.b.c", &pinned, false).unwrap_err();
-        assert!(e.to_string().contains("ws://"), "{e}");
-        refuse_unverified_token("ws://h:1/?jwt=a.b.c", &pinned, true).unwrap();
-        refuse_unverified_token("wss://h:1/?jwt=a.b.c", &pinned, false).unwrap();
-        // No token, or an empty one: nothing to protect.
-        for url in ["moqt://h:1/x", "moqt://h:1/?jwt=", "ws://h:1/", "not a url"] {
-            refuse_unverified_token(url, &unchecked, false).unwrap();
-        }
-    }
-
     /// `pub` and `sub` with `--jwt` and no `--fingerprint` stop before
     /// connecting, naming both ways out.
     #[tokio::test]
@@ -534,7 +387,7 @@ mod tests {
             .map(|c| c.get_name().to_string())
             .filter(|name| name != "help")
             .collect();
-        assert!(names.len() >= 11, "{names:?}");
+        assert!(names.len() >= 8, "{names:?}");
         for name in names {
             let err = Cli::try_parse_from(["quichub", &name, "--version"])
                 .err()
@@ -558,7 +411,7 @@ mod tests {
             let mut script = Vec::new();
             completions(*shell, &mut script);
             let script = String::from_utf8(script).unwrap();
-            for word in ["quichub", "relay", "bench-conn", "ack-frequency"] {
+            for word in ["quichub", "relay", "interop-client", "ack-frequency"] {
                 assert!(script.contains(word), "{shell}: no {word:?} in\n{script}");
             }
         }
@@ -570,27 +423,5 @@ mod tests {
             })
         ));
         assert!(Cli::try_parse_from(["quichub", "completions", "tcsh"]).is_err());
-    }
-}
-
-#[cfg(test)]
-mod lab_help_tests {
-    use clap::CommandFactory;
-
-    #[test]
-    fn lab_help_cites_the_studies_not_seed_numbers() {
-        let mut cmd = super::Cli::command();
-        let top = cmd.render_help().to_string();
-        let lab = cmd
-            .find_subcommand_mut("lab")
-            .unwrap()
-            .render_long_help()
-            .to_string();
-        for help in [&top, &lab] {
-            assert!(!help.to_lowercase().contains("seed"), "{help}");
-            let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
-            assert!(flat.contains("A. Sengupta"), "{help}");
-            assert!(flat.contains("Mobile Augmented Reality"), "{help}");
-        }
     }
 }

@@ -1,4 +1,4 @@
-//! `quichub bench-mqtt`: an MQTT load generator over TCP, for any broker
+//! `quichub-bench mqtt`: an MQTT load generator over TCP, for any broker
 //! (ours, mosquitto, ...). N publishers and M subscribers, each its own TCP
 //! connection, written on tokio and the `quichub_mqtt` codec.
 //!
@@ -39,6 +39,8 @@ use quichub_mqtt::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, Semaphore};
+
+use crate::cpu::{cpu_ticks, ticks_per_sec};
 
 /// Options.
 #[derive(clap::Args, Debug, Clone)]
@@ -220,7 +222,7 @@ pub struct Report {
 
 pub async fn run(a: BenchMqttArgs) -> anyhow::Result<()> {
     let r = bench(a.clone()).await?;
-    let mut out = crate::human_out(a.json);
+    let mut out = super::flags::human_out(a.json);
     writeln!(
         out,
         "{}qos {} mqtt {} pubs {} subs {} fanout {} payload {} B rate {}: published {} ({:.0}/s), delivered {} ({:.0}/s in window), expected {}, lost {}, dup {}",
@@ -263,26 +265,6 @@ pub async fn run(a: BenchMqttArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&r)?);
     }
     Ok(())
-}
-
-fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("read /proc/{pid}/stat"))?;
-    let rest = s.rsplit_once(')').context("bad stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime: fields 14 and 15 of stat, 12 and 13 after ')'.
-    Ok(f.get(11).context("bad stat")?.parse::<u64>()?
-        + f.get(12).context("bad stat")?.parse::<u64>()?)
-}
-
-fn ticks_per_sec() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 /// Runs the benchmark.
@@ -470,7 +452,7 @@ pub async fn bench(a: BenchMqttArgs) -> anyhow::Result<Report> {
 
     let published: u64 = shared.sent.iter().map(|s| s.load(Relaxed)).sum();
     let secs = elapsed.as_secs_f64();
-    let tps = ticks_per_sec();
+    let tps = ticks_per_sec() as f64;
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
     Ok(Report {
         label: a.label.clone(),

@@ -1,24 +1,19 @@
-//! `quichub bench`: draft-evens-moq-bench against any draft-18 relay.
+//! `quichub-bench pub|sub|run|capacity`: draft-evens-moq-bench against any
+//! draft-18 relay.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::run::{self, CapacityStep, RunConfig, RunResult};
+use crate::Profile;
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use quichub_bench::run::{self, CapacityStep, RunConfig, RunResult};
-use quichub_bench::Profile;
 use quichub_client::TrackMode;
 
-/// Benchmark options.
-#[derive(Args, Debug)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    cmd: BenchCmd,
-}
-
+/// What every command of the draft takes.
 #[derive(Args, Debug, Clone)]
-struct Common {
+pub(super) struct Common {
     /// Profile file (draft-evens-moq-bench / qperf INI), e.g. profiles/scenario1-audio.ini.
     profile: PathBuf,
     /// Relay URL (`moqt://` raw QUIC, `https://` WebTransport, `ws://` or
@@ -37,8 +32,8 @@ struct Common {
     insecure: bool,
     /// MoQT draft to speak: 18 (native), 16 or 14 (through quichub's
     /// translating bridge; `moqt://` and `https://` only).
-    #[arg(long, value_parser = crate::parse_draft, default_value = "18")]
-    draft: crate::Draft,
+    #[arg(long, value_parser = super::flags::parse_draft, default_value = "18")]
+    draft: super::flags::Draft,
     /// Seconds a subscriber waits for the publisher.
     #[arg(long, default_value_t = 10.0)]
     subscribe_wait: f64,
@@ -96,7 +91,7 @@ fn json_to_stdout(c: &Common) -> bool {
 /// Where the human-readable lines go: stdout, or stderr when stdout carries
 /// the JSON report.
 fn human(c: &Common) -> Box<dyn Write> {
-    crate::human_out(json_to_stdout(c))
+    super::flags::human_out(json_to_stdout(c))
 }
 
 /// Writes the JSON report to `--json`'s file or stdout.
@@ -146,8 +141,9 @@ fn capacity_verdict(steps: &[CapacityStep], max: usize) -> String {
     }
 }
 
+/// The draft's commands: `pub`, `sub`, `run`, `capacity`.
 #[derive(Subcommand, Debug)]
-enum BenchCmd {
+pub(super) enum BenchCmd {
     /// Publish every track of the profile.
     Pub(Common),
     /// N subscriber sessions (each its own QUIC connection) for every track.
@@ -202,8 +198,8 @@ enum BenchCmd {
 }
 
 fn config(c: &Common, relay_pid: Option<u32>) -> anyhow::Result<RunConfig> {
-    let verify = crate::verify_from(c.fingerprint.as_deref())?;
-    crate::refuse_unverified_token(&c.relay, &verify, c.insecure)?;
+    let verify = quichub_client::verify_from(c.fingerprint.as_deref())?;
+    quichub_client::refuse_unverified_token(&c.relay, &verify, c.insecure)?;
     Ok(RunConfig {
         relay: c.relay.clone(),
         verify,
@@ -221,7 +217,7 @@ fn config(c: &Common, relay_pid: Option<u32>) -> anyhow::Result<RunConfig> {
 
 fn write_outputs(
     c: &Common,
-    r: &quichub_bench::BenchReport,
+    r: &crate::BenchReport,
     extra: Option<&RunResult>,
 ) -> anyhow::Result<()> {
     let mut out = human(c);
@@ -254,8 +250,8 @@ fn write_outputs(
     Ok(())
 }
 
-pub async fn run(a: BenchArgs) -> anyhow::Result<u8> {
-    match a.cmd {
+pub(super) async fn run(cmd: BenchCmd) -> anyhow::Result<u8> {
+    match cmd {
         BenchCmd::Pub(c) => {
             let profile = load_profile(&c)?;
             let s = run::publish(&config(&c, None)?, &profile, &c.id, None).await?;

@@ -1,4 +1,4 @@
-//! `quichub bench-conn`: what connections cost a running relay, read from its
+//! `quichub-bench conn`: what connections cost a running relay, read from its
 //! `/proc/PID/status` (VmRSS, VmHWM). Two loads:
 //!
 //! - `--connections N`: N idle connections (MoQT sessions with SETUP done for
@@ -63,7 +63,7 @@ fn memory_kb(pid: u32) -> anyhow::Result<(u64, u64)> {
 /// Runs the benchmark.
 pub async fn run(a: BenchConnArgs) -> anyhow::Result<()> {
     let url = url::Url::parse(&a.relay).with_context(|| format!("bad URL {:?}", a.relay))?;
-    crate::refuse_unverified_token(&a.relay, &Verify::Insecure, a.insecure)?;
+    quichub_client::refuse_unverified_token(&a.relay, &Verify::Insecure, a.insecure)?;
     let host = url.host_str().context("URL has no host")?;
     let port = url.port().context("URL needs a port")?;
     let remote = tokio::net::lookup_host((host, port))

@@ -1,4 +1,4 @@
-//! `quichub bench-fanout`: one publisher, N subscribers through a relay, for
+//! `quichub-bench fanout`: one publisher, N subscribers through a relay, for
 //! the relay's fan-out cost. Reads the relay's CPU time from `/proc/PID/stat`
 //! before and after, and reports relay CPU per delivered object, loss and
 //! one-way latency (publisher and subscribers share this machine's clock).
@@ -16,6 +16,8 @@ use quichub_client::synth::{self, Profile};
 use quichub_client::{
     ClientSession, ConnectOptions, SubscribeOptions, SubscriptionEvent, TrackMode,
 };
+
+use crate::cpu::{cpu_ticks, ticks_per_sec};
 
 /// Options.
 #[derive(clap::Args, Debug)]
@@ -53,38 +55,18 @@ pub struct BenchFanoutArgs {
     pub json: bool,
 }
 
-pub(crate) fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("read /proc/{pid}/stat"))?;
-    // Fields after the command name (which may contain spaces) start after ')'.
-    let rest = s.rsplit_once(')').context("bad stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of stat; 12 and 13 after ')'.
-    Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
-}
-
-pub(crate) fn ticks_per_sec() -> u64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100)
-}
-
 pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
     let profile = Profile::by_name(&a.profile).context("profile must be audio, video or imu")?;
     let opts = ConnectOptions {
-        verify: crate::verify_from(a.fingerprint.as_deref())?,
+        verify: quichub_client::verify_from(a.fingerprint.as_deref())?,
         ..Default::default()
     };
     let name = FullTrackName {
         namespace: TrackNamespace::from_path("bench"),
         name: Bytes::from_static(profile.name.as_bytes()),
     };
-    let url = crate::with_jwt(&a.relay, a.jwt.as_deref())?;
-    crate::refuse_unverified_token(&url, &opts.verify, a.insecure)?;
+    let url = quichub_client::with_jwt(&a.relay, a.jwt.as_deref())?;
+    quichub_client::refuse_unverified_token(&url, &opts.verify, a.insecure)?;
     let publisher = ClientSession::connect(&url, opts.clone()).await?;
     let track = publisher
         .create_track(name.clone(), profile.priority, TrackMode::Push)
@@ -191,7 +173,7 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let mut out = crate::human_out(a.json);
+    let mut out = super::flags::human_out(a.json);
     writeln!(
         out,
         "profile {} subscribers {}{} duration {:.1}s sent {} expected {} received {} loss {:.3}%",

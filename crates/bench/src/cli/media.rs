@@ -1,4 +1,4 @@
-//! `quichub bench-media`: one real video broadcast (an fMP4 or MPEG-TS file,
+//! `quichub-bench media`: one real video broadcast (an fMP4 or MPEG-TS file,
 //! e.g. 720p30 H.264 at 8 Mbit/s from ffmpeg) published in real time as hang
 //! objects, one group per GOP, to N subscribers through a relay. Reports the
 //! relay's CPU per delivered Mbit (from `/proc/PID/stat`), the egress one core
@@ -24,7 +24,7 @@ use quichub_media::hang;
 use quichub_media::ts::TsDemuxer;
 use quichub_media::{Demuxer, Event, Frame, Limits, TrackInfo, TrackKind};
 
-use crate::fanout_bench::{cpu_ticks, ticks_per_sec};
+use crate::cpu::{cpu_ticks, ticks_per_sec};
 
 /// Options.
 #[derive(clap::Args, Debug)]
@@ -113,7 +113,11 @@ pub async fn run(a: BenchMediaArgs) -> anyhow::Result<()> {
         "announce" => TrackMode::Announce,
         m => bail!("--mode must be push or announce, not {m}"),
     };
-    crate::refuse_unverified_token(&a.relay, &quichub_client::Verify::Insecure, a.insecure)?;
+    quichub_client::refuse_unverified_token(
+        &a.relay,
+        &quichub_client::Verify::Insecure,
+        a.insecure,
+    )?;
     let publisher = ClientSession::connect(&a.relay, ConnectOptions::default()).await?;
     let track = publisher.create_track(name.clone(), 96, mode).await?;
     let _announced = if mode == TrackMode::Announce {
@@ -134,7 +138,7 @@ pub async fn run(a: BenchMediaArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut endpoint = None;
     for i in 0..a.subscribers {
-        // 100 sessions per UDP socket, as in bench-fanout.
+        // 100 sessions per UDP socket, as in `fanout`.
         if i % 100 == 0 {
             endpoint = Some(quichub_net::client::Client::new(
                 "0.0.0.0:0".parse()?,
@@ -278,7 +282,7 @@ pub async fn run(a: BenchMediaArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let mut out = crate::human_out(a.json);
+    let mut out = super::flags::human_out(a.json);
     writeln!(
         out,
         "subscribers {} duration {secs:.1}s sent {sent} frames ({:.2} Mbit/s) received {got} of {expected} (loss {loss:.3}%) egress {:.1} Mbit/s",
