@@ -197,144 +197,50 @@ pub(crate) struct Draft(pub Option<moqt::legacy::Draft>);
 // One rule for every command that sends a token, the benchmarks' too.
 pub(crate) use quichub_client::{refuse_unverified_token, verify_from, with_jwt};
 
-/// The documentation's `quichub` command lines, as a user would paste them.
+/// The documentation's `quichub` command lines, as a user would paste them
+/// (found by `quichub_testkit::docs`), parse with the real parser.
 #[cfg(test)]
 mod doc_commands {
     use super::*;
-
-    /// Placeholders the docs use, with a value of the right shape.
-    const PLACEHOLDERS: &[(&str, &str)] = &[
-        ("$(pidof quichub)", "1"),
-        ("$P", "1"),
-        ("PID", "1"),
-        ("PROFILE", "profiles/scenario1-audio.ini"),
-        ("URL", "moqt://127.0.0.1:4443/"),
-    ];
-
-    /// Splits a shell line into words (single and double quotes, no escapes
-    /// beyond what the docs use).
-    fn words(line: &str) -> Vec<String> {
-        let (mut out, mut cur, mut quote, mut any) = (Vec::new(), String::new(), None, false);
-        for c in line.chars() {
-            match (quote, c) {
-                // A comment runs to the end of the line.
-                (None, '#') if !any => break,
-                (None, '\'' | '"') => {
-                    quote = Some(c);
-                    any = true;
-                }
-                (Some(q), c) if c == q => quote = None,
-                (None, c) if c.is_whitespace() => {
-                    if any {
-                        out.push(std::mem::take(&mut cur));
-                        any = false;
-                    }
-                }
-                (_, c) => {
-                    cur.push(c);
-                    any = true;
-                }
-            }
-        }
-        if any {
-            out.push(cur);
-        }
-        out
-    }
-
-    /// Every `quichub` invocation in the ```sh blocks of `text`: continuation
-    /// lines joined, comments, redirections and pipelines cut off, commands
-    /// given as an argument (`--server '…'`) included.
-    fn commands(text: &str) -> Vec<Vec<String>> {
-        let mut lines = Vec::new();
-        let mut in_sh = false;
-        let mut acc = String::new();
-        for l in text.lines() {
-            if l.trim_start().starts_with("```") {
-                in_sh = !in_sh && l.trim() == "```sh";
-                continue;
-            }
-            if !in_sh {
-                continue;
-            }
-            if let Some(body) = l.trim_end().strip_suffix('\\') {
-                acc.push_str(body);
-                acc.push(' ');
-                continue;
-            }
-            acc.push_str(l);
-            lines.push(std::mem::take(&mut acc));
-        }
-        let mut out = Vec::new();
-        for line in lines {
-            let mut line = line.replace("cargo run --release -- ", "quichub ");
-            for (k, v) in PLACEHOLDERS {
-                line = line.replace(k, v);
-            }
-            for part in line.split([';', '|', '&']) {
-                let part = part.split(['<', '>']).next().unwrap_or("").trim();
-                let w = words(part);
-                if w.first().map(String::as_str) != Some("quichub") {
-                    continue;
-                }
-                // `--server 'quichub relay …'` and `-- quichub …` are commands too.
-                for (i, x) in w.iter().enumerate() {
-                    if x.starts_with("quichub ") {
-                        out.push(words(x));
-                    }
-                    if x == "--" && w.get(i + 1).map(String::as_str) == Some("quichub") {
-                        out.push(w[i + 1..].to_vec());
-                    }
-                }
-                out.push(w);
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn splitting() {
-        assert_eq!(
-            commands("```sh\nquichub a 'b c' # note\nquichub x \\\n  y | jq .\n```\nquichub no\n"),
-            vec![vec!["quichub", "a", "b c"], vec!["quichub", "x", "y"]]
-        );
-    }
+    use quichub_testkit::docs;
 
     #[test]
     fn every_documented_command_parses() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-        let mut files = vec![format!("{root}/README.md")];
-        for dir in ["docs", "crates/netem", "crates/moqt", "contrib"] {
-            let Ok(rd) = std::fs::read_dir(format!("{root}/{dir}")) else {
-                continue;
-            };
-            for e in rd.flatten() {
-                let p = e.path();
-                if p.extension().is_some_and(|x| x == "md") {
-                    files.push(p.display().to_string());
-                }
-            }
-        }
-        let mut seen = 0;
+        let commands = docs::documented_commands("quichub");
         let mut bad = Vec::new();
-        for f in &files {
-            let text = std::fs::read_to_string(f).unwrap();
-            for cmd in commands(&text) {
-                seen += 1;
-                if let Err(e) = Cli::try_parse_from(&cmd) {
-                    // --help and --version "fail" by printing.
-                    if !matches!(
-                        e.kind(),
-                        clap::error::ErrorKind::DisplayHelp
-                            | clap::error::ErrorKind::DisplayVersion
-                    ) {
-                        bad.push(format!("{f}: {}\n{e}", cmd.join(" ")));
-                    }
+        for (page, cmd) in &commands {
+            if let Err(e) = Cli::try_parse_from(cmd) {
+                // --help and --version "fail" by printing.
+                if !matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                ) {
+                    bad.push(format!("{}: {}\n{e}", page.display(), cmd.join(" ")));
                 }
             }
         }
-        assert!(seen > 30, "found only {seen} commands");
         assert!(bad.is_empty(), "{}", bad.join("\n\n"));
+        // The search still reaches the pages: the README's tour and docs/
+        // (its subfolders too: `quichub_testkit::docs`'s own tests).
+        let root = docs::workspace_root();
+        let on = |page: &str| {
+            let page = root.join(page);
+            commands
+                .iter()
+                .filter(|(p, _)| p.starts_with(&page))
+                .count()
+        };
+        assert!(
+            on("README.md") >= 8,
+            "only {} in README.md",
+            on("README.md")
+        );
+        assert!(on("docs") > 30, "only {} commands under docs/", on("docs"));
+        assert!(
+            commands.len() > 50,
+            "found only {} commands",
+            commands.len()
+        );
     }
 }
 

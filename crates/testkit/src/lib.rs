@@ -13,6 +13,7 @@
 //! one another package built, as a sibling of the test executable.
 
 pub mod bare;
+pub mod docs;
 #[cfg(feature = "hub")]
 pub mod etcd;
 mod h3;
