@@ -61,6 +61,33 @@ fn free_udp_port() -> u16 {
         .port()
 }
 
+/// Starts a server `command(port)` on a loopback UDP port picked by binding
+/// and releasing it: another process may take the port in between, and
+/// then the server exits, so it is started again on another port. Returns
+/// once the port is taken and the server still runs.
+fn spawn_on_udp_port(command: impl Fn(u16) -> Command) -> (Proc, u16) {
+    for _ in 0..5 {
+        let port = free_udp_port();
+        let mut p = Proc(command(port).spawn().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if p.0.try_wait().unwrap().is_some() {
+                break;
+            }
+            if UdpSocket::bind(("127.0.0.1", port)).is_err() {
+                // Bound: by this server, unless it is about to exit.
+                std::thread::sleep(Duration::from_millis(200));
+                if p.0.try_wait().unwrap().is_none() {
+                    return (p, port);
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    panic!("no server came up on a free UDP port in 5 tries");
+}
+
 fn start_quichub(cert: &Path, key: &Path) -> (Proc, u16) {
     let mut child = Command::new(QUICHUB)
         .args([
@@ -92,30 +119,39 @@ fn start_quichub(cert: &Path, key: &Path) -> (Proc, u16) {
     (Proc(child), port)
 }
 
-fn moq_relay(bin: &Path, dir: &Path, listen: u16, upstream: &str, draft: u32, log: &str) -> Proc {
+/// moq-relay following `upstream` (quichub), on a free port: (it, its port).
+fn moq_relay(bin: &Path, dir: &Path, upstream: &str, draft: u32, log: &str) -> (Proc, u16) {
+    spawn_on_udp_port(|listen| moq_relay_command(bin, dir, listen, upstream, draft, log))
+}
+
+fn moq_relay_command(
+    bin: &Path,
+    dir: &Path,
+    listen: u16,
+    upstream: &str,
+    draft: u32,
+    log: &str,
+) -> Command {
     let out = std::fs::File::create(dir.join(log)).unwrap();
-    Proc(
-        Command::new(bin.join("moq-relay"))
-            .args(["--listen", &format!("127.0.0.1:{listen}")])
-            .arg("--listen-tls-cert")
-            .arg(dir.join("cert.pem"))
-            .arg("--listen-tls-key")
-            .arg(dir.join("key.pem"))
-            .args([
-                "--auth-public",
-                "**",
-                "--cluster-connect",
-                upstream,
-                "--connect-version",
-                &format!("moq-transport-{draft}"),
-            ])
-            .arg("--connect-tls-root")
-            .arg(dir.join("cert.pem"))
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap(),
-    )
+    let mut c = Command::new(bin.join("moq-relay"));
+    c.args(["--listen", &format!("127.0.0.1:{listen}")])
+        .arg("--listen-tls-cert")
+        .arg(dir.join("cert.pem"))
+        .arg("--listen-tls-key")
+        .arg(dir.join("key.pem"))
+        .args([
+            "--auth-public",
+            "**",
+            "--cluster-connect",
+            upstream,
+            "--connect-version",
+            &format!("moq-transport-{draft}"),
+        ])
+        .arg("--connect-tls-root")
+        .arg(dir.join("cert.pem"))
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
+    c
 }
 
 fn clock(bin: &Path, dir: &Path, port: u16, mode: &str, log: &str) -> Command {
@@ -157,9 +193,8 @@ fn run_case(bin: &Path, publisher: (&str, u32), subscriber: (&str, u32)) {
         "moqt" => format!("moqt://127.0.0.1:{port}"),
         _ => format!("https://127.0.0.1:{port}/"),
     };
-    let (pp, sp) = (free_udp_port(), free_udp_port());
-    let _p = moq_relay(bin, &dir, pp, &url(publisher_scheme), pd, "relay-p.log");
-    let _s = moq_relay(bin, &dir, sp, &url(subscriber_scheme), sd, "relay-s.log");
+    let (_p, pp) = moq_relay(bin, &dir, &url(publisher_scheme), pd, "relay-p.log");
+    let (_s, sp) = moq_relay(bin, &dir, &url(subscriber_scheme), sd, "relay-s.log");
     std::thread::sleep(Duration::from_secs(2));
     let _publisher = Proc(
         clock(bin, &dir, pp, "publish", "clock-pub.log")
@@ -263,21 +298,19 @@ fn interop_client_against_moq_relay() {
     let id = Identity::self_signed(&["localhost", "127.0.0.1"]).unwrap();
     id.write_pem(&dir.join("cert.pem"), &dir.join("key.pem"))
         .unwrap();
-    let port = free_udp_port();
-    let log = std::fs::File::create(dir.join("moq-relay.log")).unwrap();
-    let _relay = Proc(
-        Command::new(bin.join("moq-relay"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+    let (_relay, port) = spawn_on_udp_port(|port| {
+        let log = std::fs::File::create(dir.join("moq-relay.log")).unwrap();
+        let mut c = Command::new(bin.join("moq-relay"));
+        c.args(["--listen", &format!("127.0.0.1:{port}")])
             .arg("--listen-tls-cert")
             .arg(dir.join("cert.pem"))
             .arg("--listen-tls-key")
             .arg(dir.join("key.pem"))
             .args(["--auth-public", "**"])
             .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
+            .stderr(log);
+        c
+    });
     // Known deviations of moq-relay 0.17.10: it strips object properties,
     // refuses FORWARD=0, FETCH over several groups, TRACK_STATUS and
     // SUBSCRIBE_TRACKS (NOT_SUPPORTED).
