@@ -55,11 +55,11 @@ const MAX_HELD_BYTES: usize = 64 << 20;
 /// What [`Reorder`] holds: something with a size in bytes.
 pub trait Held {
     /// Its size in bytes, counted against the bytes held behind a gap.
-    fn len(&self) -> usize;
+    fn size(&self) -> usize;
 }
 
 impl Held for Bytes {
-    fn len(&self) -> usize {
+    fn size(&self) -> usize {
         Bytes::len(self)
     }
 }
@@ -83,9 +83,9 @@ impl<T: Held> Reorder<T> {
         if let Some(sg) = subgroup {
             self.open.entry(group).or_default().insert(sg);
         }
-        self.held_bytes += payload.len();
+        self.held_bytes += payload.size();
         if let Some(old) = self.held.insert((group, object), payload) {
-            self.held_bytes -= old.len();
+            self.held_bytes -= old.size();
         }
         self.release(false, now)
     }
@@ -125,7 +125,7 @@ impl<T: Held> Reorder<T> {
             }
             self.stuck_since = None;
             if let Some(p) = self.held.remove(&(g, o)) {
-                self.held_bytes -= p.len();
+                self.held_bytes -= p.size();
                 out.push((o == 0, p));
             }
             if let Some((ng, _)) = self.next {

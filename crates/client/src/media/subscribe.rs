@@ -29,7 +29,7 @@ struct Obj {
 }
 
 impl Held for Obj {
-    fn len(&self) -> usize {
+    fn size(&self) -> usize {
         self.payload.len() + self.properties.len()
     }
 }
