@@ -1,4 +1,4 @@
-//! `lab h3-vs-mqtt`: network overhead and device overhead of a publisher
+//! `quichub-lab h3-vs-mqtt`: network overhead and device overhead of a publisher
 //! over HTTP/3 (`POST /v1/t/{topic}`), MQTT over QUIC (single-stream and
 //! multi-stream mode), MQTT over TCP, MQTT over TLS and MoQT, on the NB-IoT
 //! link of "A Pure HTTP/3 Alternative to MQTT-over-QUIC in
@@ -7,8 +7,8 @@
 //!
 //! quichub's broker (the gateway, as `quichub relay` runs it) runs in the
 //! emulator's server namespace; every publisher is a real client run as a
-//! child process in the client namespace: quichub's own (`quichub lab
-//! h3-vs-mqtt --client ...`, `quichub pub`) and third-party ones (aioquic,
+//! child process in the client namespace: quichub's own (`quichub-lab
+//! h3-vs-mqtt --client ...`, MoQT included) and third-party ones (aioquic,
 //! mqttv5-cli, EMQX's flowsdk through `mqtt-quic-probe`, mosquitto_pub).
 //! One connection per run publishes N messages; the emulator's packet
 //! capture gives bytes and packets on the wire of that connection (both
@@ -455,7 +455,7 @@ pub fn clients(quichub: &Path, scratch: &Path) -> anyhow::Result<(Vec<ClientInfo
     add(
         Protocol::Moqt,
         "quichub",
-        "`quichub pub --profile stdin`: one object per line on one subgroup stream, PUBLISH (push); its stdin is held open until the broker has every object, so its process lives for the whole run as the other clients' do",
+        "quichub's MoQT publisher, as `quichub pub --profile stdin`: one object per line on one subgroup stream, PUBLISH (push); its stdin is held open until the broker has every object, so its process lives for the whole run as the other clients' do",
         true,
         Ok(Kind::OwnMoqt(quichub.to_path_buf())),
     );
@@ -767,7 +767,7 @@ fn command(
                 _ => quic,
             };
             let mut cmd = ns.command(bin);
-            cmd.args(["lab", "h3-vs-mqtt", "--client", c.protocol.label_arg()])
+            cmd.args(["h3-vs-mqtt", "--client", c.protocol.label_arg()])
                 .args(["--server", &addr.to_string(), "--count", &n.to_string()])
                 .args(["--payload", &payload.to_string(), "--topic", &t])
                 .args(["--fingerprint", fingerprint])
@@ -776,10 +776,9 @@ fn command(
         }
         Kind::OwnMoqt(bin) => {
             let mut cmd = ns.command(bin);
-            let (ns, track) = t.rsplit_once('/').unwrap_or(("hvm", &t));
-            cmd.args(["pub", &format!("moqt://{quic}/"), "--profile", "stdin"])
-                .args(["--namespace", &format!("mqtt/{ns}"), "--track", track])
-                .args(["--fingerprint", fingerprint])
+            cmd.args(["h3-vs-mqtt", "--client", c.protocol.label_arg()])
+                .args(["--server", &quic.to_string(), "--count", &n.to_string()])
+                .args(["--topic", &t, "--fingerprint", fingerprint])
                 .env("RUST_LOG", "error");
             (cmd, lines(n))
         }
@@ -943,7 +942,7 @@ pub fn run_link(
                 );
                 let t0 = emu.epoch().elapsed().as_micros() as u64;
                 let start = Instant::now();
-                // `quichub pub`'s stdin stays open until the broker has every
+                // The MoQT publisher's stdin stays open until the broker has every
                 // object, so its process (CPU, memory) spans the whole run as
                 // the other clients' processes do.
                 let hold: Option<Box<dyn Fn() -> bool + Send>> = matches!(c.kind, Kind::OwnMoqt(_))
@@ -1121,8 +1120,9 @@ pub fn attribute(capture: &Capture, runs: &mut [RunRecord]) -> CaptureTotals {
     totals
 }
 
-/// `quichub lab h3-vs-mqtt`: the experiment, or (with `--client`) one of
-/// quichub's own publishers. `quichub` is the binary to run clients from.
+/// `quichub-lab h3-vs-mqtt`: the experiment, or (with `--client`) one of
+/// quichub's own publishers. `quichub` is the binary to run clients from
+/// (this one: `quichub-lab`).
 pub fn main(args: &LabArgs, h: &H3VsMqttArgs, quichub: &Path) -> anyhow::Result<i32> {
     if h.client.is_some() {
         return crate::h3_vs_mqtt_client::main(h);

@@ -1,6 +1,6 @@
-//! quichub's own publishers for `lab h3-vs-mqtt`, run as a child process
-//! (`quichub lab h3-vs-mqtt --client PROTOCOL ...`) so that the experiment
-//! can read its CPU time and peak memory with `wait4`, as for the
+//! quichub's own publishers for `quichub-lab h3-vs-mqtt`, run as a child
+//! process (`quichub-lab h3-vs-mqtt --client PROTOCOL ...`) so that the
+//! experiment can read its CPU time and peak memory with `wait4`, as for the
 //! third-party clients.
 //!
 //! Each opens one connection, publishes `--count` messages of `--payload`
@@ -31,9 +31,16 @@ pub fn main(a: &H3VsMqttArgs) -> anyhow::Result<i32> {
         .parse()
         .context("--server")?;
     let topic = a.topic.clone().unwrap_or_else(|| "hvm/own".into());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    // The MoQT publisher runs as `quichub pub` does: a worker per CPU.
+    let rt = if proto == Protocol::Moqt {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    };
     let count = a.count;
     let payload = vec![b'x'; a.payload];
     let fingerprint = a.fingerprint.clone();
@@ -49,7 +56,7 @@ pub fn main(a: &H3VsMqttArgs) -> anyhow::Result<i32> {
                     mqtt_quic_multi(server, &topic, count, &payload, fingerprint).await
                 }
                 Protocol::Http3 => http3(server, &topic, count, &payload, fingerprint).await,
-                Protocol::Moqt => bail!("MoQT is `quichub pub`'s job"),
+                Protocol::Moqt => moqt(server, &topic, fingerprint).await,
             }
         };
         match tokio::time::timeout(LIMIT, fut).await {
@@ -309,4 +316,85 @@ async fn http3(
     drop(h3);
     close(client, conn).await;
     Ok(acked)
+}
+
+/// MoQT: every line of stdin (without its `\n`) an object of track
+/// `mqtt/NS` `NAME` (the topic `NS/NAME`), all on one subgroup stream,
+/// pushed with PUBLISH; what `quichub pub --profile stdin` does (the lab
+/// does not run the product binary, which is built apart from it). Returns
+/// the objects sent once the relay has acknowledged them.
+async fn moqt(server: SocketAddr, topic: &str, fingerprint: Option<String>) -> anyhow::Result<u64> {
+    let (ns, name) = topic.rsplit_once('/').unwrap_or(("hvm", topic));
+    let opts = quichub_client::ConnectOptions {
+        verify: verify(fingerprint)?,
+        ..Default::default()
+    };
+    let session =
+        quichub_client::ClientSession::connect(&format!("moqt://{server}/"), opts).await?;
+    let result = moqt_publish(&session, ns, name).await;
+    let (code, reason) = match &result {
+        Ok(_) => (0, "done"),
+        Err(_) => (1, "error"),
+    };
+    session.shutdown(code, reason).await;
+    result
+}
+
+async fn moqt_publish(
+    session: &quichub_client::ClientSession,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<u64> {
+    let name = moqt::FullTrackName {
+        namespace: moqt::TrackNamespace::from_path(&format!("mqtt/{ns}")),
+        name: bytes::Bytes::from(name.to_string()),
+    };
+    let track = session
+        .create_track(name, 128, quichub_client::TrackMode::Push)
+        .await?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(64);
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut input = std::io::stdin().lock();
+        loop {
+            let mut line = Vec::new();
+            let item = match input.read_until(b'\n', &mut line) {
+                Ok(0) => break,
+                Ok(_) => {
+                    if line.last() == Some(&b'\n') {
+                        line.pop();
+                    }
+                    Ok(line)
+                }
+                Err(e) => Err(e),
+            };
+            let end = item.is_err();
+            if tx.blocking_send(item).is_err() || end {
+                break;
+            }
+        }
+    });
+    let mut w = None;
+    let mut id = 0u64;
+    while let Some(item) = rx.recv().await {
+        let object = item.context("read stdin")?;
+        if w.is_none() {
+            w = track.open_subgroup(0, 0).await?;
+        }
+        if let Some(w) = w.as_mut() {
+            w.write(id, bytes::Bytes::from(object)).await?;
+        }
+        id += 1;
+    }
+    // Every object reaches the relay before the session closes (closing
+    // drops unacknowledged data).
+    if let Some(w) = w {
+        if !w.finish_and_wait(Duration::from_secs(30)).await {
+            eprintln!("warning: the relay did not acknowledge every object within 30 s");
+        }
+    }
+    track.finish(1).await?;
+    eprintln!("published {id} objects from stdin");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(id)
 }

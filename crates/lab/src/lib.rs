@@ -19,6 +19,7 @@ pub mod imu;
 pub mod live_video;
 pub mod mar;
 pub mod mar_report;
+mod moq_media;
 pub mod report;
 pub mod rt;
 pub mod stats;
@@ -36,7 +37,7 @@ use anyhow::Context;
 use quichub_netem::model::{LinkConfig, QueueLimit};
 use quichub_netem::profile::Profile;
 
-/// `quichub lab`: run an experiment.
+/// `quichub-lab`: run an experiment (or the link emulator).
 #[derive(clap::Args, Debug, Clone)]
 pub struct LabArgs {
     /// Experiment to run.
@@ -109,6 +110,8 @@ pub enum Experiment {
     /// `--pad-objects`) costs to defeat it; after A. Sengupta, "Streaming
     /// over QUIC: Applications in Media and IoT", 2025.
     Fingerprint(fingerprint::FingerprintArgs),
+    /// Packet-level link emulator between two network namespaces (needs root or a user namespace).
+    Netem(quichub_netem::NetemArgs),
 }
 
 /// Options of `lab zero-rtt`.
@@ -195,9 +198,10 @@ pub struct ImuArgs {
     pub weights: String,
 }
 
-/// Runs `quichub lab`; the exit code is 0 when every run succeeded.
+/// Runs `quichub-lab`; the exit code is 0 when every run succeeded.
 pub fn main(args: LabArgs) -> anyhow::Result<i32> {
     match &args.experiment {
+        Experiment::Netem(n) => quichub_netem::main(n.clone()),
         Experiment::Imu(imu) => {
             let (dir, ok) = run_imu(&args, imu)?;
             eprintln!("results in {}", dir.display());
@@ -219,18 +223,20 @@ pub fn main(args: LabArgs) -> anyhow::Result<i32> {
             Ok(if ok { 0 } else { 1 })
         }
         Experiment::VideoPriority(v) => {
-            // The publisher is this binary's `pub --broadcast`.
-            let bin = std::env::current_exe().context("locating the quichub binary")?;
-            let (dir, ok) = video_priority::run(&args, v, &bin)?;
+            let (dir, ok) = video_priority::run(&args, v)?;
             eprintln!("results in {}", dir.display());
             Ok(if ok { 0 } else { 1 })
         }
+        Experiment::LiveVideo(lv) if lv.moq.is_some() => live_video::moq_client(lv),
         Experiment::LiveVideo(lv) => {
-            let exe = std::env::current_exe().context("the quichub binary's path")?;
+            // The MoQ publisher and players are this binary again (`--moq`).
+            let exe = std::env::current_exe().context("the quichub-lab binary's path")?;
             let (dir, ok) = live_video::run(&args, lv, &exe)?;
             eprintln!("results in {}", dir.display());
             Ok(if ok { 0 } else { 1 })
         }
+        // quichub's own publishers are this binary again (`--client`): the
+        // experiment measures each publisher's process.
         Experiment::H3VsMqtt(h) => h3_vs_mqtt::main(&args, h, &std::env::current_exe()?),
         Experiment::Fingerprint(f) => {
             let (dir, ok) = fingerprint::run(&args, f)?;

@@ -1,4 +1,4 @@
-//! `lab live-video`: the same live 720p 8 Mbit/s H.264 video through
+//! `quichub-lab live-video`: the same live 720p 8 Mbit/s H.264 video through
 //! quichub's MoQ relay and through a real RTMP ingest + HLS delivery server
 //! (Debian's nginx with `libnginx-mod-rtmp`), after E. P. Estupiñan-Cuesta,
 //! J. C. Martínez, W. A. Roldán-Pineda, "Evaluation of Throughput in Live
@@ -12,8 +12,11 @@
 //! publishing side never crosses the link, so each run's link carries only
 //! the remote subscriber's traffic, which the emulator's capture counts.
 //!
-//! - MoQ: this process → `quichub pub --no-pace` → `quichub relay` → two
-//!   `quichub sub --output -` processes whose fMP4 output this process reads.
+//! - MoQ: this process → quichub's publisher (`quichub pub --no-pace`'s
+//!   library, in a child process: `quichub-lab live-video --moq pub`) →
+//!   quichub's relay (the hub, on a thread of this process) → two players
+//!   (`quichub sub --output -`'s, `--moq sub` children) whose fMP4 output
+//!   this process reads.
 //! - RTMP + HLS: this process → `ffmpeg -c copy -f flv rtmp://…` → nginx
 //!   (RTMP ingest, HLS packaging) → two players in this process fetching the
 //!   playlist and segments over HTTP/1.1 keep-alive as RFC 8216 §6.3 says.
@@ -75,6 +78,76 @@ pub struct LiveVideoArgs {
     /// or 2 with --quick).
     #[arg(long)]
     pub join: Option<f64>,
+    /// Internal: run quichub's MoQ publisher (`pub`: fMP4 from stdin) or
+    /// player (`sub`: fragmented MP4 to stdout, `--duration` seconds) of one
+    /// run; the experiment runs them as processes of their own, as it runs
+    /// the RTMP publisher and the HLS players.
+    #[arg(long, value_enum, hide = true)]
+    pub moq: Option<MoqClient>,
+    /// Internal (--moq): the relay's URL.
+    #[arg(long, hide = true)]
+    pub url: Option<String>,
+    /// Internal (--moq): the broadcast.
+    #[arg(long, hide = true)]
+    pub broadcast: Option<String>,
+    /// Internal (--moq): the relay certificate's SHA-256 (hex).
+    #[arg(long, hide = true)]
+    pub fingerprint: Option<String>,
+}
+
+/// quichub's MoQ clients of a run (`--moq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MoqClient {
+    /// The publisher: `quichub pub URL --broadcast B --input - --no-pace`.
+    Pub,
+    /// The player: `quichub sub URL --broadcast B --output - --audio none`.
+    Sub,
+}
+
+/// Runs the MoQ client `lv.moq` names (a child process of the experiment);
+/// the exit code is 0 when it succeeded.
+pub fn moq_client(lv: &LiveVideoArgs) -> anyhow::Result<i32> {
+    let role = lv.moq.context("no --moq")?;
+    let url = lv.url.clone().context("--moq needs --url")?;
+    let broadcast = lv.broadcast.clone().context("--moq needs --broadcast")?;
+    let verify = crate::moq_media::verify(lv.fingerprint.as_deref())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        match role {
+            MoqClient::Pub => {
+                let mut opts = quichub_client::media::MediaPublishOptions::new(broadcast);
+                opts.pace = false;
+                crate::moq_media::publish(
+                    &url,
+                    verify,
+                    &opts,
+                    std::io::stdin(),
+                    std::future::pending(),
+                )
+                .await
+            }
+            MoqClient::Sub => {
+                let opts = quichub_client::media::MediaSubscribeOptions {
+                    broadcast,
+                    audio: Some("none".into()),
+                    rendezvous_ms: 10_000,
+                    ..Default::default()
+                };
+                let limit = std::time::Duration::from_secs_f64(lv.duration.unwrap_or(86_400.0));
+                crate::moq_media::subscribe(
+                    &url,
+                    verify,
+                    &opts,
+                    tokio::io::stdout(),
+                    tokio::time::sleep(limit),
+                )
+                .await
+            }
+        }
+    })?;
+    Ok(0)
 }
 
 /// One way of carrying the video.
@@ -605,12 +678,83 @@ impl Drop for Proc {
 /// The servers of one link: nginx and the relay, in the server namespace.
 struct Servers {
     _nginx: Proc,
-    _relay: Proc,
+    _relay: Relay,
     fingerprint: String,
     dir: PathBuf,
 }
 
-fn start_servers(emu: &Emulator, quichub: &Path, dir: &Path) -> anyhow::Result<Servers> {
+/// quichub's relay as `quichub relay --bind ADDR:MOQ_PORT --metrics off
+/// --mqtt off --mqtt-tls off --http off --data-dir off --allow-anonymous
+/// true` runs it (the hub, on a runtime with a worker per CPU), on a thread
+/// of the server namespace. It runs in this process: nothing of the relay's
+/// own is measured, only what crosses the link. Stopped when dropped.
+struct Relay {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread:
+        Option<std::thread::JoinHandle<Result<anyhow::Result<()>, quichub_netem::sys::SysError>>>,
+}
+
+impl Relay {
+    /// Starts the relay on `addr`:[`MOQ_PORT`]; returns it and its
+    /// certificate's SHA-256.
+    fn start(emu: &Emulator, addr: Ipv4Addr) -> anyhow::Result<(Relay, String)> {
+        let (fp_tx, fp_rx) = std::sync::mpsc::channel::<anyhow::Result<String>>();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = emu
+            .server()
+            .spawn(move || -> anyhow::Result<()> {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async move {
+                    let mut config = quichub_hub::Config::default();
+                    config.quic.bind = format!("{addr}:{MOQ_PORT}");
+                    config.mqtt.tcp = "off".into();
+                    config.mqtt.tls = "off".into();
+                    config.http.address = "off".into();
+                    config.metrics.address = "off".into();
+                    config.store.data_dir = Some("off".into());
+                    config.auth.allow_anonymous = Some(true);
+                    match quichub_hub::Hub::start(config).await {
+                        Ok(hub) => {
+                            let _ = fp_tx.send(Ok(hub.fingerprint()));
+                            let _ = stop_rx.await;
+                            hub.server().close(0, b"done");
+                            Ok(())
+                        }
+                        Err(e) => {
+                            let _ = fp_tx.send(Err(anyhow::anyhow!("{e:#}")));
+                            bail!("relay setup failed")
+                        }
+                    }
+                })
+            })
+            .context("starting the relay thread")?;
+        let relay = Relay {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        };
+        let fingerprint = match fp_rx.recv_timeout(Duration::from_secs(15)) {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) => return Err(e.context("starting quichub's relay")),
+            Err(_) => bail!("quichub's relay did not start"),
+        };
+        Ok((relay, fingerprint))
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn start_servers(emu: &Emulator, dir: &Path) -> anyhow::Result<Servers> {
     let addr = emu.server().addr();
     std::fs::create_dir_all(dir)?;
     let conf = dir.join("nginx.conf");
@@ -628,51 +772,7 @@ fn start_servers(emu: &Emulator, quichub: &Path, dir: &Path) -> anyhow::Result<S
             .spawn()
             .context("starting nginx")?,
     );
-    let mut relay = Proc(
-        emu.server()
-            .command(quichub)
-            .args(["relay", "--bind", &format!("{addr}:{MOQ_PORT}")])
-            .args([
-                "--metrics",
-                "off",
-                "--mqtt",
-                "off",
-                "--mqtt-tls",
-                "off",
-                "--http",
-                "off",
-                "--data-dir",
-                "off",
-                "--allow-anonymous",
-                "true",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(dir.join("relay.log"))?)
-            .spawn()
-            .context("starting quichub relay")?,
-    );
-    // The relay prints its address, then its certificate's SHA-256.
-    let stdout = relay.0.stdout.take().context("relay stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if !sent {
-                if let Some(fp) = line.strip_prefix("certificate sha256 ") {
-                    let _ = tx.send(fp.trim().to_string());
-                    sent = true;
-                }
-            }
-        }
-    });
-    let fingerprint = match rx.recv_timeout(Duration::from_secs(15)) {
-        Ok(f) => f,
-        Err(_) => {
-            let log = std::fs::read_to_string(dir.join("relay.log")).unwrap_or_default();
-            bail!("quichub relay printed no certificate fingerprint: {log}");
-        }
-    };
+    let (relay, fingerprint) = Relay::start(emu, addr)?;
     // nginx: wait until its HTTP port answers (from the server namespace).
     let ready = emu
         .server()
@@ -704,8 +804,9 @@ fn start_servers(emu: &Emulator, quichub: &Path, dir: &Path) -> anyhow::Result<S
     })
 }
 
-/// Runs the experiment: `quichub` is the binary to run the relay, `pub` and
-/// `sub` with. Returns the result directory and whether every run succeeded.
+/// Runs the experiment: `quichub` is the binary to run the MoQ publisher
+/// and players with (`quichub-lab`, `--moq`). Returns the result directory
+/// and whether every run succeeded.
 pub fn run(args: &LabArgs, lv: &LiveVideoArgs, quichub: &Path) -> anyhow::Result<(PathBuf, bool)> {
     if let Some(why) = quichub_netem::privileges::missing() {
         bail!(
@@ -743,7 +844,7 @@ pub fn run(args: &LabArgs, lv: &LiveVideoArgs, quichub: &Path) -> anyhow::Result
             eprintln!("link {}: {}", link.name, link.describe());
             let emu = Emulator::start(EmulatorConfig::new(link.clone()))
                 .with_context(|| format!("starting the emulator for {}", link.name))?;
-            let servers = start_servers(&emu, quichub, &tmp.join(format!("srv{li}")))?;
+            let servers = start_servers(&emu, &tmp.join(format!("srv{li}")))?;
             for rep in 0..args.reps {
                 for &p in &protos {
                     n += 1;
@@ -810,13 +911,14 @@ fn run_once(
         Protocol::Moq => emu
             .server()
             .command(quichub)
-            .args(["pub", &moq_url, "--broadcast", &broadcast, "--input", "-"])
-            .args(["--no-pace", "--fingerprint", &servers.fingerprint])
+            .args(["live-video", "--moq", "pub", "--url", &moq_url])
+            .args(["--broadcast", &broadcast])
+            .args(["--fingerprint", &servers.fingerprint])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .context("starting quichub pub")?,
+            .context("starting quichub's MoQ publisher")?,
         Protocol::HlsLow | Protocol::HlsDefault => emu
             .server()
             .command("ffmpeg")
@@ -884,8 +986,9 @@ fn run_once(
                 let join = Instant::now();
                 let child = ns
                     .command(quichub)
-                    .args(["sub", &moq_url, "--broadcast", &broadcast, "--output", "-"])
-                    .args(["--audio", "none", "--fingerprint", &servers.fingerprint])
+                    .args(["live-video", "--moq", "sub", "--url", &moq_url])
+                    .args(["--broadcast", &broadcast])
+                    .args(["--fingerprint", &servers.fingerprint])
                     .args([
                         "--duration",
                         &format!("{}", (deadline - join).as_secs() + 2),
@@ -894,7 +997,7 @@ fn run_once(
                     .stdout(Stdio::piped())
                     .stderr(Stdio::null())
                     .spawn()
-                    .context("starting quichub sub")?;
+                    .context("starting quichub's MoQ player")?;
                 std::thread::spawn(move || moq_reader(Proc(child), join, deadline, last_hash))
             }
             Protocol::HlsLow | Protocol::HlsDefault => {

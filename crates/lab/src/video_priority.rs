@@ -1,4 +1,4 @@
-//! `lab video-priority`: real H.264 video (I, P and B frames from ffmpeg)
+//! `quichub-lab video-priority`: real H.264 video (I, P and B frames from ffmpeg)
 //! published through the relay in encode order on one stream per GOP
 //! (`--delivery group`, the "first encode, first send" of the study) and on
 //! one subgroup per frame type (`--delivery frame-type`: I, P, B at falling
@@ -9,8 +9,8 @@
 //! measures neither.
 //!
 //! Topology: the relay (quichub's hub, in this process) and the publisher
-//! (the real `quichub pub --broadcast` binary) run in the emulator's server
-//! namespace; the subscriber (the client library, in this process) in the
+//! (`quichub pub --broadcast`'s library, `quichub_client::media`, in this
+//! process) run in the emulator's server namespace; the subscriber (the client library, in this process) in the
 //! client namespace. The relay sends to the subscriber server → client, so
 //! the rate steps apply to the emulator's down direction; the up direction
 //! (acknowledgements, control) has the same delay and no rate limit.
@@ -370,6 +370,29 @@ fn wait_bounded(
     }
 }
 
+/// The publisher thread's result, waiting at most `limit`; past it the
+/// publisher is told to stop (and then ends its tracks), and the run fails.
+fn join_bounded<E: std::fmt::Display>(
+    publisher: std::thread::JoinHandle<Result<anyhow::Result<()>, E>>,
+    stop: oneshot::Sender<()>,
+    limit: Duration,
+) -> anyhow::Result<()> {
+    let until = Instant::now() + limit;
+    while !publisher.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let timed_out = !publisher.is_finished();
+    let _ = stop.send(());
+    let r = publisher
+        .join()
+        .map_err(|_| anyhow!("publisher thread panicked"))?
+        .map_err(|e| anyhow!("publisher thread: {e}"))?;
+    if timed_out {
+        bail!("still publishing after {limit:?}");
+    }
+    r
+}
+
 /// H.264 picture type of a frame (from its first slice's `slice_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum Kind {
@@ -613,11 +636,10 @@ fn unix_us(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// Runs one delivery once: a fresh relay, the publisher binary, the
-/// subscriber, and the rate steps on the down link.
+/// Runs one delivery once: a fresh relay, the publisher, the subscriber,
+/// and the rate steps on the down link.
 pub fn run_once(
     emu: &Emulator,
-    bin: &Path,
     video: &Path,
     frames: &[FrameInfo],
     cfg: &Config,
@@ -658,21 +680,37 @@ pub fn run_once(
             let r = subscriber.join();
             bail!("the subscriber did not start: {r:?}");
         }
-        let log = tempfile_path(&format!("pub-{delivery}"));
         let stats0 = emu.stats().down;
         let start = SystemTime::now();
-        let mut child = emu
-            .server()
-            .command(bin)
-            .args(["pub", &url, "--broadcast", BROADCAST, "--input"])
-            .arg(video)
-            .args(["--delivery", pub_delivery, "--target-latency-ms"])
-            .arg(cfg.target_latency_ms.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .with_context(|| format!("starting {} pub", bin.display()))?;
+        let (stop_pub, stop_pub_rx) = oneshot::channel::<()>();
+        let publisher = {
+            let mut opts = quichub_client::media::MediaPublishOptions::new(BROADCAST);
+            opts.delivery = match pub_delivery {
+                "frame-type" => quichub_client::media::Delivery::FrameType,
+                _ => quichub_client::media::Delivery::Group,
+            };
+            opts.target_latency_ms = cfg.target_latency_ms;
+            let (url, video) = (url.clone(), video.to_path_buf());
+            emu.server()
+                .spawn(move || -> anyhow::Result<()> {
+                    let input = std::fs::File::open(&video)
+                        .with_context(|| format!("open {}", video.display()))?;
+                    let stop = async move {
+                        let _ = stop_pub_rx.await;
+                    };
+                    tokio::runtime::Builder::new_multi_thread()
+                        .enable_all()
+                        .build()?
+                        .block_on(crate::moq_media::publish(
+                            &url,
+                            quichub_client::Verify::Insecure,
+                            &opts,
+                            input,
+                            stop,
+                        ))
+                })
+                .context("starting the publisher thread")?
+        };
         let first = start + Duration::from_secs_f64(cfg.warmup_s);
         let mut steps_unix_us = vec![unix_us(first)];
         for k in 1..cfg.steps_bps.len() {
@@ -683,26 +721,13 @@ pub fn run_once(
             emu.set_link(Direction::Down, cfg.down_link(k))?;
             steps_unix_us.push(unix_us(SystemTime::now()));
         }
-        let status = wait_bounded(&mut child, limit)?;
-        let log_text = std::fs::read_to_string(&log).unwrap_or_default();
-        let _ = std::fs::remove_file(&log);
+        let published = join_bounded(publisher, stop_pub, limit);
         let raw = subscriber
             .join()
             .map_err(|_| anyhow!("subscriber thread panicked"))?
             .map_err(|e| anyhow!("subscriber thread: {e}"))?;
         let stats1 = emu.stats().down;
-        if !status.is_some_and(|s| s.success()) {
-            let tail: String = log_text
-                .lines()
-                .rev()
-                .take(5)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join(" / ");
-            bail!("the publisher failed ({status:?}): {tail}");
-        }
+        published.context("the publisher failed")?;
         let mut raw = raw?;
         raw.steps_unix_us = steps_unix_us;
         raw.down_dropped = stats1
@@ -723,11 +748,6 @@ pub fn run_once(
     let raw = result?;
     s.context("relay")?;
     Ok(raw)
-}
-
-/// A scratch file path of this process.
-fn tempfile_path(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("qh-lab-vp-{}-{tag}.log", std::process::id()))
 }
 
 /// quichub's relay (the hub, MQTT and HTTP off) on every interface of the
@@ -913,10 +933,9 @@ async fn subscribe(
 }
 
 /// Runs the experiment: encodes the video, then every delivery `--reps`
-/// times (alternating) through one emulator; `bin` is the `quichub` binary
-/// that publishes. Returns the result directory and whether every run
-/// succeeded.
-pub fn run(args: &LabArgs, v: &VideoPriorityArgs, bin: &Path) -> anyhow::Result<(PathBuf, bool)> {
+/// times (alternating) through one emulator. Returns the result directory
+/// and whether every run succeeded.
+pub fn run(args: &LabArgs, v: &VideoPriorityArgs) -> anyhow::Result<(PathBuf, bool)> {
     use crate::video_priority_report::{analyse, Output, RunRecord, VideoInfo};
     if let Some(why) = quichub_netem::privileges::missing() {
         bail!(
@@ -928,7 +947,6 @@ pub fn run(args: &LabArgs, v: &VideoPriorityArgs, bin: &Path) -> anyhow::Result<
         bail!("lab video-priority encodes its video with ffmpeg: {why}");
     }
     anyhow::ensure!((1..=50).contains(&args.reps), "--reps must be in [1, 50]");
-    anyhow::ensure!(bin.exists(), "no quichub binary at {}", bin.display());
     let started = Instant::now();
     let cfg = config(args, v)?;
     let scratch = std::env::temp_dir().join(format!("qh-lab-vp-{}", std::process::id()));
@@ -972,7 +990,7 @@ pub fn run(args: &LabArgs, v: &VideoPriorityArgs, bin: &Path) -> anyhow::Result<
     let mut runs = Vec::new();
     for rep in 0..args.reps {
         for d in &cfg.deliveries {
-            let rec = match run_once(&emu, bin, &video, &frames, &cfg, d) {
+            let rec = match run_once(&emu, &video, &frames, &cfg, d) {
                 Ok(raw) => analyse(d, rep, &frames, &raw, &cfg),
                 Err(e) => RunRecord::failed(d, rep, &e),
             };

@@ -1,4 +1,4 @@
-//! Stand-alone `netem` command, the same as `quichub netem`:
+//! Stand-alone `netem` command, the same as `quichub-lab netem`:
 //! `cargo run -p quichub-netem --example netem -- run --profile lte -- ping -c 3 10.201.0.2`.
 
 use clap::Parser;

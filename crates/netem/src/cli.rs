@@ -1,12 +1,12 @@
-//! The `quichub netem` command line: `run`, `up`, `down` and `profiles`.
+//! The `quichub-lab netem` command line: `run`, `up`, `down` and `profiles`.
 
 use std::ffi::OsString;
 
 use crate::profile::{Direction, Profile, ProfileError, PROFILE_NAMES};
 
-/// `quichub netem`: a packet-level link emulator between two network
+/// `quichub-lab netem`: a packet-level link emulator between two network
 /// namespaces.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(
     about = "Emulate a network link (delay, jitter, loss, burst loss, rate, queue, duplication) between two network namespaces",
     long_about = "Emulate a network link between two network namespaces joined through TUN devices.\n\nThe client side is 10.201.0.1 and the server side 10.201.0.2; every IP packet between them crosses the emulator, so TCP and UDP (QUIC) see the same link. Needs root, or an unprivileged user namespace where the kernel allows it."
@@ -17,14 +17,14 @@ pub struct NetemArgs {
     pub command: NetemCommand,
 }
 
-/// Subcommands of `quichub netem`.
-#[derive(Debug, clap::Subcommand)]
+/// Subcommands of `quichub-lab netem`.
+#[derive(Debug, Clone, clap::Subcommand)]
 pub enum NetemCommand {
     /// Run CMD in the client namespace with the server namespace reachable at 10.201.0.2
     Run(RunArgs),
-    /// Bring the emulated link up and keep it up until Ctrl-C, SIGTERM or `quichub netem down`
+    /// Bring the emulated link up and keep it up until Ctrl-C, SIGTERM or `quichub-lab netem down`
     Up(UpArgs),
-    /// Stop running `quichub netem up` instances and remove leftover namespaces
+    /// Stop running `quichub-lab netem up` instances and remove leftover namespaces
     Down(DownArgs),
     /// List the named profiles with their numbers and sources
     Profiles,
@@ -116,7 +116,7 @@ impl LinkArgs {
     }
 }
 
-/// `quichub netem run`.
+/// `quichub-lab netem run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// Link parameters.
@@ -141,7 +141,7 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-/// `quichub netem up`.
+/// `quichub-lab netem up`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct UpArgs {
     /// Link parameters.
@@ -152,7 +152,7 @@ pub struct UpArgs {
     pub stats: bool,
 }
 
-/// `quichub netem down`.
+/// `quichub-lab netem down`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DownArgs {
     /// Only the instance with this process id (default: all)
@@ -160,7 +160,7 @@ pub struct DownArgs {
     pub pid: Option<u32>,
 }
 
-/// Runs `quichub netem`; returns the process exit code (for `run`, the
+/// Runs `quichub-lab netem`; returns the process exit code (for `run`, the
 /// command's: its exit status, or 128 + the signal that killed it).
 pub fn main(args: NetemArgs) -> anyhow::Result<i32> {
     match args.command {
@@ -175,7 +175,7 @@ pub fn main(args: NetemArgs) -> anyhow::Result<i32> {
         #[cfg(target_os = "linux")]
         NetemCommand::Down(a) => linux::down(a),
         #[cfg(not(target_os = "linux"))]
-        _ => anyhow::bail!("quichub netem needs Linux (network namespaces and TUN devices)"),
+        _ => anyhow::bail!("quichub-lab netem needs Linux (network namespaces and TUN devices)"),
     }
 }
 
@@ -509,7 +509,7 @@ mod linux {
         let profile = args.link.to_profile()?;
         let startup = parse_duration(&args.server_startup)?;
         let Some((program, rest)) = args.command.split_first() else {
-            bail!("no command given: quichub netem run [OPTIONS] -- CMD [ARGS...]");
+            bail!("no command given: quichub-lab netem run [OPTIONS] -- CMD [ARGS...]");
         };
         if let Some(code) = ensure_privileges()? {
             return Ok(code);
@@ -561,7 +561,7 @@ mod linux {
         let emu = start(profile, args.link.seed)?;
         banner(&emu);
         eprintln!(
-            "netem: link up (pid {}); Ctrl-C, SIGTERM or `quichub netem down` stops it",
+            "netem: link up (pid {}); Ctrl-C, SIGTERM or `quichub-lab netem down` stops it",
             std::process::id()
         );
         let signals = Signals::install(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP], &[]);

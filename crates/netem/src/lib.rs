@@ -1,4 +1,4 @@
-//! `quichub netem`: a user-space, packet-level link emulator.
+//! `quichub-lab netem`: a user-space, packet-level link emulator.
 //!
 //! Two network namespaces (client side and server side) are joined through
 //! TUN devices owned by the emulator process, which forwards every IP packet
@@ -15,7 +15,7 @@
 //! - [`units`]: parsing of durations, rates, sizes and percentages;
 //! - [`emulator`] (Linux): namespaces, TUN devices and forwarding threads;
 //! - [`privileges`] (Linux): what is needed and what is missing;
-//! - [`cli`]: [`NetemArgs`] and [`main`], wired into the `quichub` binary.
+//! - [`cli`]: [`NetemArgs`] and [`main`], wired into the `quichub-lab` binary.
 
 #![warn(missing_docs)]
 

@@ -125,7 +125,7 @@ pub fn explain(reason: &str) -> String {
         }
     };
     format!(
-        "quichub netem needs to create network namespaces and TUN devices: {reason}{userns}. Run it as root (e.g. `sudo quichub netem ...`)."
+        "quichub-lab netem needs to create network namespaces and TUN devices: {reason}{userns}. Run it as root (e.g. `sudo quichub-lab netem ...`)."
     )
 }
 

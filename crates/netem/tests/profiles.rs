@@ -706,7 +706,7 @@ fn profiles_match_their_configuration() {
     );
 }
 
-/// `quichub netem run`: the command's exit code comes back, it runs in the
+/// `quichub-lab netem run`: the command's exit code comes back, it runs in the
 /// client namespace, the `--server` command runs in the server namespace and
 /// is stopped afterwards, and nothing is left behind.
 #[test]

@@ -1,4 +1,4 @@
-//! `quichub lab h3-vs-mqtt --quick` end to end, through the binary (its own
+//! `quichub-lab h3-vs-mqtt --quick` end to end, through the binary (its own
 //! publishers are child processes of it): the structure of what it writes
 //! and that its counts add up (every message at the broker, every run's
 //! packets from the capture, more bytes with more publishes); no timing
@@ -11,25 +11,18 @@ use std::process::Command;
 
 #[test]
 fn h3_vs_mqtt_quick_structure() {
+    let _serial = crate::serial();
     if let Some(why) = quichub_netem::privileges::missing() {
         println!("SKIPPED: {why}");
         return;
     }
     let out = std::env::temp_dir().join(format!("qh-lab-hvm-{}", std::process::id()));
-    let run = Command::new(env!("CARGO_BIN_EXE_quichub"))
-        .args([
-            "lab",
-            "h3-vs-mqtt",
-            "--quick",
-            "--reps",
-            "2",
-            "--counts",
-            "0,5",
-        ])
+    let run = Command::new(env!("CARGO_BIN_EXE_quichub-lab"))
+        .args(["h3-vs-mqtt", "--quick", "--reps", "2", "--counts", "0,5"])
         .arg("--out")
         .arg(&out)
         .output()
-        .expect("quichub runs");
+        .expect("quichub-lab runs");
     let stderr = String::from_utf8_lossy(&run.stderr);
     let stdout = String::from_utf8_lossy(&run.stdout);
     for l in stderr.lines().filter(|l| l.starts_with("SKIPPED")) {

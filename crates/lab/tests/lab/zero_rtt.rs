@@ -1,4 +1,4 @@
-//! `lab zero-rtt --quick` end to end: structure of what it writes (every
+//! `quichub-lab zero-rtt --quick` end to end: structure of what it writes (every
 //! mode produced a result, 0-RTT accepted in the 0-RTT mode), plus the one
 //! ordering the experiment exists to show, 0-RTT arriving before a full
 //! handshake could, with a generous margin (no tight timing thresholds).
@@ -8,13 +8,9 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use quichub_lab::{Experiment, LabArgs};
+use quichub_lab::Experiment;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    lab: LabArgs,
-}
+use crate::Cli;
 
 const MODES: [&str; 8] = [
     "mqtt-tcp",
@@ -29,6 +25,7 @@ const MODES: [&str; 8] = [
 
 #[test]
 fn zero_rtt_quick_structure() {
+    let _serial = crate::serial();
     if let Some(why) = quichub_netem::privileges::missing() {
         println!("SKIPPED: {why}");
         return;

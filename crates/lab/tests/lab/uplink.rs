@@ -1,4 +1,4 @@
-//! `lab uplink --quick` end to end: every (link, transport) ran and moved
+//! `quichub-lab uplink --quick` end to end: every (link, transport) ran and moved
 //! data, the per-bin counts add up to the goodput, the wire carried at least
 //! the application's bytes, and the report has its table and plots. No
 //! timing or rate thresholds (those are the experiment's figures, not pass
@@ -7,16 +7,13 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use quichub_lab::{Experiment, LabArgs};
+use quichub_lab::Experiment;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    lab: LabArgs,
-}
+use crate::Cli;
 
 #[test]
 fn uplink_quick_structure() {
+    let _serial = crate::serial();
     if let Some(why) = quichub_netem::privileges::missing() {
         println!("SKIPPED: {why}");
         return;

@@ -1,4 +1,4 @@
-//! `quichub lab live-video --quick` end to end with the real binary, a real
+//! `quichub-lab live-video --quick` end to end with the real binary, a real
 //! nginx + nginx-rtmp and ffmpeg: the structure of what it writes and that
 //! its counts add up (no timing thresholds). Skips (and passes) where the
 //! link emulator cannot run (no root, no TUN, no network namespaces), or
@@ -8,10 +8,11 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_quichub");
+const BIN: &str = env!("CARGO_BIN_EXE_quichub-lab");
 
 #[test]
 fn live_video_quick_structure() {
+    let _serial = crate::serial();
     if let Some(why) = quichub_netem::privileges::missing() {
         println!("SKIPPED: {why}");
         return;
@@ -26,10 +27,10 @@ fn live_video_quick_structure() {
     let out: PathBuf =
         std::env::temp_dir().join(format!("qh-lab-live-video-{}", std::process::id()));
     let run = Command::new(BIN)
-        .args(["lab", "live-video", "--quick", "--reps", "1", "--out"])
+        .args(["live-video", "--quick", "--reps", "1", "--out"])
         .arg(&out)
         .output()
-        .expect("run quichub lab live-video");
+        .expect("run quichub-lab live-video");
     let stderr = String::from_utf8_lossy(&run.stderr);
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "lab failed:\n{stderr}\n{stdout}");

@@ -1,4 +1,4 @@
-//! `lab mar --quick` end to end: structure and consistency of what it writes
+//! `quichub-lab mar --quick` end to end: structure and consistency of what it writes
 //! (every protocol on every link produced results, counts add up), never
 //! timing thresholds. Skips (and passes) where the link emulator cannot run
 //! (no root, no TUN, no network namespaces).
@@ -6,18 +6,15 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use quichub_lab::{Experiment, LabArgs};
+use quichub_lab::Experiment;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    lab: LabArgs,
-}
+use crate::Cli;
 
 const PROTOCOLS: [&str; 6] = ["udp", "tcp", "rtp", "mpeg-ts", "quic-stream", "quic-dgram"];
 
 #[test]
 fn mar_quick_structure() {
+    let _serial = crate::serial();
     if let Some(why) = quichub_netem::privileges::missing() {
         println!("SKIPPED: {why}");
         return;

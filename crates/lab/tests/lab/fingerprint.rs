@@ -1,4 +1,4 @@
-//! `lab fingerprint --quick` end to end: structure of what it writes and
+//! `quichub-lab fingerprint --quick` end to end: structure of what it writes and
 //! that its counts add up (every session observed on both hops, confusion
 //! matrices summing to the sessions, padding only where a defence pads). No
 //! accuracy or timing thresholds. Skips (and passes) where the link
@@ -8,16 +8,13 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use quichub_lab::{Experiment, LabArgs};
+use quichub_lab::Experiment;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    lab: LabArgs,
-}
+use crate::Cli;
 
 #[test]
 fn fingerprint_quick_structure() {
+    let _serial = crate::serial();
     if let Some(why) = quichub_netem::privileges::missing() {
         println!("SKIPPED: {why}");
         return;

@@ -1,4 +1,4 @@
-//! `lab imu --quick` end to end: structure and consistency of what it writes,
+//! `quichub-lab imu --quick` end to end: structure and consistency of what it writes,
 //! never timing thresholds. Skips (and passes) where the link emulator
 //! cannot run (no root, no TUN, no network namespaces).
 
@@ -7,11 +7,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use quichub_lab::{Experiment, LabArgs};
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    lab: LabArgs,
-}
+use crate::Cli;
 
 fn args(out: &std::path::Path) -> LabArgs {
     Cli::try_parse_from([
@@ -29,6 +25,7 @@ fn args(out: &std::path::Path) -> LabArgs {
 
 #[test]
 fn imu_quick_structure() {
+    let _serial = crate::serial();
     if let Some(why) = quichub_netem::privileges::missing() {
         println!("SKIPPED: {why}");
         return;

@@ -1,4 +1,4 @@
-//! `quichub lab video-priority --quick` end to end, through the real binary
+//! `quichub-lab video-priority --quick` end to end, through the real binary
 //! (its `pub --broadcast` is the publisher): the structure of what it
 //! writes and that its counts add up (per step to the whole run, per bin to
 //! the whole run, decodable ≤ on time ≤ received ≤ sent), every frame on
@@ -15,6 +15,7 @@ use serde_json::Value;
 
 #[test]
 fn video_priority_quick_structure() {
+    let _serial = crate::serial();
     if let Some(why) = quichub_netem::privileges::missing() {
         println!("SKIPPED: {why}");
         return;
@@ -28,11 +29,11 @@ fn video_priority_quick_structure() {
     }
     let out: PathBuf = std::env::temp_dir().join(format!("qh-lab-vp-test-{}", std::process::id()));
     let reps = 2;
-    let o = Command::new(env!("CARGO_BIN_EXE_quichub"))
-        .args(["lab", "video-priority", "--quick", "--reps", "2", "--out"])
+    let o = Command::new(env!("CARGO_BIN_EXE_quichub-lab"))
+        .args(["video-priority", "--quick", "--reps", "2", "--out"])
         .arg(&out)
         .output()
-        .expect("quichub runs");
+        .expect("quichub-lab runs");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "lab failed: {stderr}");
     let base = out.join("video-priority");
