@@ -29,7 +29,7 @@ pub mod cluster;
 pub mod config;
 pub mod core;
 pub mod endpoint;
-pub mod fanout;
+mod fanout;
 mod forward;
 pub mod metrics;
 pub mod object;
@@ -38,7 +38,7 @@ mod session;
 pub mod sink;
 pub mod tokens;
 pub mod track;
-pub mod upstream_fetch;
+mod upstream_fetch;
 
 pub use crate::config::Config;
 pub use crate::core::Relay;

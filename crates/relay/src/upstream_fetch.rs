@@ -160,6 +160,7 @@ impl UpstreamFetch {
     }
 
     /// How it ended, once it has.
+    #[cfg(test)]
     pub fn outcome(&self) -> Option<Outcome> {
         self.state.lock().expect("fetch state").outcome.clone()
     }
