@@ -652,136 +652,6 @@ fn sub_into_closed_pipe_exits_quietly() {
     );
 }
 
-/// `bench run --json -`: stdout is the JSON report and nothing else;
-/// `--duration` and `--start-delay` shorten the profile without editing it.
-#[test]
-fn bench_run_json_to_stdout_is_json_only() {
-    let relay = start_relay();
-    let profile = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../profiles/scenario1-audio.ini"
-    );
-    let started = std::time::Instant::now();
-    let out = Command::new(BIN)
-        .args(["bench", "run", profile, "-n", "2", "--json", "-"])
-        .args(["--duration", "1.2", "--start-delay", "0.4"])
-        .arg("--relay")
-        .arg(format!("moqt://127.0.0.1:{}/bench", relay.port))
-        .arg("--relay-pid")
-        .arg(relay.child.id().to_string())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(started.elapsed() < Duration::from_secs(20));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-    assert_eq!(v["subscribers"], 2, "{v}");
-    // 0.8 s of DATA every 20 ms.
-    let sent = v["publish"]["sent"][0][1].as_u64();
-    assert_eq!(sent, Some(40), "{v}");
-    assert!(
-        stderr.contains("relay cpu"),
-        "the table went to stderr: {stderr}"
-    );
-}
-
-/// `bench run --relay-pid` of no process fails before the run, not after it.
-#[test]
-fn bench_run_checks_relay_pid_first() {
-    let profile = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../profiles/scenario1-audio.ini"
-    );
-    let started = std::time::Instant::now();
-    let out = Command::new(BIN)
-        .args(["bench", "run", profile, "-n", "1", "--quiet"])
-        .args([
-            "--relay",
-            "moqt://127.0.0.1:9/none",
-            "--relay-pid",
-            "4294967295",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(started.elapsed() < Duration::from_secs(3));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--relay-pid 4294967295"), "{err}");
-}
-
-/// Whether `stdout` is exactly one JSON value (and nothing else).
-fn json_only(stdout: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(stdout)))
-}
-
-/// `bench-fanout --json`: JSON alone on stdout, the summary on stderr.
-#[test]
-fn bench_fanout_json_is_json_only() {
-    let relay = start_relay();
-    let out = Command::new(BIN)
-        .args([
-            "bench-fanout",
-            "--subscribers",
-            "2",
-            "--duration",
-            "0.5",
-            "--json",
-        ])
-        .arg("--relay")
-        .arg(format!("moqt://127.0.0.1:{}/bench", relay.port))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let v = json_only(&out.stdout);
-    assert_eq!(v["subscribers"], 2, "{v}");
-    assert!(stderr.contains("latency one-way"), "{stderr}");
-}
-
-/// `bench-mqtt --json`: JSON alone on stdout, the summary on stderr.
-#[test]
-fn bench_mqtt_json_is_json_only() {
-    let mut child = Command::new(BIN)
-        .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "off"])
-        .args([
-            "--mqtt",
-            "127.0.0.1:0",
-            "--mqtt-tls",
-            "off",
-            "--data-dir",
-            "off",
-        ])
-        .args(["--http", "off"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let broker = lines
-        .by_ref()
-        .map(|l| l.unwrap())
-        .find_map(|l| {
-            l.strip_prefix("mqtt tcp ")
-                .map(|r| r.split(' ').next().unwrap().to_string())
-        })
-        .expect("no MQTT address");
-    std::thread::spawn(move || for _ in lines {});
-    let _relay = RelayProcess { child, port: 0 };
-    let out = Command::new(BIN)
-        .args(["bench-mqtt", "--broker", &broker, "--publishers", "1"])
-        .args(["--subscribers", "1", "--topics", "1", "--rate", "20"])
-        .args(["--duration", "0.3", "--drain", "0.3", "--json"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let v = json_only(&out.stdout);
-    assert_eq!(v["publishers"], 1, "{v}");
-    assert!(stderr.contains("latency publish->deliver"), "{stderr}");
-}
-
 /// `relay --bind localhost:0` and a client dialling `moqt://localhost:PORT`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_names_for_bind_and_url() {
@@ -852,7 +722,8 @@ fn demo_over_websocket() {
 /// `--version` answers on subcommands too (and starts nothing).
 #[test]
 fn version_on_subcommands() {
-    for sub in ["relay", "bench"] {
+    // `quichub-bench --version`: crates/bench/tests.
+    for sub in ["relay"] {
         let out = Command::new(BIN).args([sub, "--version"]).output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(

@@ -1,15 +1,13 @@
-//! `quichub bench` end to end against an in-process quichub relay: the
-//! draft's scenario 1 and 2 profiles, shortened to a few seconds.
-
-use quichub_testkit as common;
+//! `quichub-bench run`'s library end to end against an in-process quichub
+//! relay: the draft's scenario 1 and 2 profiles, shortened to a few seconds.
 
 use std::time::Duration;
 
-use common::TestRelay;
 use quichub_bench::metrics::TrackState;
 use quichub_bench::run::{self, RunConfig};
 use quichub_bench::Profile;
 use quichub_client::{TrackMode, Verify};
+use quichub_testkit::TestRelay;
 
 fn shortened(path: &str) -> Profile {
     let mut p =
