@@ -428,3 +428,168 @@ impl Decoder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loc::FrameMarking;
+
+    /// A baseline H.264 `avcC` body (one SPS, one PPS).
+    const AVCC: &[u8] = &[
+        1, 0x42, 0xc0, 0x1e, 0xff, 0xe1, 0x00, 0x04, 0x67, 0x42, 0xc0, 0x1e, 0x01, 0x00, 0x02,
+        0x68, 0xce,
+    ];
+
+    fn video() -> TrackInfo {
+        let mut v = TrackInfo::video(1, "avc1.42c01e", 640, 360);
+        v.description = Some(Bytes::from_static(AVCC));
+        v
+    }
+
+    fn hang_catalog() -> hang::Catalog {
+        let mut c = hang::Catalog::default();
+        c.insert("video", &video(), Container::Legacy);
+        c.insert(
+            "audio",
+            &TrackInfo::audio(2, "opus", 48_000, 2),
+            Container::Legacy,
+        );
+        c
+    }
+
+    fn names(c: &[Chosen]) -> Vec<&str> {
+        c.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    #[test]
+    fn hang_renditions_are_chosen_by_name_or_first() {
+        let c = AnyCatalog::Hang(hang_catalog());
+        let both = c.choose(None, None).unwrap();
+        assert_eq!(names(&both), ["video", "audio"]);
+        assert_eq!(both[0].packing, Packing::Legacy);
+        assert_eq!(names(&c.choose(Some("none"), None).unwrap()), ["audio"]);
+        assert_eq!(names(&c.choose(None, Some("none")).unwrap()), ["video"]);
+        let e = c.choose(Some("none"), Some("none")).unwrap_err();
+        assert!(e.to_string().contains("no rendition to play"), "{e}");
+        // A name the catalog lacks is no rendition.
+        assert_eq!(names(&c.choose(Some("hd"), None).unwrap()), ["audio"]);
+    }
+
+    #[test]
+    fn msf_tracks_need_a_packaging_this_crate_plays() {
+        let mut m = msf::Catalog::new();
+        m.push(
+            msf::Track::from_info("video", &video(), Packaging::Loc),
+            None,
+        );
+        let c = AnyCatalog::Msf(m.clone());
+        let chosen = c.choose(None, None).unwrap();
+        assert_eq!(names(&chosen), ["video"]);
+        assert_eq!(chosen[0].packing, Packing::Loc);
+        // CMAF without init data cannot be played.
+        let mut cmaf = msf::Catalog::new();
+        cmaf.push(
+            msf::Track::from_info("video", &video(), Packaging::Cmaf),
+            None,
+        );
+        let e = AnyCatalog::Msf(cmaf)
+            .choose(Some("video"), None)
+            .unwrap_err();
+        assert!(e.to_string().contains("without init data"), "{e}");
+        let e = AnyCatalog::Msf(msf::Catalog::new())
+            .choose(None, None)
+            .unwrap_err();
+        assert!(e.to_string().contains("no track to play"), "{e}");
+    }
+
+    #[test]
+    fn catalog_updates_say_what_changed() {
+        let mut cur = None;
+        let c = hang_catalog();
+        AnyCatalog::read(&mut cur, false, &c.to_bytes()).unwrap();
+        assert_eq!(
+            catalog_update(&mut cur, false, &c.to_bytes()),
+            CatalogChange::None
+        );
+        let mut fewer = hang::Catalog::default();
+        fewer.insert("video", &video(), Container::Legacy);
+        assert_eq!(
+            catalog_update(&mut cur, false, &fewer.to_bytes()),
+            CatalogChange::Tracks(vec!["video".into()])
+        );
+        assert!(matches!(
+            catalog_update(&mut cur, false, b"{"),
+            CatalogChange::Ignored(_)
+        ));
+        let mut m = None;
+        let done = msf::Catalog {
+            is_complete: true,
+            ..msf::Catalog::new()
+        };
+        assert_eq!(
+            catalog_update(&mut m, true, &done.to_bytes()),
+            CatalogChange::Complete
+        );
+    }
+
+    fn chosen(packing: Packing, info: TrackInfo) -> Chosen {
+        Chosen {
+            name: "video".into(),
+            info,
+            packing,
+            init: None,
+            framerate: Some(25.0),
+        }
+    }
+
+    #[test]
+    fn legacy_objects_become_frames_from_the_first_keyframe() {
+        let mut d = Decoder::new(&chosen(Packing::Legacy, video()), 1).unwrap();
+        assert!(d.is_configured());
+        assert_eq!(d.info().timescale, 90_000);
+        let none = Bytes::new();
+        // Mid-group: nothing decodes yet.
+        let obj = |pts: u64| hang::encode_legacy(pts, b"frame");
+        assert!(d.decode(false, obj(0), &none).unwrap().is_empty());
+        let f = d.decode(true, obj(80_000), &none).unwrap();
+        assert_eq!(f.len(), 1);
+        assert!(f[0].keyframe);
+        // Decode times start two frames (40 ms at 25 fps) before the keyframe.
+        assert_eq!((f[0].pts, f[0].dts, f[0].duration), (80_000, 0, 40_000));
+        let f = d.decode(false, obj(200_000), &none).unwrap();
+        assert_eq!((f[0].dts, f[0].keyframe), (40_000, false));
+    }
+
+    #[test]
+    fn loc_tracks_learn_their_configuration_from_object_properties() {
+        let mut info = video();
+        info.description = None;
+        let mut d = Decoder::new(&chosen(Packing::Loc, info), 1).unwrap();
+        assert!(!d.is_configured());
+        let props = |config: Option<Bytes>, key: bool| {
+            LocProperties {
+                timestamp: Some(1_000),
+                timescale: Some(1_000_000),
+                video_config: config,
+                frame_marking: Some(FrameMarking::frame(key, false)),
+                ..LocProperties::default()
+            }
+            .encode()
+        };
+        let payload = Bytes::from_static(b"frame");
+        let f = d
+            .decode(
+                true,
+                payload.clone(),
+                &props(Some(Bytes::from_static(AVCC)), true),
+            )
+            .unwrap();
+        assert!(d.is_configured());
+        assert_eq!((f.len(), f[0].pts), (1, 1_000));
+        // An object without a timestamp is an error.
+        let e = d
+            .decode(false, payload, &LocProperties::default().encode())
+            .unwrap_err();
+        assert!(e.to_string().contains("without a Timestamp"), "{e}");
+    }
+}
