@@ -67,13 +67,52 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     use super::Cli;
 
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    /// Every `quichub-lab …` line of the docs parses with this binary's
+    /// arguments, as the product's test does for `quichub …` lines.
+    #[test]
+    fn every_documented_command_parses() {
+        let commands = quichub_testkit::docs::documented_commands("quichub-lab");
+        let mut bad = Vec::new();
+        for (page, cmd) in &commands {
+            if let Err(e) = Cli::try_parse_from(cmd) {
+                // --help and --version "fail" by printing.
+                if !matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                ) {
+                    bad.push(format!("{}: {}\n{e}", page.display(), cmd.join(" ")));
+                }
+            }
+        }
+        assert!(bad.is_empty(), "{}", bad.join("\n\n"));
+        // The lab's pages and the emulator's are still searched.
+        let root = quichub_testkit::docs::workspace_root();
+        let on = |page: &str| {
+            let page = root.join(page);
+            commands
+                .iter()
+                .filter(|(p, _)| p.starts_with(&page))
+                .count()
+        };
+        assert!(
+            on("docs/lab") > 20,
+            "only {} under docs/lab",
+            on("docs/lab")
+        );
+        assert!(
+            on("crates/netem") > 5,
+            "only {} in crates/netem",
+            on("crates/netem")
+        );
     }
 
     #[test]
