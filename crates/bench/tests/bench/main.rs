@@ -3,5 +3,6 @@
 //! lines. The relays they measure run in this process (quichub-testkit's
 //! hub fixtures), so no other package's binary is needed.
 
+mod docs;
 mod e2e_bench;
 mod e2e_cli;
