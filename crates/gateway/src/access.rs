@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use quichub_auth::{Access, Auth, AuthError, Identity, SharedAuth};
 use quichub_mqtt::{reason, topic, Version};
 
-use crate::connection::Credentials;
+use crate::session::Credentials;
 
 /// The `protocol` label of the auth metrics.
 pub const PROTOCOL: &str = "mqtt";

@@ -7,7 +7,10 @@
 //! - [`mapping`]: the reversible topic ↔ track and message ↔ object mapping.
 //! - [`broker`]: sessions, subscriptions, shared subscriptions, retained
 //!   messages, offline queues and wills.
-//! - [`connection`]: one MQTT connection over any byte stream.
+//! - `session`: one MQTT connection's protocol state, without IO (packets
+//!   and deliveries in, packets and broker calls out), run by `driver` over
+//!   a transport.
+//! - [`connection`]: MQTT over a byte stream (TCP, TLS).
 //! - [`access`]: a connection's identity (CONNECT credentials through
 //!   `quichub-auth`) and its checks on PUBLISH, SUBSCRIBE and delivery.
 //! - [`listener`]: accept loops.
@@ -30,11 +33,13 @@ pub mod bridge;
 pub mod broker;
 pub mod cluster;
 pub mod connection;
+mod driver;
 pub mod http;
 pub mod listener;
 pub mod mapping;
 pub mod metrics;
 pub mod quic;
+mod session;
 pub mod store;
 pub mod sys;
 

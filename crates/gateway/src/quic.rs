@@ -12,13 +12,12 @@
 //!   (its retained messages included). Unidirectional client streams are
 //!   read too; their answers go to the control stream.
 //!
-//! One MQTT session per QUIC connection, run by the same
-//! [`connection::serve`](crate::connection::serve) as TCP. A small packet
-//! router sits between the QUIC streams and the session: it cuts each
-//! stream's bytes into whole packets and merges them into the session's
+//! One MQTT session per QUIC connection, run by the same driver as TCP,
+//! in the connection's task. This module is its transport: it cuts each
+//! stream's bytes into whole packets and appends them to the session's
 //! input in arrival order, and routes each packet of the session's output to
 //! its lane by packet identifier or by the subscription its topic matches.
-//! With one stream (single-stream mode) the router only cuts packets.
+//! With one stream (single-stream mode) it only cuts packets.
 //!
 //! **0-RTT.** A client that resumes a TLS session can send its first packets
 //! as 0-RTT data, and the endpoint hands `mqtt` connections over before the
@@ -39,37 +38,33 @@
 //! The full policy is in `docs/zero-rtt.md`.
 //!
 //! Session cleanup: when the control stream or the connection ends, the
-//! session's input ends, so `serve` publishes the Will (if any), returns the
+//! session's input ends, so the driver publishes the Will (if any), returns the
 //! unacknowledged messages to the session and detaches it from the broker,
 //! exactly as for a TCP connection that drops.
-
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use quichub_mqtt::{decode, topic, Packet, Version, DEFAULT_MAX_PACKET_SIZE};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::mpsc;
 
 use quichub_net::tls::{ClientCertConfig, PeerCert};
 
 use crate::broker::Broker;
-use crate::connection::{serve_peer, ConnConfig, Peer};
+use crate::driver::{self, Link, Progress};
 use crate::metrics::Transport;
+use crate::session::{ConnConfig, Peer};
 
 /// A stream of the connection: 0 is the control stream.
 type Lane = u64;
 const CONTROL: Lane = 0;
 
-/// Bytes buffered between the router and the session, each way.
-const PIPE: usize = 64 * 1024;
-
 /// QUIC application error code when the connection closes normally.
 const CLOSE_OK: u32 = 0;
 
-/// How often the router looks whether the handshake has completed while it
-/// holds 0-RTT packets back (quinn tells only the code that accepted the
+/// How often the transport looks whether the handshake has completed while
+/// it holds 0-RTT packets back (quinn tells only the code that accepted the
 /// connection when it does).
 const HANDSHAKE_POLL: Duration = Duration::from_millis(1);
 
@@ -147,35 +142,19 @@ pub async fn serve_quic_clients(
         }
     };
     let max_in = cfg.max_packet_size as usize;
-    let (in_router, in_session) = tokio::io::duplex(PIPE);
-    let (out_session, out_router) = tokio::io::duplex(PIPE);
-    let routes = Arc::new(Mutex::new(Routes::default()));
     let (frames_tx, frames_rx) = mpsc::channel::<Inbound>(64);
-    let (lanes_tx, lanes_rx) = mpsc::unbounded_channel::<LaneEvent>();
+    let (lanes_tx, lanes_rx) = mpsc::unbounded_channel::<(Lane, quinn::SendStream)>();
 
     let (ctl_send, ctl_recv) = control;
-    let _ = lanes_tx.send(LaneEvent::Open(CONTROL, ctl_send));
     let mut readers = tokio::task::JoinSet::new();
     readers.spawn(read_lane(CONTROL, ctl_recv, frames_tx.clone(), max_in));
+    let mut link = Streams::new(frames_rx, lanes_rx, || handshake_state(&conn));
+    link.lanes.insert(CONTROL, ctl_send);
 
     let session = async {
-        let r = serve_peer(broker, cfg, peer, in_session, out_session).await;
-        if let Err(e) = &r {
+        if let Err(e) = driver::serve(broker, cfg, peer, &mut link).await {
             tracing::debug!(%remote, "mqtt/quic: {e}");
         }
-    };
-    let output = route_output(out_router, lanes_rx, routes.clone());
-    let input = async {
-        let handshake = || handshake_state(&conn);
-        route_input(
-            in_router,
-            frames_rx,
-            routes.clone(),
-            lanes_tx.clone(),
-            handshake,
-        )
-        .await;
-        std::future::pending::<()>().await
     };
     let accept = async {
         let mut next: Lane = 1;
@@ -186,7 +165,7 @@ pub async fn serve_quic_clients(
                         let lane = next;
                         next += 1;
                         // Registered before any of its packets can be answered.
-                        let _ = lanes_tx.send(LaneEvent::Open(lane, send));
+                        let _ = lanes_tx.send((lane, send));
                         readers.spawn(read_lane(lane, recv, frames_tx.clone(), max_in));
                     }
                     Err(_) => break,
@@ -204,10 +183,10 @@ pub async fn serve_quic_clients(
         std::future::pending::<()>().await
     };
     tokio::select! {
-        _ = async { tokio::join!(session, output) } => {}
-        _ = input => {}
-        _ = accept => {}
+        () = session => {}
+        () = accept => {}
     }
+    link.finish().await;
     conn.close(CLOSE_OK.into(), b"");
 }
 
@@ -220,13 +199,6 @@ enum Inbound {
     /// them with the right reason; the lane is not read further.
     Garbage(Lane, Bytes),
     /// The client finished or reset its side of the lane.
-    Closed(Lane),
-}
-
-enum LaneEvent {
-    /// A stream the router may answer on.
-    Open(Lane, quinn::SendStream),
-    /// The client's side of this lane ended: close ours once nothing routes to it.
     Closed(Lane),
 }
 
@@ -410,79 +382,79 @@ async fn read_lane(
     }
 }
 
-/// Merges the lanes' packets into the session's input, through the 0-RTT
-/// [`Gate`]; returns when the control stream ends (the session then sees end
-/// of input). `handshake` says where the TLS handshake stands.
-async fn route_input(
-    to_session: DuplexStream,
-    mut rx: mpsc::Receiver<Inbound>,
-    routes: Arc<Mutex<Routes>>,
-    lanes: mpsc::UnboundedSender<LaneEvent>,
-    mut handshake: impl FnMut() -> Handshake,
-) {
-    let mut input = Input {
-        to_session,
-        routes,
-        lanes,
-        early: Vec::new(),
-        connected: false,
-    };
-    let mut gate = Gate::new(handshake() == Handshake::Complete);
-    loop {
-        let item = if gate.open {
-            rx.recv().await
-        } else {
-            tokio::select! {
-                item = rx.recv() => item,
-                _ = tokio::time::sleep(HANDSHAKE_POLL), if gate.holding() => None,
-            }
-        };
-        if !gate.open {
-            match handshake() {
-                Handshake::Pending => {}
-                Handshake::Complete => {
-                    for held in gate.release() {
-                        if !input.feed(held).await {
-                            return input.end().await;
-                        }
-                    }
-                }
-                Handshake::Failed => {
-                    // Never confirmed (a replay, or a client gone mid-handshake):
-                    // drop what was held, end without the Will.
-                    return input.abandon().await;
-                }
-            }
-        }
-        let Some(item) = item else {
-            continue;
-        };
-        if let Inbound::Packet(lane, p) = &item {
-            input.note(*lane, p);
-        }
-        if let Some(item) = gate.admit(item) {
-            if !input.feed(item).await {
-                return input.end().await;
-            }
-        }
-    }
-}
-
-/// The session's input side of the router.
-struct Input {
-    to_session: DuplexStream,
-    routes: Arc<Mutex<Routes>>,
-    lanes: mpsc::UnboundedSender<LaneEvent>,
+/// The input side, without IO: notes each packet's routing facts, passes
+/// it through the 0-RTT [`Gate`] and appends what the session may see to
+/// its input, in order (packets of other lanes that arrive before the
+/// CONNECT wait for it).
+struct Inflow {
+    routes: Routes,
+    gate: Gate,
     /// Packets from other lanes that arrive before the CONNECT wait for it.
     early: Vec<Bytes>,
     connected: bool,
+    /// Lanes whose client side ended since the transport last looked.
+    closed: Vec<Lane>,
 }
 
-impl Input {
+/// Whether the session's input goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fed {
+    More,
+    /// The input ends (the control stream ended, or the handshake failed).
+    End,
+}
+
+impl Inflow {
+    fn new(handshake: Handshake) -> Self {
+        Self {
+            routes: Routes::default(),
+            gate: Gate::new(handshake == Handshake::Complete),
+            early: Vec::new(),
+            connected: false,
+            closed: Vec::new(),
+        }
+    }
+
+    /// Where the handshake stands now: what was held goes to the session
+    /// once it completed; if it failed, the input ends.
+    fn handshake(&mut self, h: Handshake, to_session: &mut BytesMut) -> Fed {
+        if self.gate.open {
+            return Fed::More;
+        }
+        match h {
+            Handshake::Pending => Fed::More,
+            Handshake::Complete => {
+                for held in self.gate.release() {
+                    if self.feed(held, to_session) == Fed::End {
+                        return Fed::End;
+                    }
+                }
+                Fed::More
+            }
+            // Never confirmed (a replay, or a client gone mid-handshake):
+            // drop what was held, end without the Will.
+            Handshake::Failed => {
+                self.abandon(to_session);
+                Fed::End
+            }
+        }
+    }
+
+    /// One item from a lane.
+    fn item(&mut self, item: Inbound, to_session: &mut BytesMut) -> Fed {
+        if let Inbound::Packet(lane, p) = &item {
+            self.note(*lane, p);
+        }
+        match self.gate.admit(item) {
+            Some(item) => self.feed(item, to_session),
+            None => Fed::More,
+        }
+    }
+
     /// Notes a packet's routing facts as it arrives (before any gating, so
     /// a held request's answer still finds its lane).
-    fn note(&self, lane: Lane, p: &Bytes) {
-        let mut r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+    fn note(&mut self, lane: Lane, p: &Bytes) {
+        let r = &mut self.routes;
         if r.version.is_none() && p.first().is_some_and(|b| b >> 4 == 1) {
             let mut b = BytesMut::from(&p[..]);
             if let Ok(Some(Packet::Connect(c))) = decode(&mut b, None, DEFAULT_MAX_PACKET_SIZE) {
@@ -492,53 +464,245 @@ impl Input {
         r.inbound(lane, p);
     }
 
-    /// Hands one item to the session; false once input must end (control
-    /// stream closed, or the session gone).
-    async fn feed(&mut self, item: Inbound) -> bool {
+    /// Hands one item to the session.
+    fn feed(&mut self, item: Inbound, to_session: &mut BytesMut) -> Fed {
         let (lane, bytes) = match item {
             Inbound::Packet(lane, p) => (lane, p),
             Inbound::Garbage(lane, b) => (lane, b),
-            Inbound::Closed(CONTROL) => return false,
+            Inbound::Closed(CONTROL) => return Fed::End,
             Inbound::Closed(lane) => {
-                self.routes
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .closed
-                    .insert(lane);
-                let _ = self.lanes.send(LaneEvent::Closed(lane));
-                return true;
+                self.routes.closed.insert(lane);
+                self.closed.push(lane);
+                return Fed::More;
             }
         };
         if !self.connected && lane != CONTROL {
             self.early.push(bytes);
-            return true;
+            return Fed::More;
         }
-        if self.to_session.write_all(&bytes).await.is_err() {
-            return false;
-        }
+        to_session.extend_from_slice(&bytes);
         if !self.connected {
             self.connected = true;
             for b in std::mem::take(&mut self.early) {
-                if self.to_session.write_all(&b).await.is_err() {
-                    return false;
-                }
+                to_session.extend_from_slice(&b);
             }
         }
-        true
-    }
-
-    async fn end(mut self) {
-        let _ = self.to_session.shutdown().await;
+        Fed::More
     }
 
     /// Ends a connection whose handshake never completed: a DISCONNECT
     /// (normal disconnection, same bytes in 3.1.1 and 5) so the session does
     /// not publish the Will of what may be a replay.
-    async fn abandon(mut self) {
+    fn abandon(&mut self, to_session: &mut BytesMut) {
         if self.connected {
-            let _ = self.to_session.write_all(&DISCONNECT).await;
+            to_session.extend_from_slice(&DISCONNECT);
         }
-        self.end().await
+    }
+}
+
+/// The QUIC connection's streams as the session's transport.
+struct Streams<H> {
+    /// Whole packets from the lane readers.
+    frames: mpsc::Receiver<Inbound>,
+    /// Lanes the accept loop opened, to answer on.
+    opened: mpsc::UnboundedReceiver<(Lane, quinn::SendStream)>,
+    lanes: HashMap<Lane, quinn::SendStream>,
+    inflow: Inflow,
+    handshake: H,
+    /// The session's input has ended.
+    ended: bool,
+    /// The packet being written: its lane, the packet, bytes written.
+    writing: Option<(Lane, Bytes, usize)>,
+}
+
+/// What the input side waited for.
+enum Got {
+    Item(Inbound),
+    /// Time to look at the handshake again.
+    Tick,
+    /// No lane reader is left.
+    Gone,
+}
+
+impl<H: FnMut() -> Handshake> Streams<H> {
+    fn new(
+        frames: mpsc::Receiver<Inbound>,
+        opened: mpsc::UnboundedReceiver<(Lane, quinn::SendStream)>,
+        mut handshake: H,
+    ) -> Self {
+        let inflow = Inflow::new(handshake());
+        Self {
+            frames,
+            opened,
+            lanes: HashMap::new(),
+            inflow,
+            handshake,
+            ended: false,
+            writing: None,
+        }
+    }
+
+    /// Takes the lanes the accept loop opened (before answering anything,
+    /// so a lane opened before its packets were answered is known).
+    fn take_opened(&mut self) {
+        while let Ok((lane, s)) = self.opened.try_recv() {
+            self.lanes.insert(lane, s);
+        }
+    }
+
+    /// Finishes a lane whose client side ended, once nothing routes to it.
+    fn finish_idle(&mut self, lane: Lane) {
+        if lane != CONTROL && !self.inflow.routes.in_use(lane) {
+            if let Some(mut s) = self.lanes.remove(&lane) {
+                let _ = s.finish();
+            }
+        }
+    }
+
+    /// What arrived from the lanes, after the handshake check.
+    /// False once the input has ended (and this call appended nothing).
+    fn on_input(&mut self, got: Got, input: &mut BytesMut) -> bool {
+        let before = input.len();
+        let mut fed = Fed::More;
+        if !self.inflow.gate.open {
+            fed = self.inflow.handshake((self.handshake)(), input);
+        }
+        if fed == Fed::More {
+            fed = match got {
+                Got::Item(item) => self.inflow.item(item, input),
+                Got::Tick => Fed::More,
+                Got::Gone => Fed::End,
+            };
+        }
+        self.take_opened();
+        for lane in std::mem::take(&mut self.inflow.closed) {
+            self.finish_idle(lane);
+        }
+        if fed == Fed::End {
+            self.ended = true;
+            // The end is reported by the next read, after these bytes.
+            return input.len() > before;
+        }
+        true
+    }
+
+    /// A packet was written whole on `lane`.
+    fn written(&mut self, lane: Lane, p: &Bytes) {
+        self.inflow.routes.answered(p);
+        if self.inflow.routes.closed.contains(&lane) {
+            self.finish_idle(lane);
+        }
+    }
+
+    /// Once the session has ended: finishes every lane and waits (briefly)
+    /// for the client to have read the control stream to its end.
+    async fn finish(&mut self) {
+        self.take_opened();
+        for s in self.lanes.values_mut() {
+            let _ = s.finish();
+        }
+        if let Some(s) = self.lanes.get(&CONTROL) {
+            let _ = tokio::time::timeout(Duration::from_secs(1), s.stopped()).await;
+        }
+    }
+}
+
+impl<H: FnMut() -> Handshake> Link for Streams<H> {
+    async fn io(
+        &mut self,
+        input: &mut BytesMut,
+        read: bool,
+        output: &mut BytesMut,
+        write: bool,
+    ) -> std::io::Result<Progress> {
+        if read && self.ended {
+            return Ok(Progress::Read { more: false });
+        }
+        if write && self.writing.is_none() {
+            // The session's output holds whole packets: take the first on,
+            // routed to its lane.
+            if let Some(n) = whole(output) {
+                self.take_opened();
+                let p = output.split_to(n).freeze();
+                let lane = self.inflow.routes.outbound(&p);
+                let lane = if self.lanes.contains_key(&lane) {
+                    lane
+                } else {
+                    CONTROL
+                };
+                self.writing = Some((lane, p, 0));
+                return Ok(Progress::Wrote);
+            }
+            // Never left over by the session; dropped rather than stuck.
+            output.clear();
+            if !read {
+                return Ok(Progress::Wrote);
+            }
+        }
+        let writing = self.writing.is_some();
+        if !read && !writing {
+            return Ok(Progress::Wrote);
+        }
+        let open = self.inflow.gate.open;
+        let holding = self.inflow.gate.holding();
+        let frames = &mut self.frames;
+        let lanes = &mut self.lanes;
+        let current = &self.writing;
+        let next = async {
+            if open {
+                return frames.recv().await.map_or(Got::Gone, Got::Item);
+            }
+            tokio::select! {
+                item = frames.recv() => item.map_or(Got::Gone, Got::Item),
+                _ = tokio::time::sleep(HANDSHAKE_POLL), if holding => Got::Tick,
+            }
+        };
+        let send = async {
+            let Some((lane, p, off)) = current else {
+                return std::future::pending().await;
+            };
+            match lanes.get_mut(lane) {
+                Some(s) => s.write(&p[*off..]).await.map_err(|_| ()),
+                None => Err(()),
+            }
+        };
+        tokio::select! {
+            got = next, if read => {
+                let more = self.on_input(got, input);
+                Ok(Progress::Read { more })
+            }
+            w = send, if writing => {
+                let Some((lane, p, off)) = self.writing.as_mut() else {
+                    return Ok(Progress::Wrote);
+                };
+                match w {
+                    Ok(n) => {
+                        *off += n;
+                        if *off >= p.len() {
+                            let (lane, p) = (*lane, p.clone());
+                            self.writing = None;
+                            self.written(lane, &p);
+                        }
+                    }
+                    Err(()) if *lane != CONTROL => {
+                        // The client stopped that lane: answer on the control stream.
+                        self.lanes.remove(lane);
+                        *lane = CONTROL;
+                        *off = 0;
+                    }
+                    Err(()) => {
+                        // The connection is gone: the session ends.
+                        self.writing = None;
+                        return Err(std::io::ErrorKind::BrokenPipe.into());
+                    }
+                }
+                Ok(Progress::Wrote)
+            }
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.writing.is_some()
     }
 }
 
@@ -596,104 +760,6 @@ fn replay_safe(item: &Inbound) -> bool {
         },
         Inbound::Garbage(..) | Inbound::Closed(CONTROL) => false,
         Inbound::Closed(_) => true,
-    }
-}
-
-/// Cuts the session's output into packets and writes each on its lane; once
-/// the session has ended, finishes every lane and waits (briefly) for the
-/// client to have read the control stream to its end.
-async fn route_output(
-    mut from_session: DuplexStream,
-    mut events: mpsc::UnboundedReceiver<LaneEvent>,
-    routes: Arc<Mutex<Routes>>,
-) {
-    let mut lanes: HashMap<Lane, quinn::SendStream> = HashMap::new();
-    let mut buf = BytesMut::with_capacity(PIPE);
-    let mut session_done = false;
-    let mut events_open = true;
-    while !session_done {
-        tokio::select! {
-            n = from_session.read_buf(&mut buf) => {
-                if !matches!(n, Ok(n) if n > 0) {
-                    session_done = true;
-                }
-            }
-            ev = events.recv(), if events_open => {
-                match ev {
-                    Some(ev) => on_lane_event(ev, &mut lanes, &routes),
-                    None => events_open = false,
-                }
-                continue;
-            }
-        }
-        // Lanes opened before these packets were answered are known by now.
-        while let Ok(ev) = events.try_recv() {
-            on_lane_event(ev, &mut lanes, &routes);
-        }
-        while let Some(n) = whole(&buf) {
-            let p = buf.split_to(n).freeze();
-            let lane = routes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .outbound(&p);
-            let lane = if lanes.contains_key(&lane) {
-                lane
-            } else {
-                CONTROL
-            };
-            let mut ok = false;
-            if let Some(s) = lanes.get_mut(&lane) {
-                ok = s.write_all(&p).await.is_ok();
-            }
-            if !ok && lane != CONTROL {
-                // The client stopped that lane: answer on the control stream.
-                lanes.remove(&lane);
-                if let Some(s) = lanes.get_mut(&CONTROL) {
-                    ok = s.write_all(&p).await.is_ok();
-                }
-            }
-            if !ok {
-                // The connection is gone: the session notices its input end.
-                return;
-            }
-            let mut r = routes.lock().unwrap_or_else(|e| e.into_inner());
-            r.answered(&p);
-            if lane != CONTROL && r.closed.contains(&lane) && !r.in_use(lane) {
-                drop(r);
-                if let Some(mut s) = lanes.remove(&lane) {
-                    let _ = s.finish();
-                }
-            }
-        }
-    }
-    for s in lanes.values_mut() {
-        let _ = s.finish();
-    }
-    if let Some(s) = lanes.get(&CONTROL) {
-        let _ = tokio::time::timeout(Duration::from_secs(1), s.stopped()).await;
-    }
-}
-
-fn on_lane_event(
-    ev: LaneEvent,
-    lanes: &mut HashMap<Lane, quinn::SendStream>,
-    routes: &Arc<Mutex<Routes>>,
-) {
-    match ev {
-        LaneEvent::Open(lane, s) => {
-            lanes.insert(lane, s);
-        }
-        LaneEvent::Closed(lane) => {
-            let idle = !routes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .in_use(lane);
-            if idle {
-                if let Some(mut s) = lanes.remove(&lane) {
-                    let _ = s.finish();
-                }
-            }
-        }
     }
 }
 
@@ -816,80 +882,71 @@ mod tests {
         assert!(g.admit(pkt(CONTROL, PUB0)).is_some());
     }
 
-    /// Runs the input router with a handshake state the test controls;
-    /// returns the packet sender and the session's side of the pipe.
-    fn router(
-        state: Arc<Mutex<Handshake>>,
-    ) -> (
-        mpsc::Sender<Inbound>,
-        DuplexStream,
-        tokio::task::JoinHandle<()>,
-    ) {
-        let (in_router, in_session) = tokio::io::duplex(PIPE);
-        let (tx, rx) = mpsc::channel(64);
-        let (lanes, _lanes_rx) = mpsc::unbounded_channel();
-        let routes = Arc::new(Mutex::new(Routes::default()));
-        let task = tokio::spawn(route_input(in_router, rx, routes, lanes, move || {
-            *state.lock().unwrap()
-        }));
-        (tx, in_session, task)
-    }
-
-    async fn read_now(s: &mut DuplexStream) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut buf = [0u8; 256];
-        while let Ok(Ok(n)) =
-            tokio::time::timeout(Duration::from_millis(50), s.read(&mut buf)).await
-        {
-            if n == 0 {
+    /// Feeds `items` to the input side as the transport does (the
+    /// handshake looked at before each); what reached the session, and
+    /// whether its input goes on.
+    fn drive(inflow: &mut Inflow, h: Handshake, items: Vec<Inbound>) -> (Vec<u8>, Fed) {
+        let mut to_session = BytesMut::new();
+        let mut fed = inflow.handshake(h, &mut to_session);
+        for item in items {
+            if fed == Fed::End {
                 break;
             }
-            out.extend_from_slice(&buf[..n]);
+            fed = inflow.handshake(h, &mut to_session);
+            if fed == Fed::More {
+                fed = inflow.item(item, &mut to_session);
+            }
         }
-        out
+        (to_session.to_vec(), fed)
     }
 
-    #[tokio::test]
-    async fn zero_rtt_qos0_reaches_the_session_only_after_the_handshake() {
-        let state = Arc::new(Mutex::new(Handshake::Pending));
-        let (tx, mut session, task) = router(state.clone());
-        for p in [CONNECT, PUB1, PUB0, PUB1] {
-            tx.send(pkt(CONTROL, p)).await.unwrap();
-        }
+    #[test]
+    fn zero_rtt_qos0_reaches_the_session_only_after_the_handshake() {
+        let mut inflow = Inflow::new(Handshake::Pending);
+        let items = [CONNECT, PUB1, PUB0, PUB1].map(|p| pkt(CONTROL, p));
+        let (got, fed) = drive(&mut inflow, Handshake::Pending, items.into());
         // Before the handshake: CONNECT and the first QoS 1 only.
-        assert_eq!(read_now(&mut session).await, [CONNECT, PUB1].concat());
-        *state.lock().unwrap() = Handshake::Complete;
-        assert_eq!(read_now(&mut session).await, [PUB0, PUB1].concat());
-        tx.send(pkt(CONTROL, PUB2)).await.unwrap();
-        tx.send(Inbound::Closed(CONTROL)).await.unwrap();
-        assert_eq!(read_now(&mut session).await, PUB2);
-        task.await.unwrap();
+        assert_eq!(got, [CONNECT, PUB1].concat());
+        assert_eq!(fed, Fed::More);
+        let (got, _) = drive(&mut inflow, Handshake::Complete, Vec::new());
+        assert_eq!(got, [PUB0, PUB1].concat());
+        let items = vec![pkt(CONTROL, PUB2), Inbound::Closed(CONTROL)];
+        let (got, fed) = drive(&mut inflow, Handshake::Complete, items);
+        assert_eq!(got, PUB2);
+        assert_eq!(fed, Fed::End);
     }
 
-    #[tokio::test]
-    async fn zero_rtt_replay_never_runs_held_packets_nor_its_will() {
-        let state = Arc::new(Mutex::new(Handshake::Pending));
-        let (tx, mut session, task) = router(state.clone());
-        for p in [CONNECT, PUB0, PUB2] {
-            tx.send(pkt(CONTROL, p)).await.unwrap();
-        }
-        assert_eq!(read_now(&mut session).await, CONNECT);
+    #[test]
+    fn zero_rtt_replay_never_runs_held_packets_nor_its_will() {
+        let mut inflow = Inflow::new(Handshake::Pending);
+        let items = [CONNECT, PUB0, PUB2].map(|p| pkt(CONTROL, p));
+        let (got, _) = drive(&mut inflow, Handshake::Pending, items.into());
+        assert_eq!(got, CONNECT);
         // The connection dies before the handshake completes (a replay).
-        *state.lock().unwrap() = Handshake::Failed;
-        task.await.unwrap();
-        assert_eq!(read_now(&mut session).await, DISCONNECT);
+        let (got, fed) = drive(&mut inflow, Handshake::Failed, Vec::new());
+        assert_eq!(fed, Fed::End);
+        assert_eq!(got, DISCONNECT);
     }
 
-    #[tokio::test]
-    async fn a_completed_handshake_gates_nothing() {
-        let state = Arc::new(Mutex::new(Handshake::Complete));
-        let (tx, mut session, task) = router(state);
-        for p in [CONNECT, PUB0, PUB2] {
-            tx.send(pkt(CONTROL, p)).await.unwrap();
-        }
-        tx.send(Inbound::Closed(CONTROL)).await.unwrap();
-        task.await.unwrap();
-        assert_eq!(read_now(&mut session).await, [CONNECT, PUB0, PUB2].concat());
+    #[test]
+    fn a_completed_handshake_gates_nothing() {
+        let mut inflow = Inflow::new(Handshake::Complete);
+        let mut items: Vec<_> = [CONNECT, PUB0, PUB2].map(|p| pkt(CONTROL, p)).into();
+        items.push(Inbound::Closed(CONTROL));
+        let (got, fed) = drive(&mut inflow, Handshake::Complete, items);
+        assert_eq!(fed, Fed::End);
+        assert_eq!(got, [CONNECT, PUB0, PUB2].concat());
+    }
+
+    #[test]
+    fn lanes_wait_for_the_connect_and_their_end_is_noted() {
+        let mut inflow = Inflow::new(Handshake::Complete);
+        let items = vec![pkt(1, PUB1), pkt(CONTROL, CONNECT), Inbound::Closed(1)];
+        let (got, fed) = drive(&mut inflow, Handshake::Complete, items);
+        assert_eq!(fed, Fed::More);
+        assert_eq!(got, [CONNECT, PUB1].concat());
+        assert_eq!(inflow.closed, [1]);
+        assert!(inflow.routes.closed.contains(&1));
     }
 
     #[test]
