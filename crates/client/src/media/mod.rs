@@ -90,6 +90,18 @@ pub struct MediaSubscribeOptions {
     pub count: Option<u64>,
 }
 
+impl MediaSubscribeOptions {
+    /// The first video and audio renditions of `broadcast`, waiting up to
+    /// 10 s for its publisher: `quichub sub --broadcast`'s defaults.
+    pub fn new(broadcast: impl Into<String>) -> Self {
+        Self {
+            broadcast: broadcast.into(),
+            rendezvous_ms: 10_000,
+            ..Self::default()
+        }
+    }
+}
+
 /// Progress of [`publish`] and [`subscribe`], as the CLI prints it
 /// (`Display`).
 #[derive(Clone, Debug)]
