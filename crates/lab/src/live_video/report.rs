@@ -8,10 +8,10 @@ use quichub_netem::profile::Profile;
 use serde::Serialize;
 
 use super::{Protocol, RunConfig, RunRecord, Source, STALL_MS};
-use crate::differs::{self, Cell, Rule};
-use crate::stats::{show, spread_of, Spread};
-use crate::studies::ESTUPINAN_2025;
-use crate::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
+use crate::common::differs::{self, Cell, Rule};
+use crate::common::stats::{show, spread_of, Spread};
+use crate::common::studies::ESTUPINAN_2025;
+use crate::common::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
 use crate::LabArgs;
 
 /// The paper's throughput figures (abstract), Mbit/s.

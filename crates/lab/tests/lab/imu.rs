@@ -35,7 +35,7 @@ fn imu_quick_structure() {
     let Experiment::Imu(imu) = a.experiment.clone() else {
         panic!("parsed as imu")
     };
-    let (dir, ok) = quichub_lab::run_imu(&a, &imu).expect("experiment runs");
+    let (dir, ok) = quichub_lab::imu::run(&a, &imu).expect("experiment runs");
     assert!(dir.starts_with(out.join("imu")), "{}", dir.display());
 
     let json: serde_json::Value =

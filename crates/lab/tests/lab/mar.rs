@@ -34,14 +34,14 @@ fn mar_quick_structure() {
     let Experiment::Mar(mar) = a.experiment.clone() else {
         panic!("parsed as mar")
     };
-    let links: Vec<String> = quichub_lab::mar_links(&a, &mar)
+    let links: Vec<String> = quichub_lab::mar::links(&a, &mar)
         .unwrap()
         .into_iter()
         .map(|p| p.name)
         .collect();
-    let resolutions = quichub_lab::mar_resolutions(&a, &mar).unwrap();
+    let resolutions = quichub_lab::mar::resolutions(&a, &mar).unwrap();
     assert!(links.len() >= 2, "a clean and a lossy link: {links:?}");
-    let (dir, ok) = quichub_lab::run_mar(&a, &mar).expect("experiment runs");
+    let (dir, ok) = quichub_lab::mar::run(&a, &mar).expect("experiment runs");
     assert!(dir.starts_with(out.join("mar")), "{}", dir.display());
 
     let json: serde_json::Value =

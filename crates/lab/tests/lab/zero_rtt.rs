@@ -45,7 +45,7 @@ fn zero_rtt_quick_structure() {
     let Experiment::ZeroRtt(z) = a.experiment.clone() else {
         panic!("parsed as zero-rtt")
     };
-    assert_eq!(quichub_lab::zero_rtt_rtts(&a, &z).unwrap(), [50]);
+    assert_eq!(quichub_lab::zero_rtt::rtts(&a, &z).unwrap(), [50]);
     let (dir, ok) = quichub_lab::zero_rtt::run(&a, &z).expect("experiment runs");
     assert!(dir.starts_with(out.join("zero-rtt")), "{}", dir.display());
 

@@ -39,7 +39,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::rt::{runtime, step, STEP};
+use crate::common::rt::{runtime, step, STEP};
 
 /// Cao et al. Table 1: the nine image resolutions (16:9, multiples of 8).
 pub const RESOLUTIONS: [(u32, u32); 9] = [
@@ -225,6 +225,7 @@ impl Reassembler {
     }
 
     /// Messages with some but not all parts.
+    #[cfg(test)]
     pub fn incomplete(&self) -> usize {
         self.partial.len()
     }

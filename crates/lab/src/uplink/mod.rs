@@ -33,9 +33,10 @@ use quichub_netem::profile::Profile;
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::rt::{runtime, step, STEP};
-use crate::stats::Spread;
-use crate::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
+use crate::common::rt::{runtime, step, STEP};
+use crate::common::stats::Spread;
+use crate::common::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
+use crate::common::{kernel_controllers, kernel_name};
 use crate::LabArgs;
 
 /// Width of a goodput bin.
@@ -81,25 +82,6 @@ impl Mode {
             .chain(ccs.iter().map(|&c| Mode::Quic(c)))
             .collect()
     }
-}
-
-/// The kernel's name of a controller (`TCP_CONGESTION`).
-pub fn kernel_name(cc: CongestionControl) -> &'static str {
-    match cc {
-        CongestionControl::Cubic => "cubic",
-        CongestionControl::NewReno => "reno",
-        CongestionControl::Bbr => "bbr",
-    }
-}
-
-/// The controllers this kernel offers TCP sockets, and its default.
-pub fn kernel_controllers() -> (Vec<String>, Option<String>) {
-    let read = |f: &str| std::fs::read_to_string(format!("/proc/sys/net/ipv4/{f}")).ok();
-    let available = read("tcp_available_congestion_control")
-        .map(|s| s.split_whitespace().map(String::from).collect())
-        .unwrap_or_default();
-    let default = read("tcp_congestion_control").map(|s| s.trim().to_string());
-    (available, default)
 }
 
 /// What one run measured.
@@ -221,7 +203,7 @@ pub fn run(args: &LabArgs, u: &UplinkArgs) -> anyhow::Result<(PathBuf, bool)> {
             Mode::Quic(_) => true,
         })
         .collect();
-    let dir = crate::result_dir(&args.out, "uplink")?;
+    let dir = crate::common::result_dir(&args.out, "uplink")?;
     let mut runs = Vec::new();
     for link in &links {
         eprintln!("link {}: {}", link.name, link.describe());
@@ -723,12 +705,12 @@ impl Output {
                 x.mode,
                 x.ok,
                 x.reps,
-                crate::stats::show(&x.goodput_mbps, 2),
-                crate::stats::show(&x.goodput_late_mbps, 2),
-                crate::stats::show(&x.utilisation_pct, 1),
-                crate::stats::show(&x.wire_per_byte, 3),
-                crate::stats::show(&x.queue_drops, 0),
-                crate::stats::show(&x.rtt_ms, 1),
+                crate::common::stats::show(&x.goodput_mbps, 2),
+                crate::common::stats::show(&x.goodput_late_mbps, 2),
+                crate::common::stats::show(&x.utilisation_pct, 1),
+                crate::common::stats::show(&x.wire_per_byte, 3),
+                crate::common::stats::show(&x.queue_drops, 0),
+                crate::common::stats::show(&x.rtt_ms, 1),
             );
         }
         s

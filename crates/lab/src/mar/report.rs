@@ -7,11 +7,11 @@ use anyhow::Context;
 use quichub_netem::profile::Profile;
 use serde::Serialize;
 
-use crate::mar::{image_size, interarrival_jitter, size_exponent, Protocol, RawRun, RunConfig};
-use crate::report::one_line;
-use crate::stats::{show, spread_of, Spread};
-use crate::studies::CAO_MAR;
-use crate::svg::{line_chart, Series, COLORS};
+use super::run::{image_size, interarrival_jitter, size_exponent, Protocol, RawRun, RunConfig};
+use crate::common::one_line;
+use crate::common::stats::{show, spread_of, Spread};
+use crate::common::studies::CAO_MAR;
+use crate::common::svg::{line_chart, Series, COLORS};
 use crate::LabArgs;
 
 /// One run: one protocol, one resolution, one link, one repetition.
@@ -346,7 +346,7 @@ impl Output {
             main,
             summary,
             runs,
-            tcp_congestion_control: crate::uplink::kernel_controllers().1,
+            tcp_congestion_control: crate::common::kernel_controllers().1,
         }
     }
 
@@ -662,8 +662,8 @@ impl Output {
             ("rtp", format!("RFC 3550 packets over UDP, at most {} B: V=2, PT 96, sequence number, 90 kHz timestamp (3000 per request), SSRC, marker on the last packet of a request. Reply: one RTP packet.", self.config.udp_payload)),
             ("mpeg-ts", "the request in a PES packet (stream_id 0xBD, PTS) in 188-byte TS packets (sync 0x47, PID 0x100, payload_unit_start on the first, continuity counter, adaptation-field stuffing on the last), 7 TS packets (1316 B) per UDP datagram; a continuity-counter gap drops the request. Reply: one TS packet on PID 0x101.".into()),
             ("quic-stream", format!("QUIC (quinn, via quichub-net's endpoints, {} congestion control), one bidirectional stream per request; the reply on the same stream. {}", self.config.cc, match self.config.quic_order {
-                crate::mar::QuicOrder::OldestFirst => "Waiting requests are sent oldest first (each stream's priority falls with its request id), as TCP's byte stream sends them (`--quic-order oldest-first`, the default).",
-                crate::mar::QuicOrder::RoundRobin => "Waiting requests share the link round-robin (quinn's default for streams of equal priority; `--quic-order round-robin`).",
+                super::run::QuicOrder::OldestFirst => "Waiting requests are sent oldest first (each stream's priority falls with its request id), as TCP's byte stream sends them (`--quic-order oldest-first`, the default).",
+                super::run::QuicOrder::RoundRobin => "Waiting requests share the link round-robin (quinn's default for streams of equal priority; `--quic-order round-robin`).",
             })),
             ("quic-dgram", "QUIC DATAGRAM frames, fragmented as `udp` within the connection's maximum datagram size; the reply as one datagram. quinn drops the oldest queued datagram when its 1 MiB send buffer is full.".into()),
         ] {
@@ -845,7 +845,7 @@ impl Output {
             let _ = writeln!(o, "| {} | {} | {} | {} | {rel} |", l.name, f(u), f(r), f(q));
         }
         let _ = writeln!(o);
-        o.push_str(&crate::differs::section(&self.differences()));
+        o.push_str(&crate::common::differs::section(&self.differences()));
         let failed: Vec<&RunRecord> = self.runs.iter().filter(|r| r.error.is_some()).collect();
         let _ = writeln!(o, "## Failed runs\n");
         if failed.is_empty() {
@@ -915,8 +915,8 @@ impl Output {
     }
 
     /// Every figure the paper also gives, with what explains a difference.
-    pub fn differences(&self) -> Vec<crate::differs::Cell> {
-        use crate::differs::{Cell, Rule, RATIO};
+    pub fn differences(&self) -> Vec<crate::common::differs::Cell> {
+        use crate::common::differs::{Cell, Rule, RATIO};
         let mut cells = Vec::new();
         let smallest = self.smallest().to_string();
         // RTT: explained by request size when our smallest request's RTT is
@@ -1062,8 +1062,8 @@ impl Output {
                             let tcp_cc =
                                 self.tcp_congestion_control.as_deref().unwrap_or("unknown");
                             let quic_cc = self.config.cc.name();
-                            let same = tcp_cc == crate::uplink::kernel_name(self.config.cc);
-                            if !same && self.config.quic_order == crate::mar::QuicOrder::OldestFirst
+                            let same = tcp_cc == crate::common::kernel_name(self.config.cc);
+                            if !same && self.config.quic_order == super::run::QuicOrder::OldestFirst
                             {
                                 explanation = Some(format!(
                                     "The two transports ran different congestion controllers: quic-stream quinn's \
@@ -1086,10 +1086,10 @@ impl Output {
                                      {quic_cc} recovering from random loss more slowly than the kernel's {tcp_cc}; {}.",
                                     self.config.drain.as_secs_f64(),
                                     match self.config.quic_order {
-                                        crate::mar::QuicOrder::RoundRobin => "requests sent round-robin \
+                                        super::run::QuicOrder::RoundRobin => "requests sent round-robin \
                                             (`--quic-order round-robin`), so once they queue every one is partly \
                                             sent and few complete by the deadline",
-                                        crate::mar::QuicOrder::OldestFirst => "none other known",
+                                        super::run::QuicOrder::OldestFirst => "none other known",
                                     }
                                 ));
                             }
@@ -1150,14 +1150,14 @@ mod tests {
         let crate::Experiment::Mar(m) = &args.experiment else {
             panic!("mar")
         };
-        let links = crate::mar_links(&args, m).unwrap();
-        let res = crate::mar_resolutions(&args, m).unwrap();
+        let links = crate::mar::links(&args, m).unwrap();
+        let res = crate::mar::resolutions(&args, m).unwrap();
         let cfg = RunConfig {
             duration: std::time::Duration::from_millis(1500),
             drain: std::time::Duration::from_millis(750),
-            rate_hz: crate::mar::REQUEST_HZ,
-            reply_size: crate::mar::REPLY_SIZE,
-            udp_payload: crate::mar::UDP_PAYLOAD,
+            rate_hz: crate::mar::run::REQUEST_HZ,
+            reply_size: crate::mar::run::REPLY_SIZE,
+            udp_payload: crate::mar::run::UDP_PAYLOAD,
             cc: Default::default(),
             quic_order: Default::default(),
         };

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 
-use crate::rt::{runtime, step, STEP};
+use crate::common::rt::{runtime, step, STEP};
 use bytes::{BufMut, Bytes, BytesMut};
 use moqt::FullTrackName;
 use quichub_client::synth::now_micros;

@@ -29,11 +29,41 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 
-use crate::rt::{runtime, step, STEP};
-use crate::stats::Spread;
-use crate::studies::DRIFT;
-use crate::svg::{category_chart, CatSeries, COLORS};
+use crate::common::rt::{runtime, step, STEP};
+use crate::common::stats::Spread;
+use crate::common::studies::DRIFT;
+use crate::common::svg::{category_chart, CatSeries, COLORS};
 use crate::LabArgs;
+
+/// Options of `quichub-lab zero-rtt`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ZeroRttArgs {
+    /// Round-trip times of the links, ms, comma-separated (default 50,200,
+    /// or 50 with --quick).
+    #[arg(long)]
+    pub rtts: Option<String>,
+}
+
+/// The RTTs (ms) of the zero-rtt experiment's links.
+pub fn rtts(args: &LabArgs, z: &ZeroRttArgs) -> anyhow::Result<Vec<u64>> {
+    let s = z
+        .rtts
+        .clone()
+        .unwrap_or_else(|| if args.quick { "50" } else { "50,200" }.into());
+    let rtts = s
+        .split(',')
+        .map(|r| {
+            let v: u64 = r
+                .trim()
+                .parse()
+                .with_context(|| format!("bad RTT {r:?}: use ms, e.g. 50"))?;
+            anyhow::ensure!((2..=5000).contains(&v), "RTT {v} ms out of [2, 5000]");
+            Ok(v)
+        })
+        .collect::<anyhow::Result<Vec<u64>>>()?;
+    anyhow::ensure!(!rtts.is_empty(), "no RTTs");
+    Ok(rtts)
+}
 
 /// One way of connecting and publishing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -718,10 +748,10 @@ impl Output {
                 r.mode,
                 r.ok,
                 r.reps,
-                crate::stats::show(&r.publish_ms, 1),
-                crate::stats::show(&r.publish_rtts, 2),
+                crate::common::stats::show(&r.publish_ms, 1),
+                crate::common::stats::show(&r.publish_rtts, 2),
                 r.expected_rtts,
-                crate::stats::show(&r.puback_ms, 1),
+                crate::common::stats::show(&r.puback_ms, 1),
             ));
         }
         o
@@ -753,7 +783,7 @@ impl Output {
             o.push_str(&format!(
                 "- `{}`: {} ({})\n",
                 l.name,
-                crate::report::one_line(l),
+                crate::common::one_line(l),
                 l.source
             ));
         }
@@ -838,7 +868,7 @@ impl Output {
 }
 
 /// Runs the experiment; returns its directory and whether every run succeeded.
-pub fn run(args: &LabArgs, z: &crate::ZeroRttArgs) -> anyhow::Result<(PathBuf, bool)> {
+pub fn run(args: &LabArgs, z: &ZeroRttArgs) -> anyhow::Result<(PathBuf, bool)> {
     if let Some(why) = quichub_netem::privileges::missing() {
         anyhow::bail!(
             "the link emulator cannot run: {}",
@@ -846,11 +876,8 @@ pub fn run(args: &LabArgs, z: &crate::ZeroRttArgs) -> anyhow::Result<(PathBuf, b
         );
     }
     anyhow::ensure!(args.reps >= 1, "--reps must be at least 1");
-    let links: Vec<Profile> = crate::zero_rtt_rtts(args, z)?
-        .into_iter()
-        .map(link)
-        .collect();
-    let dir = crate::result_dir(&args.out, "zero-rtt")?;
+    let links: Vec<Profile> = rtts(args, z)?.into_iter().map(link).collect();
+    let dir = crate::common::result_dir(&args.out, "zero-rtt")?;
     let runs = run_links(&links, args.reps)?;
     let ok = runs.iter().all(|r| r.error.is_none());
     let out = Output::new(args, links, runs);

@@ -7,10 +7,12 @@ use anyhow::Context;
 use quichub_netem::profile::Profile;
 use serde::Serialize;
 
-use crate::imu::{Mode, RunConfig, SENSORS};
-use crate::stats::{show, spread_of, SensorRun, Spread, LATENCY_BIN_S};
-use crate::studies::SENGUPTA_2025;
-use crate::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
+use super::metrics::{SensorRun, LATENCY_BIN_S};
+use super::run::{Mode, RunConfig, SENSORS};
+use crate::common::one_line;
+use crate::common::stats::{show, spread_of, Spread};
+use crate::common::studies::SENGUPTA_2025;
+use crate::common::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
 use crate::LabArgs;
 
 /// One run of one mode on one link.
@@ -100,16 +102,6 @@ pub struct Output {
     pub runs: Vec<RunRecord>,
     /// Aggregates.
     pub summary: Vec<SummaryRow>,
-}
-
-/// A profile's description on one line, without its name and source.
-pub fn one_line(p: &Profile) -> String {
-    p.describe()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.starts_with("profile ") && !l.starts_with("source:"))
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 impl Output {
@@ -630,7 +622,7 @@ mod tests {
             payload: 64,
             weights: [3, 1],
         };
-        let links = crate::imu_links(imu).unwrap();
+        let links = crate::imu::links(imu).unwrap();
         Output::new(&args, cfg, links, Vec::new())
     }
 

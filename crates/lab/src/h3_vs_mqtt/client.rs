@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::h3_vs_mqtt::{H3VsMqttArgs, Protocol};
+use super::{H3VsMqttArgs, Protocol};
 
 /// Longest a client run may take.
 const LIMIT: Duration = Duration::from_secs(120);

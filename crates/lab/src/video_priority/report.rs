@@ -10,10 +10,10 @@ use anyhow::Context;
 use quichub_netem::profile::Profile;
 use serde::Serialize;
 
-use crate::stats::{show, spread_of, Spread};
-use crate::studies::SENGUPTA_2025;
-use crate::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
-use crate::video_priority::{Config, FrameInfo, Kind, RawRun};
+use super::{Config, FrameInfo, Kind, RawRun};
+use crate::common::stats::{show, spread_of, Spread};
+use crate::common::studies::SENGUPTA_2025;
+use crate::common::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
 use crate::LabArgs;
 
 /// Width of the time bins of the plots, s.

@@ -110,7 +110,7 @@ pub fn moq_client(lv: &LiveVideoArgs) -> anyhow::Result<i32> {
     let role = lv.moq.context("no --moq")?;
     let url = lv.url.clone().context("--moq needs --url")?;
     let broadcast = lv.broadcast.clone().context("--moq needs --broadcast")?;
-    let verify = crate::moq_media::verify(lv.fingerprint.as_deref())?;
+    let verify = crate::common::moq_media::verify(lv.fingerprint.as_deref())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -119,7 +119,7 @@ pub fn moq_client(lv: &LiveVideoArgs) -> anyhow::Result<i32> {
             MoqClient::Pub => {
                 let mut opts = quichub_client::media::MediaPublishOptions::new(broadcast);
                 opts.pace = false;
-                crate::moq_media::publish(
+                crate::common::moq_media::publish(
                     &url,
                     verify,
                     &opts,
@@ -136,7 +136,7 @@ pub fn moq_client(lv: &LiveVideoArgs) -> anyhow::Result<i32> {
                     ..Default::default()
                 };
                 let limit = std::time::Duration::from_secs_f64(lv.duration.unwrap_or(86_400.0));
-                crate::moq_media::subscribe(
+                crate::common::moq_media::subscribe(
                     &url,
                     verify,
                     &opts,
@@ -822,7 +822,7 @@ pub fn run(args: &LabArgs, lv: &LiveVideoArgs, quichub: &Path) -> anyhow::Result
     let links = links(args, lv)?;
     let protos = protocols(args, lv)?;
     anyhow::ensure!(!protos.is_empty(), "no protocols");
-    let dir = crate::result_dir(&args.out, "live-video")?;
+    let dir = crate::common::result_dir(&args.out, "live-video")?;
     let tmp = std::env::temp_dir().join(format!("quichub-live-video-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
@@ -1506,7 +1506,7 @@ fn wire(s: &mut SubRecord, pkts: &[&PacketRecord], t0_us: i64, cfg: &RunConfig) 
     }
 }
 
-pub mod report;
+mod report;
 
 #[cfg(test)]
 mod tests {

@@ -15,6 +15,9 @@
 //! directions, IP bytes), `wait4` the child's CPU time and peak RSS, and the
 //! broker's tap the messages that arrived and when the first did.
 
+mod client;
+mod report;
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -29,7 +32,7 @@ use quichub_netem::profile::Profile;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::rt::{runtime, STEP};
+use crate::common::rt::{runtime, STEP};
 use crate::LabArgs;
 
 /// Options of `lab h3-vs-mqtt`.
@@ -474,7 +477,7 @@ pub fn clients(quichub: &Path, scratch: &Path) -> anyhow::Result<(Vec<ClientInfo
 }
 
 /// aioquic's HTTP/3 client from the gateway tests.
-const H3_CLIENT_PY: &str = include_str!("../../testkit/py/h3_client.py");
+const H3_CLIENT_PY: &str = include_str!("../../../testkit/py/h3_client.py");
 
 /// What the broker's thread tells the experiment.
 struct ServerInfo {
@@ -1125,7 +1128,7 @@ pub fn attribute(capture: &Capture, runs: &mut [RunRecord]) -> CaptureTotals {
 /// (this one: `quichub-lab`).
 pub fn main(args: &LabArgs, h: &H3VsMqttArgs, quichub: &Path) -> anyhow::Result<i32> {
     if h.client.is_some() {
-        return crate::h3_vs_mqtt_client::main(h);
+        return client::main(h);
     }
     let (dir, ok) = run(args, h, quichub)?;
     eprintln!("results in {}", dir.display());
@@ -1150,7 +1153,7 @@ pub fn run(args: &LabArgs, h: &H3VsMqttArgs, quichub: &Path) -> anyhow::Result<(
     );
     let link = link(args, h)?;
     let counts = counts(args, h)?;
-    let dir = crate::result_dir(&args.out, "h3-vs-mqtt")?;
+    let dir = crate::common::result_dir(&args.out, "h3-vs-mqtt")?;
     let scratch = std::env::temp_dir().join(format!("quichub-h3-vs-mqtt-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let result = (|| {
@@ -1176,7 +1179,7 @@ pub fn run(args: &LabArgs, h: &H3VsMqttArgs, quichub: &Path) -> anyhow::Result<(
         eprintln!("link {}: {}", link.name, link.describe());
         let started = Instant::now();
         let r = run_link(&link, &clients, &counts, args.reps, h.payload, &scratch)?;
-        let out = crate::h3_vs_mqtt_report::Output::new(
+        let out = report::Output::new(
             args,
             link.clone(),
             counts.clone(),

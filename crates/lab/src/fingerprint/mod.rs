@@ -14,12 +14,13 @@
 //! receives it back across the link. The four resolutions of a batch run at
 //! once, each on its own connection (ports tell them apart). The emulator
 //! records every packet's size and time ([`Emulator::start_capture`]), which
-//! is all an on-path observer sees; the attacker ([`crate::
-//! fingerprint_classify`]) classifies each session from its publisher's
+//! is all an on-path observer sees; the attacker ([`classify`]) classifies each session from its publisher's
 //! uplink (the hop the defence shapes) and from its subscriber's downlink.
 //!
 //! Defences are `quichub pub --shape-rate` / `--pad-objects`
 //! ([`quichub_client::shape`]), applied per session as each setting says.
+
+mod classify;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -42,12 +43,12 @@ use quichub_netem::model::{LinkConfig, QueueLimit};
 use quichub_netem::profile::Profile;
 use serde::Serialize;
 
-use crate::fingerprint_classify::{self as fc, Classifier, Score, SessionFeatures};
-use crate::rt::{runtime, step, STEP};
-use crate::stats::Spread;
-use crate::studies::SENGUPTA_2025;
-use crate::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
+use crate::common::rt::{runtime, step, STEP};
+use crate::common::stats::Spread;
+use crate::common::studies::SENGUPTA_2025;
+use crate::common::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
 use crate::LabArgs;
+use classify::{self as fc, Classifier, Score, SessionFeatures};
 
 /// Options of `lab fingerprint`.
 #[derive(clap::Args, Debug, Clone)]
@@ -1238,7 +1239,7 @@ impl Output {
         );
         for a in &self.attacks {
             let c = self.costs.iter().find(|c| c.defence == a.defence);
-            let show = |k: &str| crate::stats::show(&self.acc(&a.defence, a.hop, k), 0);
+            let show = |k: &str| crate::common::stats::show(&self.acc(&a.defence, a.hop, k), 0);
             let up = a.hop == "uplink";
             o.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
@@ -1322,7 +1323,7 @@ impl Output {
             s.random_state,
             s.contents.len() * s.sessions,
             s.contents.len() * s.sessions,
-            crate::report::one_line(&self.link),
+            crate::common::one_line(&self.link),
             s.session_secs,
             s.folds,
             s.random_state,
@@ -1393,9 +1394,9 @@ impl Output {
                 .and_then(|t| Spread::of(&t.1));
             o.push_str(&format!(
                 "| {name} | {} | {} | {} |\n",
-                crate::stats::show(sp, 0),
+                crate::common::stats::show(sp, 0),
                 RESOLUTIONS[i].3,
-                crate::stats::show(&study, 0)
+                crate::common::stats::show(&study, 0)
             ));
         }
         o.push_str("\n![bitrate per resolution](bitrate.svg)\n");
@@ -1448,7 +1449,7 @@ impl Output {
     }
 
     fn differs(&self) -> String {
-        use crate::differs::{Cell, Rule};
+        use crate::common::differs::{Cell, Rule};
         let mut cells = Vec::new();
         if let Some(a) = self.acc("none", "uplink", "bitrate") {
             cells.push(Cell {
@@ -1496,7 +1497,7 @@ impl Output {
                 hint: Some("the encoder targets differ from the study's videos".into()),
             });
         }
-        let s = crate::differs::section(&cells);
+        let s = crate::common::differs::section(&cells);
         if s.is_empty() {
             let mut o =
                 String::from("\n## Beside the paper\n\n| figure | paper | ours |\n|---|---|---|\n");
@@ -1733,7 +1734,7 @@ pub fn run(args: &LabArgs, f: &FingerprintArgs) -> anyhow::Result<(PathBuf, bool
         );
     }
     let batches = plan(&s, &clips);
-    let dir = crate::result_dir(&args.out, "fingerprint")?;
+    let dir = crate::common::result_dir(&args.out, "fingerprint")?;
     let l = link();
     eprintln!("link {}: {}", l.name, l.describe());
     let emu = Emulator::start(quichub_netem::emulator::EmulatorConfig::new(l))

@@ -8,11 +8,11 @@ use anyhow::Context;
 use quichub_netem::profile::Profile;
 use serde::Serialize;
 
-use crate::differs::{Cell, Rule};
-use crate::h3_vs_mqtt::{CaptureTotals, ClientInfo, LinkRuns, Protocol, RunRecord, Skipped};
-use crate::stats::{show, Spread};
-use crate::studies::DRIFT;
-use crate::svg::{category_chart, CatSeries, COLORS};
+use super::{CaptureTotals, ClientInfo, LinkRuns, Protocol, RunRecord, Skipped};
+use crate::common::differs::{Cell, Rule};
+use crate::common::stats::{show, Spread};
+use crate::common::studies::DRIFT;
+use crate::common::svg::{category_chart, CatSeries, COLORS};
 use crate::LabArgs;
 
 /// The paper's figures (Section VI).
@@ -523,7 +523,7 @@ impl Output {
              - Capture: {} TCP/UDP packets, {} given to runs ({} bytes of {}), {} not recorded; the emulator \
              counted {} packets. Runs took {:.0} s.\n",
             self.link.name,
-            crate::report::one_line(&self.link),
+            crate::common::one_line(&self.link),
             self.link.source,
             self.payload,
             self.counts,
@@ -556,7 +556,7 @@ impl Output {
         let (t, cells) = self.paper_table();
         o.push_str(&t);
         o.push_str("\n![HTTP/3 over MQTT over QUIC: the paper and ours](paper.svg)\n\n");
-        o.push_str(&crate::differs::section(&cells));
+        o.push_str(&crate::common::differs::section(&cells));
         o.push_str("## Every client and N\n\n");
         o.push_str(&self.full_table());
         let failed: Vec<&RunRecord> = self.runs.iter().filter(|r| r.error.is_some()).collect();

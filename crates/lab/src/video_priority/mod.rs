@@ -23,6 +23,8 @@
 //! the file; decode dependencies from the encoder's fixed GOP structure (see
 //! [`FrameInfo::refs`]).
 
+mod report;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -44,7 +46,7 @@ use quichub_netem::profile::{Direction, Profile};
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::rt::{runtime, step, STEP};
+use crate::common::rt::{runtime, step, STEP};
 use crate::LabArgs;
 
 /// The deliveries `--deliveries` accepts.
@@ -701,7 +703,7 @@ pub fn run_once(
                     tokio::runtime::Builder::new_multi_thread()
                         .enable_all()
                         .build()?
-                        .block_on(crate::moq_media::publish(
+                        .block_on(crate::common::moq_media::publish(
                             &url,
                             quichub_client::Verify::Insecure,
                             &opts,
@@ -936,7 +938,7 @@ async fn subscribe(
 /// times (alternating) through one emulator. Returns the result directory
 /// and whether every run succeeded.
 pub fn run(args: &LabArgs, v: &VideoPriorityArgs) -> anyhow::Result<(PathBuf, bool)> {
-    use crate::video_priority_report::{analyse, Output, RunRecord, VideoInfo};
+    use report::{analyse, Output, RunRecord, VideoInfo};
     if let Some(why) = quichub_netem::privileges::missing() {
         bail!(
             "the link emulator cannot run: {}",
@@ -977,7 +979,7 @@ pub fn run(args: &LabArgs, v: &VideoPriorityArgs) -> anyhow::Result<(PathBuf, bo
     let link = cfg.profile();
     link.validate()?;
     eprintln!("link: {}", link.source);
-    let dir = crate::result_dir(&args.out, "video-priority")?;
+    let dir = crate::common::result_dir(&args.out, "video-priority")?;
     let emu = Emulator::start(quichub_netem::emulator::EmulatorConfig::new(link.clone()))
         .context("starting the emulator");
     let emu = match emu {
