@@ -34,7 +34,8 @@ use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use common::mqtt::Raw;
 use common::pki::Pki;
 use common::{curl_http2, h3_python, mqtt_tools, within, H3Client};
 use moqt::FullTrackName;
@@ -676,43 +677,32 @@ fn quic_endpoint(fx: &Fixture, cert: bool) -> quinn::Endpoint {
     ep
 }
 
-/// An MQTT 5 connection on one QUIC stream.
+/// An MQTT 5 connection on one QUIC stream: the tests' client, noting
+/// the topics of the PUBLISHes that arrive.
 struct QuicMqtt {
-    send: quinn::SendStream,
-    recv: quinn::RecvStream,
-    buf: BytesMut,
+    mqtt: Raw<tokio::io::Join<quinn::RecvStream, quinn::SendStream>>,
     /// Topics of the PUBLISHes received.
     seen: HashSet<String>,
 }
 
 impl QuicMqtt {
     async fn send(&mut self, p: Packet) {
-        let mut b = BytesMut::new();
-        quichub_mqtt::encode(&p, Version::V5, &mut b).unwrap();
-        self.send.write_all(&b).await.unwrap();
+        self.mqtt.send(&p).await;
     }
 
     /// The next packet that is not a PUBLISH (those are noted in `seen`),
     /// or `None` when the connection ends or 10 s pass.
     async fn next(&mut self) -> Option<Packet> {
         tokio::time::timeout(Duration::from_secs(10), async {
-            loop {
-                while let Some(p) =
-                    quichub_mqtt::decode(&mut self.buf, Some(Version::V5), usize::MAX).unwrap()
-                {
-                    match p {
-                        Packet::Publish(p) => {
-                            self.seen.insert(p.topic);
-                        }
-                        p => return Some(p),
+            while let Some(p) = self.mqtt.try_recv_within(10).await {
+                match p {
+                    Packet::Publish(p) => {
+                        self.seen.insert(p.topic);
                     }
-                }
-                let mut chunk = [0u8; 4096];
-                match self.recv.read(&mut chunk).await {
-                    Ok(Some(n)) => self.buf.extend_from_slice(&chunk[..n]),
-                    _ => return None,
+                    p => return Some(p),
                 }
             }
+            None
         })
         .await
         .ok()
@@ -723,17 +713,12 @@ impl QuicMqtt {
     async fn delivered(&mut self, topic: &str) -> bool {
         let until = tokio::time::Instant::now() + Duration::from_secs(10);
         while !self.seen.contains(topic) {
-            let mut chunk = [0u8; 4096];
-            match tokio::time::timeout_at(until, self.recv.read(&mut chunk)).await {
-                Ok(Ok(Some(n))) => self.buf.extend_from_slice(&chunk[..n]),
-                _ => return false,
-            }
-            while let Some(p) =
-                quichub_mqtt::decode(&mut self.buf, Some(Version::V5), usize::MAX).unwrap()
-            {
-                if let Packet::Publish(p) = p {
+            match tokio::time::timeout_at(until, self.mqtt.try_recv_within(10)).await {
+                Ok(Some(Packet::Publish(p))) => {
                     self.seen.insert(p.topic);
                 }
+                Ok(Some(_)) => {}
+                _ => return false,
             }
         }
         true
@@ -754,9 +739,7 @@ async fn quic_mqtt_cell(ctx: Arc<Ctx>, cred: Cred) -> Cell {
     };
     let (send, recv) = conn.open_bi().await.unwrap();
     let mut m = QuicMqtt {
-        send,
-        recv,
-        buf: BytesMut::new(),
+        mqtt: Raw::new(tokio::io::join(recv, send), Version::V5),
         seen: HashSet::new(),
     };
     let (user, pass) = ctx.fx.mqtt_login(cred);
