@@ -125,7 +125,7 @@ pub(crate) async fn serve<L: Link>(
         left.push(d);
     }
     let departure = s.end(&result, left, SystemTime::now());
-    if !s.output().is_empty() {
+    if !s.output().is_empty() || io.link.busy() {
         let _ = tokio::time::timeout(Duration::from_secs(1), io.write_all(s.output())).await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), io.link.shutdown()).await;
