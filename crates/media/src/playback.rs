@@ -3,6 +3,8 @@
 //! from it, and each rendition's objects turned back into timed frames for
 //! the fMP4 muxer. The client's `media::subscribe` moves the bytes.
 
+use std::collections::VecDeque;
+
 use bytes::Bytes;
 
 use crate::codec::sample_entry;
@@ -10,6 +12,7 @@ use crate::fmp4::Fmp4Demuxer;
 use crate::hang::{self, Container};
 use crate::loc::LocProperties;
 use crate::msf::{self, CatalogObject, Packaging};
+use crate::mux::{init_segment, Fragmenter};
 use crate::{Demuxer, Error, Event, Frame, TrackInfo, TrackKind};
 
 /// Which catalog a broadcast has.
@@ -429,6 +432,82 @@ impl Decoder {
     }
 }
 
+/// Frames held at most while waiting for decoder configurations.
+const MAX_PENDING: usize = 1024;
+
+/// The chosen renditions' frames as one fragmented MP4: the init segment
+/// once every [`Decoder`] knows its configuration (frames wait for it until
+/// then), then one fragment per frame, its times counted from the first
+/// frame's decode time so that none is negative.
+#[derive(Debug, Default)]
+pub struct Muxer {
+    fragmenter: Fragmenter,
+    first_dts: Option<i64>,
+    pending: VecDeque<(usize, Frame)>,
+    started: bool,
+}
+
+impl Muxer {
+    /// A muxer that has written nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Queues frame `f` of the `output`th rendition.
+    pub fn push(&mut self, output: usize, f: Frame) {
+        self.pending.push_back((output, f));
+    }
+
+    /// Whether the init segment has been given out.
+    pub fn is_started(&self) -> bool {
+        self.started
+    }
+
+    /// The init segment for the renditions `(name, decoder)`, once every
+    /// decoder is configured; `None` before then (and after it was given
+    /// out). An error when too many frames waited for a configuration.
+    pub fn init(&mut self, decoders: &[(&str, &Decoder)]) -> Result<Option<Bytes>, Error> {
+        if self.started {
+            return Ok(None);
+        }
+        if decoders.iter().all(|(_, d)| d.is_configured()) {
+            let tracks: Vec<TrackInfo> = decoders.iter().map(|(_, d)| d.info().clone()).collect();
+            let init = init_segment(&tracks)?;
+            self.started = true;
+            return Ok(Some(init));
+        }
+        if self.pending.len() > MAX_PENDING {
+            let missing: Vec<_> = decoders
+                .iter()
+                .filter(|(_, d)| !d.is_configured())
+                .map(|(n, _)| *n)
+                .collect();
+            return Err(unplayable(format!(
+                "no decoder configuration arrived for {missing:?}"
+            )));
+        }
+        Ok(None)
+    }
+
+    /// The next fragment and the rendition whose frame it holds, once the
+    /// init segment is out; `info(i)` is the `i`th rendition's output track.
+    pub fn next_fragment<'a>(
+        &mut self,
+        info: impl Fn(usize) -> &'a TrackInfo,
+    ) -> Result<Option<(usize, Bytes)>, Error> {
+        if !self.started {
+            return Ok(None);
+        }
+        let Some((i, mut f)) = self.pending.pop_front() else {
+            return Ok(None);
+        };
+        let base = *self.first_dts.get_or_insert(f.dts);
+        f.dts = f.dts.saturating_sub(base);
+        f.pts = f.pts.saturating_sub(base);
+        Ok(Some((i, self.fragmenter.fragment(info(i), &f)?)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -591,5 +670,39 @@ mod tests {
             .decode(false, payload, &LocProperties::default().encode())
             .unwrap_err();
         assert!(e.to_string().contains("without a Timestamp"), "{e}");
+    }
+
+    #[test]
+    fn the_muxer_writes_the_init_segment_once_every_rendition_is_configured() {
+        let legacy = Decoder::new(&chosen(Packing::Legacy, video()), 1).unwrap();
+        let mut info = video();
+        info.description = None;
+        let loc = Decoder::new(&chosen(Packing::Loc, info), 2).unwrap();
+        let mut m = Muxer::new();
+        let frame = |pts| Frame {
+            track: 1,
+            pts,
+            dts: pts,
+            duration: 40_000,
+            keyframe: true,
+            disposable: false,
+            data: Bytes::from_static(&[0, 0, 0, 1, 0x65]),
+        };
+        m.push(0, frame(1_000_000));
+        // The LOC rendition's configuration is unknown: frames wait.
+        assert_eq!(m.init(&[("v", &legacy), ("l", &loc)]).unwrap(), None);
+        assert_eq!(m.next_fragment(|_| legacy.info()).unwrap(), None);
+        for _ in 0..MAX_PENDING {
+            m.push(0, frame(1_000_000));
+        }
+        let e = m.init(&[("v", &legacy), ("l", &loc)]).unwrap_err();
+        assert!(e.to_string().contains(r#"["l"]"#), "{e}");
+        // With every rendition configured, the init segment, then fragments.
+        let init = m.init(&[("v", &legacy)]).unwrap().unwrap();
+        assert_eq!(&init[4..8], b"ftyp");
+        assert_eq!(m.init(&[("v", &legacy)]).unwrap(), None);
+        let (i, frag) = m.next_fragment(|_| legacy.info()).unwrap().unwrap();
+        assert_eq!(i, 0);
+        assert_eq!(&frag[4..8], b"moof");
     }
 }

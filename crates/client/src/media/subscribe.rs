@@ -3,16 +3,14 @@
 use std::future::Future;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use bytes::Bytes;
 use moqt::message::FetchKind;
 use moqt::{FullTrackName, Parameters, SubscriptionFilter};
 use quichub_media::hang;
 use quichub_media::msf;
-use quichub_media::mux::{init_segment, Fragmenter};
-use quichub_media::playback::{catalog_update, AnyCatalog, CatalogChange, Decoder};
+use quichub_media::playback::{catalog_update, AnyCatalog, CatalogChange, Decoder, Muxer};
 use quichub_media::reorder::{Held, Reorder, REORDER_WAIT};
-use quichub_media::{Frame, TrackInfo};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -52,9 +50,6 @@ struct Output {
     reorder: Reorder<Obj>,
     frames: u64,
 }
-
-/// Frames held at most while waiting for decoder configurations.
-const MAX_PENDING: usize = 1024;
 
 /// Subscribes to whichever catalog track `broadcast` has: MSF's `catalog`
 /// or hang's `catalog.json`. Both are asked for at once (a subscriber
@@ -264,14 +259,11 @@ pub async fn subscribe<W: AsyncWrite + Unpin + Send>(
     });
     let mut catalog = Some(catalog);
     let mut catalog_open = true;
-    let mut fragmenter = Fragmenter::new();
     let mut open = outputs.len();
     let mut written = 0u64;
-    let mut first_dts: Option<i64> = None;
-    // Frames held until every output knows its decoder configuration
-    // (LOC), so the init segment can be written first.
-    let mut pending: Vec<(usize, Frame)> = Vec::new();
-    let mut started = false;
+    // Frames wait in the muxer until every output knows its decoder
+    // configuration (LOC), so the init segment is written first.
+    let mut muxer = Muxer::new();
     let result: anyhow::Result<()> = async {
         let mut tick = tokio::time::interval(REORDER_WAIT / 4);
         // Once the media has ended, a moment more for the catalog's last
@@ -342,36 +334,19 @@ pub async fn subscribe<W: AsyncWrite + Unpin + Send>(
                     .decoder
                     .decode(starts_group, obj.payload, &obj.properties)?
                 {
-                    pending.push((i, f));
+                    muxer.push(i, f);
                 }
             }
-            if !started {
-                if outputs.iter().all(|(_, o)| o.decoder.is_configured()) {
-                    let tracks: Vec<TrackInfo> = outputs
-                        .iter()
-                        .map(|(_, o)| o.decoder.info().clone())
-                        .collect();
-                    output.write_all(&init_segment(&tracks)?).await?;
-                    started = true;
-                } else if pending.len() > MAX_PENDING {
-                    let missing: Vec<_> = outputs
-                        .iter()
-                        .filter(|(_, o)| !o.decoder.is_configured())
-                        .map(|(n, _)| n.as_str())
-                        .collect();
-                    bail!("no decoder configuration arrived for {missing:?}");
-                } else {
-                    continue;
+            if !muxer.is_started() {
+                let decoders: Vec<(&str, &Decoder)> = outputs
+                    .iter()
+                    .map(|(n, o)| (n.as_str(), &o.decoder))
+                    .collect();
+                if let Some(init) = muxer.init(&decoders)? {
+                    output.write_all(&init).await?;
                 }
             }
-            for (i, mut f) in pending.drain(..) {
-                let o = &mut outputs[i].1;
-                // Output time starts at the first frame's decode time, so
-                // no decode time is negative.
-                let base = *first_dts.get_or_insert(f.dts);
-                f.dts = f.dts.saturating_sub(base);
-                f.pts = f.pts.saturating_sub(base);
-                let frag = fragmenter.fragment(o.decoder.info(), &f)?;
+            while let Some((i, frag)) = muxer.next_fragment(|i| outputs[i].1.decoder.info())? {
                 let w = match output.write_all(&frag).await {
                     Ok(()) => output.flush().await,
                     e => e,
@@ -380,7 +355,7 @@ pub async fn subscribe<W: AsyncWrite + Unpin + Send>(
                     Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
                     r => r.context("write output")?,
                 }
-                o.frames += 1;
+                outputs[i].1.frames += 1;
                 written += 1;
                 if opts.count.is_some_and(|c| written >= c) {
                     return Ok(());
