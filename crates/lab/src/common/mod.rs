@@ -6,6 +6,7 @@
 
 pub mod differs;
 pub mod moq_media;
+pub mod mqtt;
 pub mod rt;
 pub mod stats;
 pub mod studies;

@@ -16,7 +16,10 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use quichub_mqtt::QoS;
+
 use super::{H3VsMqttArgs, Protocol};
+use crate::common::mqtt::{self, PacketReader};
 
 /// Longest a client run may take.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -77,52 +80,12 @@ fn verify(fingerprint: Option<String>) -> anyhow::Result<quichub_net::tls::Verif
     })
 }
 
-/// One packet as MQTT 3.1.1 bytes, by the project's codec.
-fn packet(p: quichub_mqtt::Packet) -> Vec<u8> {
-    let mut b = bytes::BytesMut::new();
-    quichub_mqtt::encode(&p, quichub_mqtt::Version::V311, &mut b).expect("a valid packet");
-    b.to_vec()
-}
-
 fn connect() -> Vec<u8> {
-    packet(quichub_mqtt::Packet::Connect(quichub_mqtt::Connect {
-        version: quichub_mqtt::Version::V311,
-        client_id: format!("hvm-{}", std::process::id()),
-        clean_start: true,
-        keep_alive: 60,
-        username: None,
-        password: None,
-        will: None,
-        properties: Default::default(),
-    }))
+    mqtt::connect(&format!("hvm-{}", std::process::id()))
 }
 
 fn publish(topic: &str, id: u16, payload: &[u8]) -> Vec<u8> {
-    packet(quichub_mqtt::Packet::Publish(quichub_mqtt::Publish {
-        qos: quichub_mqtt::QoS::AtLeastOnce,
-        topic: topic.into(),
-        packet_id: Some(id),
-        payload: bytes::Bytes::copy_from_slice(payload),
-        ..Default::default()
-    }))
-}
-
-const DISCONNECT: [u8; 2] = [0xe0, 0];
-
-async fn read_packet(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<(u8, Vec<u8>)> {
-    let first = r.read_u8().await?;
-    let (mut len, mut shift) = (0usize, 0);
-    loop {
-        let b = r.read_u8().await?;
-        len |= usize::from(b & 0x7f) << shift;
-        shift += 7;
-        if b & 0x80 == 0 || shift > 21 {
-            break;
-        }
-    }
-    let mut body = vec![0; len];
-    r.read_exact(&mut body).await?;
-    Ok((first, body))
+    mqtt::publish(topic, QoS::AtLeastOnce, id, payload)
 }
 
 /// Packet id of publish `i` (1-based, wrapping below 65536).
@@ -144,18 +107,14 @@ async fn mqtt_stream(
     }
     s.write_all(&first).await?;
     s.flush().await?;
-    let (k, body) = read_packet(s).await.context("CONNACK")?;
-    anyhow::ensure!(
-        k == 0x20 && body.get(1) == Some(&0),
-        "expected CONNACK 0, got {k:#x} {body:?}"
-    );
+    let mut packets = PacketReader::default();
+    packets.connack(s).await.context("CONNACK")?;
     let mut acked = 0;
     while acked < count {
-        let (k, _) = read_packet(s).await.context("PUBACK")?;
-        anyhow::ensure!(k == 0x40, "expected PUBACK, got {k:#x}");
+        packets.puback(s).await.context("PUBACK")?;
         acked += 1;
     }
-    s.write_all(&DISCONNECT).await?;
+    s.write_all(&mqtt::disconnect()).await?;
     s.flush().await?;
     Ok(acked)
 }
@@ -251,20 +210,18 @@ async fn mqtt_quic_multi(
     let (client, conn) = quic(server, quichub_net::server::ALPN_MQTT, fingerprint).await?;
     let (mut ctl_tx, mut ctl_rx) = conn.open_bi().await?;
     ctl_tx.write_all(&connect()).await?;
-    let (k, body) = read_packet(&mut ctl_rx).await.context("CONNACK")?;
-    anyhow::ensure!(
-        k == 0x20 && body.get(1) == Some(&0),
-        "expected CONNACK 0, got {k:#x} {body:?}"
-    );
+    PacketReader::default()
+        .connack(&mut ctl_rx)
+        .await
+        .context("CONNACK")?;
     let mut tasks = Vec::new();
     for i in 0..count {
         let (mut tx, mut rx) = conn.open_bi().await?;
         tx.write_all(&publish(topic, pid(i), payload)).await?;
         tasks.push(tokio::spawn(async move {
-            let (k, _) = read_packet(&mut rx).await?;
+            let acked = PacketReader::default().puback(&mut rx).await;
             let _ = tx.finish();
-            anyhow::ensure!(k == 0x40, "expected PUBACK, got {k:#x}");
-            Ok::<_, anyhow::Error>(())
+            acked
         }));
     }
     let mut acked = 0;
@@ -272,7 +229,7 @@ async fn mqtt_quic_multi(
         t.await??;
         acked += 1;
     }
-    ctl_tx.write_all(&DISCONNECT).await?;
+    ctl_tx.write_all(&mqtt::disconnect()).await?;
     let _ = ctl_tx.finish();
     close(client, conn).await;
     Ok(acked)

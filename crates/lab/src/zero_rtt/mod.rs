@@ -26,9 +26,10 @@ use anyhow::{anyhow, bail, Context};
 use quichub_netem::model::LinkConfig;
 use quichub_netem::profile::Profile;
 use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::sync::oneshot;
 
+use crate::common::mqtt::{self, PacketReader};
 use crate::common::rt::{runtime, step, STEP};
 use crate::common::stats::Spread;
 use crate::common::studies::DRIFT;
@@ -427,7 +428,7 @@ async fn measure(
         Mode::H3Cold | Mode::H3Resumed | Mode::H30Rtt => h3_topic(mode),
         _ => format!("zr/{tag}"),
     };
-    let first = [connect(tag), publish(&topic, 1, 1, tag.as_bytes())].concat();
+    let first = [connect(tag), publish(&topic, 1, tag.as_bytes())].concat();
     let verify = quichub_net::tls::Verify::Fingerprints(vec![info.fingerprint.clone()]);
     let (start, puback, zero_rtt) = match mode {
         Mode::Tcp => {
@@ -545,7 +546,7 @@ async fn measure(
             }
             expect_acks(&mut recv).await?;
             let puback = start.elapsed();
-            send.write_all(&[0xe0, 0]).await?;
+            send.write_all(&mqtt::disconnect()).await?;
             let _ = send.finish();
             conn.close(0u32.into(), b"");
             client.close();
@@ -590,13 +591,14 @@ async fn prime(
         quichub_net::client::Dialed::Early { .. } => bail!("0-RTT on a first connection"),
     };
     let (mut send, mut recv) = step("open stream", conn.open_bi()).await?;
-    send.write_all(&[connect(&format!("{tag}-prime")), vec![0xc0, 0]].concat())
+    send.write_all(&[connect(&format!("{tag}-prime")), mqtt::pingreq()].concat())
         .await?;
     // CONNACK, then PINGRESP: a round trip after the handshake, so the
     // session tickets (sent as the handshake completes) are in.
-    step("priming CONNACK", read_packet(&mut recv)).await?;
-    step("priming PINGRESP", read_packet(&mut recv)).await?;
-    send.write_all(&[0xe0, 0]).await?;
+    let mut packets = PacketReader::default();
+    step("priming CONNACK", packets.next(&mut recv)).await?;
+    step("priming PINGRESP", packets.next(&mut recv)).await?;
+    send.write_all(&mqtt::disconnect()).await?;
     let _ = send.finish();
     let _ = tokio::time::timeout(Duration::from_secs(2), recv.read_to_end(64)).await;
     conn.close(0u32.into(), b"");
@@ -640,62 +642,18 @@ async fn prime_h3(client: &quichub_net::client::Client, info: &ServerInfo) -> an
 }
 
 async fn expect_acks(r: &mut (impl AsyncRead + Unpin)) -> anyhow::Result<()> {
-    let (k, body) = step("CONNACK", read_packet(r)).await?;
-    anyhow::ensure!(
-        k == 0x20 && body.get(1) == Some(&0),
-        "expected CONNACK 0, got {k:#x} {body:?}"
-    );
-    let (k, _) = step("PUBACK", read_packet(r)).await?;
-    anyhow::ensure!(k == 0x40, "expected PUBACK, got {k:#x}");
+    let mut packets = PacketReader::default();
+    step("CONNACK", packets.connack(r)).await?;
+    step("PUBACK", packets.puback(r)).await?;
     Ok(())
 }
 
-/// One packet as MQTT 3.1.1 bytes, by the project's codec.
-fn packet(p: quichub_mqtt::Packet) -> Vec<u8> {
-    let mut b = bytes::BytesMut::new();
-    quichub_mqtt::encode(&p, quichub_mqtt::Version::V311, &mut b).expect("a valid packet");
-    b.to_vec()
-}
-
-/// CONNECT, MQTT 3.1.1, clean session, keep-alive 60 s.
 fn connect(client: &str) -> Vec<u8> {
-    packet(quichub_mqtt::Packet::Connect(quichub_mqtt::Connect {
-        version: quichub_mqtt::Version::V311,
-        client_id: client.into(),
-        clean_start: true,
-        keep_alive: 60,
-        username: None,
-        password: None,
-        will: None,
-        properties: Default::default(),
-    }))
+    mqtt::connect(client)
 }
 
-fn publish(topic: &str, qos: u8, id: u16, payload: &[u8]) -> Vec<u8> {
-    let qos = quichub_mqtt::QoS::from_u8(qos).expect("QoS 0..=2");
-    packet(quichub_mqtt::Packet::Publish(quichub_mqtt::Publish {
-        qos,
-        topic: topic.into(),
-        packet_id: (qos != quichub_mqtt::QoS::AtMostOnce).then_some(id),
-        payload: bytes::Bytes::copy_from_slice(payload),
-        ..Default::default()
-    }))
-}
-
-async fn read_packet(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<(u8, Vec<u8>)> {
-    let first = r.read_u8().await?;
-    let (mut len, mut shift) = (0usize, 0);
-    loop {
-        let b = r.read_u8().await?;
-        len |= usize::from(b & 0x7f) << shift;
-        shift += 7;
-        if b & 0x80 == 0 || shift > 21 {
-            break;
-        }
-    }
-    let mut body = vec![0; len];
-    r.read_exact(&mut body).await?;
-    Ok((first, body))
+fn publish(topic: &str, id: u16, payload: &[u8]) -> Vec<u8> {
+    mqtt::publish(topic, quichub_mqtt::QoS::AtLeastOnce, id, payload)
 }
 
 impl Output {
