@@ -1295,12 +1295,7 @@ async fn every_listener_grants_what_the_model_does() {
         return;
     }
     let Some(python) = h3_python() else { return };
-    if std::process::Command::new("openssl")
-        .arg("version")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIPPED: openssl not installed");
+    if common::openssl().is_none() {
         return;
     }
     let started = std::time::Instant::now();
