@@ -62,7 +62,9 @@ pub struct Bridge {
 
 impl Bridge {
     /// Connects `broker` to `relay` and starts the tap of MoQT-published
-    /// tracks and the idle sweep. Needs a tokio runtime.
+    /// tracks and the idle sweep; the broker's messages reach MoQT once
+    /// [`Bridge::route`] is registered with [`Broker::set_route`]. Needs a
+    /// tokio runtime.
     pub fn start(relay: Arc<Relay>, broker: &Arc<Broker>) -> Arc<Bridge> {
         let bridge = Arc::new(Bridge {
             relay,
@@ -71,15 +73,6 @@ impl Bridge {
             own: Mutex::default(),
             cluster_tap: Default::default(),
         });
-        let b = Arc::downgrade(&bridge);
-        broker.set_tap(Arc::new(move |m: &Arc<Message>| {
-            if let Some(b) = b.upgrade() {
-                b.publish(m);
-                if let Some(c) = b.cluster_tap.get() {
-                    c(m);
-                }
-            }
-        }));
         tokio::spawn(watch_tracks(bridge.clone()));
         let b = Arc::downgrade(&bridge);
         tokio::spawn(async move {
@@ -93,6 +86,26 @@ impl Bridge {
             }
         });
         bridge
+    }
+
+    /// The broker's route into MoQT (and the cluster link): each message
+    /// becomes the next object of its topic's track. Echo is kept out here,
+    /// both ways: a message that came from MoQT is not published back (its
+    /// object is there already), and the gateway's own tracks are never
+    /// tapped back into the broker (`own`, see `watch_tracks`).
+    pub fn route(self: &Arc<Self>) -> crate::broker::Tap {
+        let b = Arc::downgrade(self);
+        Arc::new(move |m: &Arc<Message>| {
+            if m.source == Source::Moqt {
+                return;
+            }
+            if let Some(b) = b.upgrade() {
+                b.publish(m);
+                if let Some(c) = b.cluster_tap.get() {
+                    c(m);
+                }
+            }
+        })
     }
 
     /// Also hands every message the broker routes (not those from MoQT

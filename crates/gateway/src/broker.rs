@@ -320,7 +320,7 @@ pub struct Connected {
 /// Why a SUBSCRIBE filter was refused: its reason code.
 pub type SubscribeResult = Result<(QoS, Vec<Delivery>), u8>;
 
-/// A hook that sees every routed message (see [`Broker::set_tap`]).
+/// A hook that sees routed messages (see [`Broker::set_route`]).
 pub type Tap = Arc<dyn Fn(&Arc<Message>) + Send + Sync>;
 
 /// The broker.
@@ -332,9 +332,8 @@ pub struct Broker {
     state: Mutex<State>,
     conn_ids: AtomicU64,
     store: Option<Arc<Store>>,
-    /// Called with every routed message that did not come from MoQT, so the
-    /// MoQT bridge can publish it as an object.
-    tap: Mutex<Option<Tap>>,
+    /// The way out to other networks, see [`Broker::set_route`].
+    route: Mutex<Option<Tap>>,
     /// The `$SYS` topics' publisher.
     sys: Mutex<Sys>,
     /// Who clients are and what they may do (open to all until
@@ -355,7 +354,7 @@ impl Broker {
             state: Mutex::default(),
             conn_ids: AtomicU64::new(1),
             store,
-            tap: Mutex::new(None),
+            route: Mutex::new(None),
             sys: Mutex::new(Sys::new(Instant::now())),
             auth: Mutex::new(quichub_auth::SharedAuth::open()),
         })
@@ -461,9 +460,25 @@ impl Broker {
         self.state.lock().expect("broker lock")
     }
 
-    /// Installs the hook that sees every published message (the MoQT bridge).
+    /// Registers the broker's way out to other networks: called with every
+    /// routed message but the broker's own `$SYS` ones, whatever its source,
+    /// after its MQTT subscribers got it. Whoever assembles the server
+    /// registers it (the hub: the MoQT bridge's
+    /// [`Bridge::route`](crate::bridge::Bridge::route)); the route keeps its
+    /// own echoes out. Replaces the route registered before.
+    pub fn set_route(&self, f: Tap) {
+        *self.route.lock().expect("route lock") = Some(f);
+    }
+
+    /// Replaces the route with `f`, called with the messages the MoQT bridge
+    /// would take (those that did not come from MoQT): for measurements that
+    /// observe the broker without the bridge.
     pub fn set_tap(&self, f: Tap) {
-        *self.tap.lock().expect("tap lock") = Some(f);
+        self.set_route(Arc::new(move |m: &Arc<Message>| {
+            if m.source != Source::Moqt {
+                f(m);
+            }
+        }));
     }
 
     /// A fresh connection id.
@@ -1119,10 +1134,10 @@ impl Broker {
             }
             (matched, p.commit())
         };
-        if message.source != Source::Moqt && !sys {
-            let tap = self.tap.lock().expect("tap lock").clone();
-            if let Some(tap) = tap {
-                tap(&message);
+        if !sys {
+            let route = self.route.lock().expect("route lock").clone();
+            if let Some(route) = route {
+                route(&message);
             }
         }
         (matched, ticket)
@@ -1408,6 +1423,30 @@ mod tests {
             )
             .unwrap()
             .1
+    }
+
+    #[test]
+    fn the_route_sees_every_source_and_a_tap_what_the_bridge_takes() {
+        let broker = Broker::new(BrokerConfig::default());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        broker.set_route(Arc::new(move |m: &Arc<Message>| {
+            s.lock().unwrap().push(m.source.clone());
+        }));
+        let msg = |source| Message::new("a", Bytes::new(), QoS::AtMostOnce, false, source);
+        broker.publish(msg(Source::Moqt));
+        broker.publish(msg(Source::Http));
+        // The route decides about echo (the bridge drops what came from MoQT).
+        assert_eq!(*seen.lock().unwrap(), [Source::Moqt, Source::Http]);
+        let tapped = Arc::new(AtomicU64::new(0));
+        let t = tapped.clone();
+        broker.set_tap(Arc::new(move |_| {
+            t.fetch_add(1, Relaxed);
+        }));
+        broker.publish(msg(Source::Moqt));
+        broker.publish(msg(Source::Http));
+        assert_eq!(tapped.load(Relaxed), 1);
+        assert_eq!(seen.lock().unwrap().len(), 2, "replaced");
     }
 
     #[test]

@@ -19,8 +19,10 @@
 //! - [`sys`]: the `$SYS/broker/...` topics.
 //! - [`store`]: the durable log (retained messages, persistent sessions and
 //!   their queued messages), with its fsync policy.
-//! - [`bridge`]: the MoQT side: MQTT messages become objects of relay tracks,
-//!   and objects of MoQT-published tracks under `mqtt` become MQTT messages.
+//! - [`bridge`]: the MoQT side, the broker's route out
+//!   ([`Broker::set_route`], registered by the hub): MQTT messages become
+//!   objects of relay tracks, and objects of MoQT-published tracks under
+//!   `mqtt` become MQTT messages.
 //! - [`cluster`]: MQTT across a cluster of relays (each relay's messages on
 //!   one track the other relays subscribe to).
 //! - [`http`]: the HTTP pub/sub API (Drift's routes, Server-Sent Events), its

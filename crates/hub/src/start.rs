@@ -134,6 +134,8 @@ pub(crate) fn broker(
     };
     broker.set_auth(auth.clone());
     let bridge = Bridge::start(relay.clone(), &broker);
+    // The broker's messages reach MoQT subscribers through the bridge.
+    broker.set_route(bridge.route());
     let b = broker.clone();
     tokio::spawn(async move {
         let mut t = tokio::time::interval(BROKER_TICK);
