@@ -4,28 +4,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use anyhow::Context;
 use quichub_auth::{Auth, AuthConfig, SharedAuth};
 use quichub_gateway::bridge::Bridge;
 use quichub_gateway::http::Api;
-use quichub_gateway::store::Store;
 use quichub_gateway::Broker;
 use quichub_net::server::Server;
-use quichub_net::tls::{ClientCertConfig, Identity, SelfSigned};
-use quichub_relay::tokens::TokenAuthorizer;
+use quichub_net::tls::Identity;
 use quichub_relay::Relay;
 
 use crate::config::{listen_addr, Config};
-
-/// Names in the self-signed certificate.
-const NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
-
-/// How often the broker's timers (keep alive, session expiry, will delay)
-/// and the self-signed certificate's renewal are looked at.
-const BROKER_TICK: Duration = Duration::from_secs(1);
-const RENEWAL_CHECK: Duration = Duration::from_secs(3600);
 
 /// The self-signed certificate kept in the data directory.
 #[derive(Debug, Clone)]
@@ -86,11 +75,10 @@ impl Hub {
             &config,
             &relay,
             &server,
-            &broker,
+            mqtt.is_some().then_some(&broker),
             &api,
             &tls,
             addr,
-            mqtt.is_some(),
         );
         let (cluster, mqtt_link) =
             start::cluster(&config, &relay, &broker, &bridge, addr, &tls).await?;

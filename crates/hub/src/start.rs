@@ -265,20 +265,20 @@ pub(crate) async fn mqtt(
 }
 
 /// The UDP port's protocols, served: MoQT and WebTransport (the relay),
-/// MQTT over QUIC (ALPN `mqtt`, whenever the broker listens) and the HTTP
-/// API over HTTP/3 (ALPN `h3` beside WebTransport, [quic] http3).
+/// MQTT over QUIC (ALPN `mqtt`, with `mqtt`: the broker, when it listens)
+/// and the HTTP API over HTTP/3 (ALPN `h3` beside WebTransport, [quic]
+/// http3).
 pub(crate) fn endpoint(
     config: &Config,
     relay: &Arc<Relay>,
     server: &Arc<Server>,
-    broker: &Arc<Broker>,
+    mqtt: Option<&Arc<Broker>>,
     api: &Arc<Api>,
     tls: &Tls,
     quic: SocketAddr,
-    mqtt: bool,
 ) {
     let mut alpn_handlers = quichub_relay::endpoint::AlpnHandlers::new();
-    if mqtt {
+    if let Some(broker) = mqtt {
         let (b, c, k) = (
             broker.clone(),
             Arc::new(config.mqtt.conn_config()),
