@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use quichub_mqtt::QoS;
 
-use super::{H3VsMqttArgs, Protocol};
+use super::types::{H3VsMqttArgs, Protocol};
 use crate::common::mqtt::{self, PacketReader};
 
 /// Longest a client run may take.

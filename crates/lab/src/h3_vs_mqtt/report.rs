@@ -8,7 +8,7 @@ use anyhow::Context;
 use quichub_netem::profile::Profile;
 use serde::Serialize;
 
-use super::{CaptureTotals, ClientInfo, LinkRuns, Protocol, RunRecord, Skipped};
+use super::types::{CaptureTotals, ClientInfo, LinkRuns, Protocol, RunRecord, Skipped};
 use crate::common::differs::{Cell, Rule};
 use crate::common::stats::{show, Spread};
 use crate::common::studies::DRIFT;

@@ -7,7 +7,9 @@ use std::path::Path;
 use quichub_netem::profile::Profile;
 use serde::Serialize;
 
-use super::{Protocol, RunConfig, RunRecord, Source, STALL_MS};
+use super::types::{
+    Protocol, RunConfig, RunRecord, Source, SubRecord, HTTP_PORT, MOQ_PORT, STALL_MS,
+};
 use crate::common::differs::{self, Cell, Rule};
 use crate::common::stats::{show, spread_of, Spread};
 use crate::common::studies::ESTUPINAN_2025;
@@ -114,13 +116,13 @@ impl Output {
                         .iter()
                         .filter(|r| r.link == l.name && r.protocol == p.label())
                         .collect();
-                    let subs: Vec<&super::SubRecord> = rs
+                    let subs: Vec<&SubRecord> = rs
                         .iter()
                         .filter(|r| r.error.is_none())
                         .flat_map(|r| r.subs.iter())
                         .filter(|s| s.role == role && s.error.is_none() && s.frames_delivered > 0)
                         .collect();
-                    let sp = |f: &dyn Fn(&super::SubRecord) -> Option<f64>| {
+                    let sp = |f: &dyn Fn(&SubRecord) -> Option<f64>| {
                         spread_of(subs.iter().filter_map(|s| f(s)))
                     };
                     summary.push(SummaryRow {
@@ -286,8 +288,8 @@ impl Output {
              - **HLS player**: loads the playlist, starts at the latest segment at least three target durations before its end (RFC 8216 §6.3.3), fetches each new segment over one HTTP/1.1 keep-alive connection, and reloads the playlist one target duration after the last load began, or half of one when it had not changed (§6.3.4).\n\
              - **Downlink Mbit/s** (remote only): the emulator's capture, IP bytes of the subscriber's flow (UDP port {mp} for MoQ, TCP port {hp} for HLS) sent server → client into the link and not dropped by it, timed as they reached the emulator (an observer at the sending end of the link, as the paper's captures were), from the join to the last frame held: the paper's throughput (channel use) metric. Per-second figures can exceed the link's rate while its queue fills.\n\
              - **Wire bytes per video byte** (remote only): every IP byte of the flow sent into the link in both directions (headers, retransmissions, ACKs, playlists, packets the link then dropped) over the source bytes of the frames delivered.\n",
-            mp = super::MOQ_PORT,
-            hp = super::HTTP_PORT
+            mp = MOQ_PORT,
+            hp = HTTP_PORT
         );
         let late = self
             .runs
@@ -403,7 +405,7 @@ impl Output {
         for l in &self.links {
             let mut series = Vec::new();
             for (k, p) in protos.iter().enumerate() {
-                let subs: Vec<&super::SubRecord> = self
+                let subs: Vec<&SubRecord> = self
                     .runs
                     .iter()
                     .filter(|r| r.link == l.name && r.protocol == *p)

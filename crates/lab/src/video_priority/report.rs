@@ -10,7 +10,7 @@ use anyhow::Context;
 use quichub_netem::profile::Profile;
 use serde::Serialize;
 
-use super::{Config, FrameInfo, Kind, RawRun};
+use super::types::{Config, FrameInfo, Kind, RawRun};
 use crate::common::stats::{show, spread_of, Spread};
 use crate::common::studies::SENGUPTA_2025;
 use crate::common::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
