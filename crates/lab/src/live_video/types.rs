@@ -23,7 +23,8 @@ pub const STALL_MS: f64 = 50.0;
 /// One way of carrying the video.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum Protocol {
-    /// ffmpeg → quichub pub → quichub relay → quichub sub (MoQT over QUIC).
+    /// ffmpeg → quichub's publisher → quichub's relay → quichub's player
+    /// (MoQT over QUIC; `quichub pub`, `relay` and `sub`'s libraries).
     Moq,
     /// ffmpeg → RTMP → nginx-rtmp → HLS over HTTP/1.1 (TCP), 1 s fragments,
     /// a 4 s playlist (low-latency tuning).

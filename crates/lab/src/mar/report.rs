@@ -1070,7 +1070,7 @@ impl Output {
                                      {quic_cc}, tcp the kernel's default, {tcp_cc}. A loss-based controller cuts its \
                                      window at every random loss and sustains less than the offered load on this link, \
                                      so requests queue and miss the deadline ({} s after the last request){}. \
-                                     `quichub lab uplink` runs both transports with each controller on the same links \
+                                     `quichub-lab uplink` runs both transports with each controller on the same links \
                                      (README, Lab): with the same controller they sustain the same goodput.",
                                     self.config.drain.as_secs_f64(),
                                     if tcp_cc == "bbr" {

@@ -812,7 +812,7 @@ impl Output {
             plots.push(name);
         }
         let mut md = String::new();
-        md += "# QUIC and TCP on rate-limited uplinks (`quichub lab uplink`)\n\n";
+        md += "# QUIC and TCP on rate-limited uplinks (`quichub-lab uplink`)\n\n";
         md += &format!(
             "One bulk transfer per run, client → server across the emulated link, {:.1} s per run, {} repetitions, a fresh emulator per run. \
              TCP is the kernel's with each controller set on its socket (TCP_CONGESTION; this kernel offers {}, its default is {}); QUIC is quinn with each controller. \

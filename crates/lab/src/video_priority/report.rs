@@ -892,7 +892,7 @@ impl Output {
         r.push_str("## Setup\n\n");
         let _ = writeln!(
             r,
-            "- **Topology**: the relay (quichub's hub, in the lab process) and the publisher (the `quichub pub --broadcast` binary, hang format) in the link emulator's server namespace, talking over the namespace's own interface (no emulated link between them); the subscriber (the client library) in the client namespace. The relay sends video to the subscriber server → client, so the **rate steps are on the emulator's down direction (relay → subscriber)**: {}. Each step's rate holds from when the lab switched it (the publisher's start plus k × {} s); each direction also has {} ms one-way delay, the down direction a {} ms drop-tail queue at the current rate; the up direction (ACKs, control) is not rate-limited.",
+            "- **Topology**: the relay (quichub's hub, in the lab process) and the publisher (`quichub pub --broadcast`'s library, `quichub_client::media`, in the lab process, hang format) in the link emulator's server namespace, talking over the namespace's own interface (no emulated link between them); the subscriber (the client library) in the client namespace. The relay sends video to the subscriber server → client, so the **rate steps are on the emulator's down direction (relay → subscriber)**: {}. Each step's rate holds from when the lab switched it (the publisher's start plus k × {} s); each direction also has {} ms one-way delay, the down direction a {} ms drop-tail queue at the current rate; the up direction (ACKs, control) is not rate-limited.",
             self.steps_text(),
             c.step_secs,
             c.delay_ms,

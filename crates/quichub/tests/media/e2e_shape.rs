@@ -2,7 +2,7 @@
 //! shaped on its way to a real relay still reaches a subscriber frame for
 //! frame, and the publisher reports the padding it sent (MoQT PADDING
 //! datagrams, which the relay accepts and drops). What the shaping hides
-//! from an observer is measured by `quichub lab fingerprint`. Needs ffmpeg
+//! from an observer is measured by `quichub-lab fingerprint`. Needs ffmpeg
 //! (skipped without it, unless QUICHUB_MEDIA_TESTS=1 says it must exist).
 
 use std::io::{BufRead, BufReader};
