@@ -21,9 +21,9 @@ pub mod uplink;
 pub mod video_priority;
 pub mod zero_rtt;
 
-use std::path::PathBuf;
-
 use anyhow::Context;
+
+pub use common::Options;
 
 /// `quichub-lab`: run an experiment (or the link emulator).
 #[derive(clap::Args, Debug, Clone)]
@@ -31,20 +31,19 @@ pub struct LabArgs {
     /// Experiment to run.
     #[command(subcommand)]
     pub experiment: Experiment,
-    /// CI mode: short runs (the whole experiment in under 2 minutes).
-    #[arg(long, global = true)]
-    pub quick: bool,
-    /// Repetitions of every mode on every link (figures are median, min–max).
-    #[arg(long, default_value_t = 3, global = true)]
-    pub reps: u32,
-    /// Results root: the run is written to OUT/EXPERIMENT/TIMESTAMP/.
-    #[arg(long, default_value = "results", global = true)]
-    pub out: PathBuf,
-    /// QUIC congestion controller of `lab mar` (both ends): cubic, newreno
-    /// or bbr (default: the relay's, cubic); `lab uplink` compares all three
-    /// unless this is given. Other experiments use the default.
-    #[arg(long, global = true)]
-    pub cc: Option<quichub_net::CongestionControl>,
+    /// What every experiment takes.
+    #[command(flatten)]
+    pub options: Options,
+}
+
+/// The experiments take the options alone (which experiment was asked for
+/// is the caller's business), so a parsed command line passes as they are.
+impl std::ops::Deref for LabArgs {
+    type Target = Options;
+
+    fn deref(&self) -> &Options {
+        &self.options
+    }
 }
 
 /// Experiments.

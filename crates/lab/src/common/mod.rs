@@ -7,6 +7,7 @@
 pub mod differs;
 pub mod moq_media;
 pub mod mqtt;
+mod options;
 pub mod rt;
 pub mod stats;
 pub mod studies;
@@ -17,6 +18,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use quichub_net::CongestionControl;
 use quichub_netem::profile::Profile;
+
+pub use options::Options;
 
 /// `OUT/EXPERIMENT/YYYYMMDDTHHMMSSZ[-N]/`, created.
 pub fn result_dir(out: &Path, experiment: &str) -> anyhow::Result<PathBuf> {

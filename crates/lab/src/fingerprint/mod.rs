@@ -47,7 +47,7 @@ use crate::common::rt::{runtime, step, STEP};
 use crate::common::stats::Spread;
 use crate::common::studies::SENGUPTA_2025;
 use crate::common::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
-use crate::LabArgs;
+use crate::common::Options;
 use classify::{self as fc, Classifier, Score, SessionFeatures};
 
 /// Options of `lab fingerprint`.
@@ -169,7 +169,7 @@ pub struct Settings {
 }
 
 /// Resolves the options.
-pub fn settings(args: &LabArgs, f: &FingerprintArgs) -> anyhow::Result<Settings> {
+pub fn settings(args: &Options, f: &FingerprintArgs) -> anyhow::Result<Settings> {
     let session_secs = f.session_secs.unwrap_or(if args.quick { 2.0 } else { 4.0 });
     anyhow::ensure!(
         (1.0..=20.0).contains(&session_secs),
@@ -1053,7 +1053,7 @@ fn study_bound_class(kbps: f64) -> Option<&'static str> {
 impl Output {
     /// Aggregates the sessions.
     pub fn new(
-        args: &LabArgs,
+        args: &Options,
         settings: Settings,
         clips: Vec<ClipInfo>,
         sessions: Vec<SessionRecord>,
@@ -1702,7 +1702,7 @@ impl Output {
 
 /// Runs the experiment; returns its directory and whether every session
 /// succeeded.
-pub fn run(args: &LabArgs, f: &FingerprintArgs) -> anyhow::Result<(PathBuf, bool)> {
+pub fn run(args: &Options, f: &FingerprintArgs) -> anyhow::Result<(PathBuf, bool)> {
     if let Some(why) = quichub_netem::privileges::missing() {
         bail!(
             "the link emulator cannot run: {}",

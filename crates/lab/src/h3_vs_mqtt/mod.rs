@@ -33,13 +33,13 @@ use quichub_netem::profile::Profile;
 use tokio::sync::oneshot;
 
 use crate::common::rt::{runtime, STEP};
-use crate::LabArgs;
+use crate::common::Options;
 
 use types::Kind;
 pub use types::{CaptureTotals, ClientInfo, H3VsMqttArgs, LinkRuns, Protocol, RunRecord, Skipped};
 
 /// The paper's Table IV link, or the quick one.
-pub fn link(args: &LabArgs, h: &H3VsMqttArgs) -> anyhow::Result<Profile> {
+pub fn link(args: &Options, h: &H3VsMqttArgs) -> anyhow::Result<Profile> {
     let mut p = Profile::named(h.link.as_deref().unwrap_or("nb-iot"))?;
     let rtt = h.rtt_ms.or(if args.quick && h.link.is_none() {
         Some(100)
@@ -59,7 +59,7 @@ pub fn link(args: &LabArgs, h: &H3VsMqttArgs) -> anyhow::Result<Profile> {
 }
 
 /// Publishes per connection.
-pub fn counts(args: &LabArgs, h: &H3VsMqttArgs) -> anyhow::Result<Vec<u64>> {
+pub fn counts(args: &Options, h: &H3VsMqttArgs) -> anyhow::Result<Vec<u64>> {
     let s = h.counts.clone().unwrap_or_else(|| {
         if args.quick {
             "0,1,10".into()
@@ -910,7 +910,7 @@ pub fn attribute(capture: &Capture, runs: &mut [RunRecord]) -> CaptureTotals {
 /// `quichub-lab h3-vs-mqtt`: the experiment, or (with `--client`) one of
 /// quichub's own publishers. `quichub` is the binary to run clients from
 /// (this one: `quichub-lab`).
-pub fn main(args: &LabArgs, h: &H3VsMqttArgs, quichub: &Path) -> anyhow::Result<i32> {
+pub fn main(args: &Options, h: &H3VsMqttArgs, quichub: &Path) -> anyhow::Result<i32> {
     if h.client.is_some() {
         return client::main(h);
     }
@@ -923,7 +923,7 @@ pub fn main(args: &LabArgs, h: &H3VsMqttArgs, quichub: &Path) -> anyhow::Result<
 /// succeeded. Fails, before running anything, if a third-party client is
 /// missing while `QUICHUB_MQTT_PYTHON` is set (the test script's promise
 /// that the tools are installed).
-pub fn run(args: &LabArgs, h: &H3VsMqttArgs, quichub: &Path) -> anyhow::Result<(PathBuf, bool)> {
+pub fn run(args: &Options, h: &H3VsMqttArgs, quichub: &Path) -> anyhow::Result<(PathBuf, bool)> {
     if let Some(why) = quichub_netem::privileges::missing() {
         bail!(
             "the link emulator cannot run: {}",

@@ -13,7 +13,7 @@ use crate::common::differs::{Cell, Rule};
 use crate::common::stats::{show, Spread};
 use crate::common::studies::DRIFT;
 use crate::common::svg::{category_chart, CatSeries, COLORS};
-use crate::LabArgs;
+use crate::common::Options;
 
 /// The paper's figures (Section VI).
 pub mod paper {
@@ -130,7 +130,7 @@ impl Output {
     /// Aggregates.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        args: &LabArgs,
+        args: &Options,
         link: Profile,
         counts: Vec<u64>,
         payload: usize,

@@ -15,7 +15,7 @@ use anyhow::Context;
 use quichub_netem::model::{LinkConfig, QueueLimit};
 use quichub_netem::profile::Profile;
 
-use crate::LabArgs;
+use crate::common::Options;
 
 /// Options of `quichub-lab imu`.
 #[derive(clap::Args, Debug, Clone)]
@@ -82,7 +82,7 @@ pub fn links(imu: &ImuArgs) -> anyhow::Result<Vec<Profile>> {
 }
 
 /// Runs the imu experiment; returns its directory and whether every run succeeded.
-pub fn run(args: &LabArgs, imu: &ImuArgs) -> anyhow::Result<(PathBuf, bool)> {
+pub fn run(args: &Options, imu: &ImuArgs) -> anyhow::Result<(PathBuf, bool)> {
     if let Some(why) = quichub_netem::privileges::missing() {
         anyhow::bail!(
             "the link emulator cannot run: {}",

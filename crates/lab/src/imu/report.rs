@@ -13,7 +13,7 @@ use crate::common::one_line;
 use crate::common::stats::{show, spread_of, Spread};
 use crate::common::studies::SENGUPTA_2025;
 use crate::common::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
-use crate::LabArgs;
+use crate::common::Options;
 
 /// One run of one mode on one link.
 #[derive(Debug, Clone, Serialize)]
@@ -107,7 +107,7 @@ pub struct Output {
 impl Output {
     /// Aggregates the runs.
     pub fn new(
-        args: &LabArgs,
+        args: &Options,
         config: RunConfig,
         links: Vec<Profile>,
         runs: Vec<RunRecord>,

@@ -44,7 +44,7 @@ use quichub_media::{Demuxer, Event, Limits};
 use quichub_netem::emulator::{Emulator, EmulatorConfig, PacketRecord};
 use quichub_netem::profile::Profile;
 
-use crate::LabArgs;
+use crate::common::Options;
 
 pub use types::{
     Protocol, Role, RunConfig, RunRecord, Source, SrcFrame, SubRecord, BITRATE, FPS, HTTP_PORT,
@@ -302,7 +302,7 @@ struct Arrival {
 }
 
 /// The links of the experiment.
-pub fn links(args: &LabArgs, lv: &LiveVideoArgs) -> anyhow::Result<Vec<Profile>> {
+pub fn links(args: &Options, lv: &LiveVideoArgs) -> anyhow::Result<Vec<Profile>> {
     let names = lv.links.clone().unwrap_or_else(|| {
         if args.quick {
             "clean,lossy-1"
@@ -328,7 +328,7 @@ pub fn links(args: &LabArgs, lv: &LiveVideoArgs) -> anyhow::Result<Vec<Profile>>
 }
 
 /// The protocols of the experiment.
-pub fn protocols(args: &LabArgs, lv: &LiveVideoArgs) -> anyhow::Result<Vec<Protocol>> {
+pub fn protocols(args: &Options, lv: &LiveVideoArgs) -> anyhow::Result<Vec<Protocol>> {
     match &lv.protocols {
         None if args.quick => Ok(vec![Protocol::Moq, Protocol::HlsLow]),
         None => Ok(Protocol::ALL.to_vec()),
@@ -341,7 +341,7 @@ pub fn protocols(args: &LabArgs, lv: &LiveVideoArgs) -> anyhow::Result<Vec<Proto
 }
 
 /// The run's timing from the arguments.
-pub fn run_config(args: &LabArgs, lv: &LiveVideoArgs) -> anyhow::Result<RunConfig> {
+pub fn run_config(args: &Options, lv: &LiveVideoArgs) -> anyhow::Result<RunConfig> {
     let duration_s = lv.duration.unwrap_or(if args.quick { 8.0 } else { 30.0 });
     let join_s = lv.join.unwrap_or(if args.quick { 2.0 } else { 8.0 });
     anyhow::ensure!(
@@ -588,7 +588,7 @@ fn start_servers(emu: &Emulator, dir: &Path) -> anyhow::Result<Servers> {
 /// Runs the experiment: `quichub` is the binary to run the MoQ publisher
 /// and players with (`quichub-lab`, `--moq`). Returns the result directory
 /// and whether every run succeeded.
-pub fn run(args: &LabArgs, lv: &LiveVideoArgs, quichub: &Path) -> anyhow::Result<(PathBuf, bool)> {
+pub fn run(args: &Options, lv: &LiveVideoArgs, quichub: &Path) -> anyhow::Result<(PathBuf, bool)> {
     if let Some(why) = quichub_netem::privileges::missing() {
         bail!(
             "the link emulator cannot run: {}",

@@ -14,7 +14,7 @@ use crate::common::differs::{self, Cell, Rule};
 use crate::common::stats::{show, spread_of, Spread};
 use crate::common::studies::ESTUPINAN_2025;
 use crate::common::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
-use crate::LabArgs;
+use crate::common::Options;
 
 /// The paper's throughput figures (abstract), Mbit/s.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -101,7 +101,7 @@ pub struct Output {
 impl Output {
     /// Summarises the runs.
     pub fn new(
-        args: &LabArgs,
+        args: &Options,
         config: RunConfig,
         links: Vec<Profile>,
         protos: &[Protocol],

@@ -16,7 +16,7 @@ use quichub_netem::profile::Profile;
 
 pub use run::QuicOrder;
 
-use crate::LabArgs;
+use crate::common::Options;
 
 /// Options of `quichub-lab mar`.
 #[derive(clap::Args, Debug, Clone)]
@@ -48,7 +48,7 @@ pub struct MarArgs {
 
 /// The links of the mar experiment: the named profiles, then the 5G profile
 /// with `--loss-pct` random loss each way (named `5g-lossN`).
-pub fn links(args: &LabArgs, mar: &MarArgs) -> anyhow::Result<Vec<Profile>> {
+pub fn links(args: &Options, mar: &MarArgs) -> anyhow::Result<Vec<Profile>> {
     let names = mar
         .links
         .clone()
@@ -75,7 +75,7 @@ pub fn links(args: &LabArgs, mar: &MarArgs) -> anyhow::Result<Vec<Profile>> {
 }
 
 /// The resolutions of the mar experiment.
-pub fn resolutions(args: &LabArgs, mar: &MarArgs) -> anyhow::Result<Vec<(u32, u32)>> {
+pub fn resolutions(args: &Options, mar: &MarArgs) -> anyhow::Result<Vec<(u32, u32)>> {
     match &mar.resolutions {
         None if args.quick => Ok(vec![(1152, 648), (128, 72)]),
         None => Ok(run::RESOLUTIONS.to_vec()),
@@ -98,7 +98,7 @@ pub fn resolutions(args: &LabArgs, mar: &MarArgs) -> anyhow::Result<Vec<(u32, u3
 }
 
 /// Runs the mar experiment; returns its directory and whether every run succeeded.
-pub fn run(args: &LabArgs, mar: &MarArgs) -> anyhow::Result<(PathBuf, bool)> {
+pub fn run(args: &Options, mar: &MarArgs) -> anyhow::Result<(PathBuf, bool)> {
     if let Some(why) = quichub_netem::privileges::missing() {
         anyhow::bail!(
             "the link emulator cannot run: {}",

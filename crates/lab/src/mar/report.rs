@@ -12,7 +12,7 @@ use crate::common::one_line;
 use crate::common::stats::{show, spread_of, Spread};
 use crate::common::studies::CAO_MAR;
 use crate::common::svg::{line_chart, Series, COLORS};
-use crate::LabArgs;
+use crate::common::Options;
 
 /// One run: one protocol, one resolution, one link, one repetition.
 #[derive(Debug, Clone, Serialize)]
@@ -242,7 +242,7 @@ pub struct Output {
 impl Output {
     /// Aggregates the runs.
     pub fn new(
-        args: &LabArgs,
+        args: &Options,
         config: RunConfig,
         links: Vec<Profile>,
         resolutions: Vec<(u32, u32)>,

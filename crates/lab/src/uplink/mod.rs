@@ -36,8 +36,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::common::rt::{runtime, step, STEP};
 use crate::common::stats::Spread;
 use crate::common::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
+use crate::common::Options;
 use crate::common::{kernel_controllers, kernel_name};
-use crate::LabArgs;
 
 /// Width of a goodput bin.
 pub const BIN: Duration = Duration::from_millis(100);
@@ -123,7 +123,7 @@ pub struct RunConfig {
 }
 
 /// The links of `lab uplink`.
-pub fn links(args: &LabArgs, u: &UplinkArgs) -> anyhow::Result<Vec<Profile>> {
+pub fn links(args: &Options, u: &UplinkArgs) -> anyhow::Result<Vec<Profile>> {
     let names = u.links.clone().unwrap_or_else(|| {
         if args.quick {
             "lte,lte-loss1"
@@ -168,7 +168,7 @@ pub fn link(name: &str) -> anyhow::Result<Profile> {
 }
 
 /// The controllers compared: `--cc` alone when given, else all three.
-pub fn controllers(args: &LabArgs) -> Vec<CongestionControl> {
+pub fn controllers(args: &Options) -> Vec<CongestionControl> {
     match args.cc {
         Some(cc) => vec![cc],
         None => CongestionControl::ALL.to_vec(),
@@ -176,7 +176,7 @@ pub fn controllers(args: &LabArgs) -> Vec<CongestionControl> {
 }
 
 /// Runs the experiment; returns its directory and whether every run succeeded.
-pub fn run(args: &LabArgs, u: &UplinkArgs) -> anyhow::Result<(PathBuf, bool)> {
+pub fn run(args: &Options, u: &UplinkArgs) -> anyhow::Result<(PathBuf, bool)> {
     if let Some(why) = quichub_netem::privileges::missing() {
         bail!(
             "the link emulator cannot run: {}",
@@ -638,7 +638,7 @@ pub struct Output {
 impl Output {
     /// Summarises `runs`.
     pub fn new(
-        args: &LabArgs,
+        args: &Options,
         config: RunConfig,
         links: Vec<Profile>,
         modes: Vec<Mode>,

@@ -46,7 +46,7 @@ use quichub_netem::profile::Direction;
 use tokio::sync::oneshot;
 
 use crate::common::rt::{runtime, step, STEP};
-use crate::LabArgs;
+use crate::common::Options;
 
 pub use types::{Config, FrameInfo, Kind, RawRun};
 
@@ -114,7 +114,7 @@ pub struct VideoPriorityArgs {
 }
 
 /// Builds the run's [`Config`] from the options.
-pub fn config(args: &LabArgs, v: &VideoPriorityArgs) -> anyhow::Result<Config> {
+pub fn config(args: &Options, v: &VideoPriorityArgs) -> anyhow::Result<Config> {
     let steps_bps = v
         .steps
         .split(',')
@@ -775,7 +775,7 @@ async fn subscribe(
 /// Runs the experiment: encodes the video, then every delivery `--reps`
 /// times (alternating) through one emulator. Returns the result directory
 /// and whether every run succeeded.
-pub fn run(args: &LabArgs, v: &VideoPriorityArgs) -> anyhow::Result<(PathBuf, bool)> {
+pub fn run(args: &Options, v: &VideoPriorityArgs) -> anyhow::Result<(PathBuf, bool)> {
     use report::{analyse, Output, RunRecord, VideoInfo};
     if let Some(why) = quichub_netem::privileges::missing() {
         bail!(

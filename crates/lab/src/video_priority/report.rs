@@ -14,7 +14,7 @@ use super::types::{Config, FrameInfo, Kind, RawRun};
 use crate::common::stats::{show, spread_of, Spread};
 use crate::common::studies::SENGUPTA_2025;
 use crate::common::svg::{category_chart, line_chart, CatSeries, Series, COLORS};
-use crate::LabArgs;
+use crate::common::Options;
 
 /// Width of the time bins of the plots, s.
 pub const BIN_S: f64 = 1.0;
@@ -485,7 +485,7 @@ pub struct Output {
 impl Output {
     /// Aggregates the runs.
     pub fn new(
-        args: &LabArgs,
+        args: &Options,
         config: Config,
         link: Profile,
         video: VideoInfo,

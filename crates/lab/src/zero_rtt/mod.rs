@@ -34,7 +34,7 @@ use crate::common::rt::{runtime, step, STEP};
 use crate::common::stats::Spread;
 use crate::common::studies::DRIFT;
 use crate::common::svg::{category_chart, CatSeries, COLORS};
-use crate::LabArgs;
+use crate::common::Options;
 
 /// Options of `quichub-lab zero-rtt`.
 #[derive(clap::Args, Debug, Clone)]
@@ -46,7 +46,7 @@ pub struct ZeroRttArgs {
 }
 
 /// The RTTs (ms) of the zero-rtt experiment's links.
-pub fn rtts(args: &LabArgs, z: &ZeroRttArgs) -> anyhow::Result<Vec<u64>> {
+pub fn rtts(args: &Options, z: &ZeroRttArgs) -> anyhow::Result<Vec<u64>> {
     let s = z
         .rtts
         .clone()
@@ -658,7 +658,7 @@ fn publish(topic: &str, id: u16, payload: &[u8]) -> Vec<u8> {
 
 impl Output {
     /// Aggregates `runs`.
-    pub fn new(args: &LabArgs, links: Vec<Profile>, runs: Vec<RunRecord>) -> Self {
+    pub fn new(args: &Options, links: Vec<Profile>, runs: Vec<RunRecord>) -> Self {
         let mut summary = Vec::new();
         for l in &links {
             let rtt_ms = l.rtt().as_secs_f64() * 1000.0;
@@ -826,7 +826,7 @@ impl Output {
 }
 
 /// Runs the experiment; returns its directory and whether every run succeeded.
-pub fn run(args: &LabArgs, z: &ZeroRttArgs) -> anyhow::Result<(PathBuf, bool)> {
+pub fn run(args: &Options, z: &ZeroRttArgs) -> anyhow::Result<(PathBuf, bool)> {
     if let Some(why) = quichub_netem::privileges::missing() {
         anyhow::bail!(
             "the link emulator cannot run: {}",
