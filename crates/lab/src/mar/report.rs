@@ -1071,7 +1071,7 @@ impl Output {
                                      window at every random loss and sustains less than the offered load on this link, \
                                      so requests queue and miss the deadline ({} s after the last request){}. \
                                      `quichub-lab uplink` runs both transports with each controller on the same links \
-                                     (README, Lab): with the same controller they sustain the same goodput.",
+                                     (docs/lab/uplink.md): with the same controller they sustain the same goodput.",
                                     self.config.drain.as_secs_f64(),
                                     if tcp_cc == "bbr" {
                                         "; BBR, model-based, does not take random loss for congestion"
