@@ -723,7 +723,7 @@ fn demo_over_websocket() {
 #[test]
 fn version_on_subcommands() {
     // `quichub-bench --version`: crates/bench/tests.
-    for sub in ["relay"] {
+    for sub in ["relay", "pub", "sub"] {
         let out = Command::new(BIN).args([sub, "--version"]).output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
