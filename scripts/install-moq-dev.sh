@@ -42,7 +42,7 @@ for arg in "$@"; do
 	--with-relay) with_relay=1 ;;
 	--with-cli) with_cli=1 ;;
 	-h | --help)
-		sed -n '2,15p' "$0"
+		sed -n '2,14p' "$0"
 		exit 0
 		;;
 	*)
