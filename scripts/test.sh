@@ -2,8 +2,8 @@
 # Runs every test of quichub on a fresh machine: installs the independent MoQT
 # implementation used by the interop tests (moq-dev's moq-relay, moq-clock and
 # moq-cli's `moq`, from crates.io, into ~/.cache/quichub/tools, built in one
-# shared target directory; the longest step the first time, instant afterwards), aiomoqt (PyPI) for draft-14
-# interop, the third-party MQTT/HTTP clients (mosquitto from
+# shared target directory; the longest step the first time, instant
+# afterwards), aiomoqt (PyPI) for draft-14 interop, the third-party MQTT/HTTP clients (mosquitto from
 # Debian, paho-mqtt and aioquic from PyPI), ffmpeg (Debian) for the media
 # tests, what the web tests need (Chromium from Debian, web/node_modules
 # with npm ci) and etcd (Debian) for the cluster tests, then the whole
