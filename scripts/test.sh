@@ -3,8 +3,9 @@
 # implementation used by the interop tests (moq-dev's moq-relay, moq-clock and
 # moq-cli's `moq`, from crates.io, into ~/.cache/quichub/tools, built in one
 # shared target directory; the longest step the first time, instant
-# afterwards), aiomoqt (PyPI) for draft-14 interop, the third-party MQTT/HTTP clients (mosquitto from
-# Debian, paho-mqtt and aioquic from PyPI), ffmpeg (Debian) for the media
+# afterwards), aiomoqt (PyPI) for draft-14 interop, the third-party
+# MQTT/HTTP clients (mosquitto from Debian, paho-mqtt and aioquic from
+# PyPI), ffmpeg (Debian) for the media
 # tests, what the web tests need (Chromium from Debian, web/node_modules
 # with npm ci) and etcd (Debian) for the cluster tests, then the whole
 # workspace's test suite.
