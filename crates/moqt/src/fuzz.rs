@@ -369,6 +369,158 @@ pub fn fuzz_legacy_data(data: &[u8]) {
     }
 }
 
+/// The lite version a fuzz input speaks: its first byte.
+fn lite_version(b: u8) -> crate::lite::Version {
+    crate::lite::Version::ALL[usize::from(b) % crate::lite::Version::ALL.len()]
+}
+
+/// Runs `dec` over a sequence of messages in `data`: each one accepted is
+/// encoded with `enc` and must decode from that to the same value (and not
+/// be longer than its input: the encoder is minimal); a failure must leave
+/// the cursor where it was.
+fn lite_messages<T: PartialEq + std::fmt::Debug>(
+    data: &[u8],
+    dec: impl Fn(&mut &[u8]) -> Result<T, DecodeError>,
+    enc: impl Fn(&T, &mut BytesMut),
+) {
+    lite_messages_but(data, dec, enc, |_| false)
+}
+
+/// [`lite_messages`], except that values for which `decode_only` holds (a
+/// skipped lite-06 announcement, which has no encoding) are not re-encoded.
+fn lite_messages_but<T: PartialEq + std::fmt::Debug>(
+    data: &[u8],
+    dec: impl Fn(&mut &[u8]) -> Result<T, DecodeError>,
+    enc: impl Fn(&T, &mut BytesMut),
+    decode_only: impl Fn(&T) -> bool,
+) {
+    let mut s = data;
+    while !s.is_empty() {
+        let before = s;
+        match dec(&mut s) {
+            Ok(m) => {
+                let used = before.len() - s.len();
+                assert!(used > 0, "an accepted message takes bytes");
+                if decode_only(&m) {
+                    continue;
+                }
+                let mut out = BytesMut::new();
+                enc(&m, &mut out);
+                assert!(out.len() <= used, "re-encoding of {m:?} grew");
+                let mut e = &out[..];
+                assert_eq!(dec(&mut e).as_ref(), Ok(&m), "re-encoding of {m:?}");
+                assert!(e.is_empty());
+            }
+            Err(_) => {
+                assert_eq!(
+                    s.as_ptr(),
+                    before.as_ptr(),
+                    "failed decode moved the cursor"
+                );
+                assert_eq!(s.len(), before.len());
+                return;
+            }
+        }
+    }
+}
+
+/// moq-lite (the first byte picks the version, 01…06): every control
+/// message decoder over the rest as a sequence of messages, round-tripping
+/// what it accepts; the datagram decoder; and `GroupReader` (group stream
+/// and FETCH body), fed whole and a byte at a time, which must agree.
+pub fn fuzz_lite(data: &[u8]) {
+    use crate::lite::group::{Datagram, Frame, GroupReader};
+    use crate::lite::message::{
+        Announce, AnnounceRequest, Fetch, GoAway, LegacyClientSetup, Probe, SessionUpdate, Setup,
+        Subscribe, SubscribeResponse, SubscribeUpdate, Track, TrackInfo,
+    };
+    use crate::lite::path;
+    let Some((&first, rest)) = data.split_first() else {
+        return;
+    };
+    let v = lite_version(first);
+
+    lite_messages(rest, LegacyClientSetup::decode, LegacyClientSetup::encode);
+    lite_messages(rest, SessionUpdate::decode, SessionUpdate::encode);
+    lite_messages(rest, Setup::decode, Setup::encode);
+    lite_messages(
+        rest,
+        |b| AnnounceRequest::decode(b, v),
+        |m, o| m.encode(v, o),
+    );
+    // Announcements: the first message of a stream, then the rest; an
+    // `Unknown` (lite-06) has no encoding, so it is only decoded.
+    for first in [true, false] {
+        lite_messages_but(
+            rest,
+            |b| Announce::decode(b, v, first),
+            |m, o| m.encode(v, o),
+            |m| *m == Announce::Unknown,
+        );
+    }
+    lite_messages(rest, |b| Subscribe::decode(b, v), |m, o| m.encode(v, o));
+    lite_messages(
+        rest,
+        |b| SubscribeUpdate::decode(b, v),
+        |m, o| m.encode(v, o),
+    );
+    lite_messages(
+        rest,
+        |b| SubscribeResponse::decode(b, v),
+        |m, o| m.encode(v, o),
+    );
+    lite_messages(rest, |b| Fetch::decode(b, v), |m, o| m.encode(v, o));
+    lite_messages(rest, |b| Track::decode(b, v), |m, o| m.encode(v, o));
+    lite_messages(rest, |b| TrackInfo::decode(b, v), |m, o| m.encode(v, o));
+    lite_messages(rest, |b| Probe::decode(b, v), |m, o| m.encode(v, o));
+    lite_messages(rest, |b| GoAway::decode(b, v), |m, o| m.encode(v, o));
+
+    let src = Bytes::copy_from_slice(rest);
+    if let Ok(d) = Datagram::decode(&src) {
+        let mut out = BytesMut::new();
+        d.encode(&mut out);
+        assert_eq!(Datagram::decode(&out.freeze()).as_ref(), Ok(&d));
+    }
+
+    // Paths: normalisation is idempotent; a namespace maps back.
+    if let Ok(p) = std::str::from_utf8(rest) {
+        let n = path::normalize(p);
+        assert_eq!(path::normalize(&n), n);
+        if let Some(ns) = path::to_namespace(&n) {
+            if let Some(back) = path::from_namespace(&ns) {
+                assert_eq!(path::to_namespace(&back).as_ref(), Some(&ns));
+            }
+        }
+    }
+
+    // Group streams (and FETCH bodies when bit 3 of the first byte is set):
+    // the same frames and verdict whole and a byte at a time.
+    let fetch = first & 8 != 0;
+    let reader = || {
+        if fetch {
+            GroupReader::new_fetch(v, 256)
+        } else {
+            GroupReader::new(v, 256)
+        }
+    };
+    let run = |pieces: &mut dyn Iterator<Item = Bytes>| {
+        let mut r = reader();
+        let mut frames: Vec<Frame> = Vec::new();
+        let mut verdict = Ok(());
+        for p in pieces {
+            if let Err(e) = r.push(p, &mut frames) {
+                verdict = Err(e);
+                break;
+            }
+        }
+        let verdict = verdict.and_then(|_| r.finish());
+        (frames, verdict, r.header())
+    };
+    let whole = run(&mut std::iter::once(src.clone()));
+    let split = run(&mut (0..src.len()).map(|i| src.slice(i..i + 1)));
+    assert_eq!(whole, split, "group reader depends on chunking");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,10 +538,63 @@ mod tests {
             fuzz_fetch_stream,
             fuzz_legacy_control,
             fuzz_legacy_data,
+            fuzz_lite,
         ] {
             f(&[]);
             f(&[0]);
             f(&[0xff; 9]);
+        }
+    }
+
+    /// Valid lite messages and streams (`docs/lite-wire-notes.md` §6, without
+    /// their stream types), each with every byte replaced in turn by a few
+    /// telling values, through [`fuzz_lite`] under every version.
+    #[test]
+    fn lite_vector_mutations() {
+        const VECTORS: [&[u8]; 14] = [
+            &[0x05, 0x02, 0x01, 0x61, 0x01, 0x62],
+            &[0x08, 0x01, 0x03, 0x63, 0x61, 0x6d, 0x02, 0x07, 0x09],
+            &[0x00, 0x08, 0x03, 0x63, 0x61, 0x6d, 0x01, 0x07, 0x0c, 0x1e],
+            &[0x02, 0x05, 0x03, 0x01, 0x07, 0x0c, 0x1e],
+            &[
+                0x12, 0x01, 0x04, 0x72, 0x6f, 0x6f, 0x6d, 0x05, 0x76, 0x69, 0x64, 0x65, 0x6f, 0x03,
+                0x00, 0x40, 0xfa, 0x08, 0x0a,
+            ],
+            &[
+                0x13, 0x01, 0x04, 0x72, 0x6f, 0x6f, 0x6d, 0x05, 0x76, 0x69, 0x64, 0x65, 0x6f, 0x03,
+                0x40, 0xfa, 0x07, 0x0a, 0x04, 0x03,
+            ],
+            &[0x07, 0x05, 0x43, 0xe8, 0x00, 0x00, 0x00, 0x00],
+            &[0x00, 0x05, 0x03, 0x00, 0x00, 0x00, 0x00],
+            &[
+                0x0f, 0x04, 0x72, 0x6f, 0x6f, 0x6d, 0x05, 0x76, 0x69, 0x64, 0x65, 0x6f, 0x03, 0x07,
+                0x02, 0x07,
+            ],
+            &[0x06, 0x7f, 0x00, 0x53, 0x88, 0x43, 0xe8],
+            &[0x08, 0x01, 0x02, 0x05, 0x2f, 0x61, 0x6e, 0x6f, 0x6e],
+            &[
+                0x03, 0x01, 0x07, 0x00, 0x47, 0xd0, 0x02, 0x68, 0x69, 0x40, 0x42, 0x02, 0x79, 0x6f,
+            ],
+            &[0x02, 0x01, 0x07, 0x02, 0x68, 0x69, 0x02, 0x79, 0x6f],
+            &[
+                0x20, 0x00, 0x1a, 0x03, 0xc0, 0x00, 0x00, 0x00, 0xff, 0x0d, 0xad, 0x02, 0xc0, 0x00,
+                0x00, 0x00, 0xff, 0x0d, 0xad, 0x01, 0xc0, 0x00, 0x00, 0x00, 0xff, 0x00, 0x00, 0x0e,
+                0x00,
+            ],
+        ];
+        for v in [0u8, 1, 2, 3, 4, 5, 8, 13] {
+            for vector in VECTORS {
+                let mut b = vec![v];
+                b.extend_from_slice(vector);
+                fuzz_lite(&b);
+                for i in 1..b.len() {
+                    for x in [0, 1, 0x3f, 0x40, 0x80, 0xc0, 0xff, b[i] ^ 1] {
+                        let mut m = b.clone();
+                        m[i] = x;
+                        fuzz_lite(&m);
+                    }
+                }
+            }
         }
     }
 
@@ -513,6 +718,27 @@ mod tests {
             let mut b = vec![mode, t];
             b.extend_from_slice(&data);
             fuzz_legacy_data(&b);
+        }
+
+        #[test]
+        fn lite_random(data in vec(any::<u8>(), 0..256)) {
+            fuzz_lite(&data);
+        }
+
+        /// A plausible length first and small bytes after, so bodies get
+        /// decoded rather than refused on their length.
+        #[test]
+        fn lite_framed(
+            version in any::<u8>(),
+            data in vec(prop_oneof![0u8..0x10, Just(0x2f), any::<u8>()], 0..64),
+        ) {
+            let mut b = vec![version, data.len() as u8];
+            b.extend_from_slice(&data);
+            fuzz_lite(&b);
+            // And as a typed message (subscribe responses, lite-06 announcements).
+            let mut t = vec![version, version % 4, data.len() as u8];
+            t.extend_from_slice(&data);
+            fuzz_lite(&t);
         }
 
         /// Small flag bytes and small values, so that entries chain.

@@ -10,6 +10,7 @@
 //! - [`message`]: every control message.
 //! - [`data`]: subgroup streams, datagrams, fetch streams, padding.
 //! - [`session`]: SETUP validation, request-ID rules, control-stream framing.
+//! - [`lite`]: moq-lite 01…06 (moq-dev's protocol), its messages, group streams and paths.
 //! - [`token`]: the AUTHORIZATION TOKEN structure and the per-session token cache.
 //! - `fuzz` (feature `fuzz`): the bodies of the fuzz targets in `crates/moqt/fuzz/`.
 #![warn(missing_docs)]
@@ -20,6 +21,7 @@ pub mod error;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
 pub mod legacy;
+pub mod lite;
 pub mod message;
 pub mod names;
 pub mod params;
