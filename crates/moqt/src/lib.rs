@@ -10,6 +10,8 @@
 //! - [`message`]: every control message.
 //! - [`data`]: subgroup streams, datagrams, fetch streams, padding.
 //! - [`session`]: SETUP validation, request-ID rules, control-stream framing.
+//! - [`deviation`]: the departures from draft 18 of widely used peers that are accepted.
+//! - [`sniff`]: which draft (14 or 18) or moq-lite version a session speaks, from its first stream.
 //! - [`lite`]: moq-lite 01…06 (moq-dev's protocol), its messages, group streams and paths.
 //! - [`token`]: the AUTHORIZATION TOKEN structure and the per-session token cache.
 //! - `fuzz` (feature `fuzz`): the bodies of the fuzz targets in `crates/moqt/fuzz/`.
@@ -17,6 +19,7 @@
 
 pub mod coding;
 pub mod data;
+pub mod deviation;
 pub mod error;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
@@ -27,6 +30,7 @@ pub mod names;
 pub mod params;
 pub mod priority;
 pub mod session;
+pub mod sniff;
 pub mod token;
 
 pub use coding::{KeyValue, KvValue, Location};

@@ -8,9 +8,10 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::coding::*;
+use crate::deviation::{Deviation, Deviations};
 use crate::error::DecodeError;
 use crate::names::{FullTrackName, TrackNamespace};
-use crate::params::{allowed, Allowed, Parameters};
+use crate::params::{allowed, Allowed, ParamEncoding, Parameters};
 
 /// Message type codes (§10, table of messages).
 #[allow(missing_docs)]
@@ -34,6 +35,10 @@ pub mod ty {
     pub const REQUEST_UPDATE: u64 = 0x2;
     pub const REQUEST_OK: u64 = 0x7;
     pub const REQUEST_ERROR: u64 = 0x5;
+    /// Drafts 16 and 17's SUBSCRIBE_NAMESPACE, with Subscribe Options: no
+    /// message of draft 18, read as SUBSCRIBE_NAMESPACE or SUBSCRIBE_TRACKS
+    /// ([`crate::deviation::Deviation::SubscribeNamespace0x11`]).
+    pub const SUBSCRIBE_NAMESPACE_0X11: u64 = 0x11;
 }
 
 /// Setup Option types (§10.3.1).
@@ -298,6 +303,14 @@ pub enum Message {
 /// Parameters allowed in TRACK_STATUS (§10.14: SUBSCRIBE's, minus delivery ones).
 const TRACK_STATUS_ALLOWED: Allowed = allowed::TRACK_STATUS;
 
+/// What SUBSCRIBE_OK is read with: its own set, and GROUP_ORDER, which is
+/// then dropped ([`Deviation::SubscribeOkGroupOrder`]).
+const SUBSCRIBE_OK_READ: Allowed = Allowed::of(&[
+    crate::params::kind::EXPIRES,
+    crate::params::kind::LARGEST_OBJECT,
+    crate::params::kind::GROUP_ORDER,
+]);
+
 impl Message {
     /// The message type code.
     pub fn type_id(&self) -> u64 {
@@ -505,25 +518,62 @@ impl Message {
     ///
     /// `src` must be the `Bytes` that `buf` borrows from, so byte fields are
     /// zero-copy. Returns [`DecodeError::Short`] (leaving `buf` untouched) until a
-    /// whole frame is available.
+    /// whole frame is available. The deviations of widely used peers that
+    /// [`crate::deviation`] lists are accepted ([`Message::decode_noting`]
+    /// says which).
     pub fn decode(buf: &mut &[u8], src: &Bytes) -> Result<Self, DecodeError> {
+        Self::decode_noting(buf, src).map(|(m, _)| m)
+    }
+
+    /// [`Message::decode`], also returning the deviations from draft 18 it
+    /// accepted.
+    ///
+    /// A frame is decoded as draft 18 first; only one that fails is decoded
+    /// again with its uint8 parameters read as vi64s
+    /// ([`ParamEncoding::Uint8AsVarint`]), and taken if it then decodes
+    /// exactly (a conforming message never reaches that second reading).
+    pub fn decode_noting(buf: &mut &[u8], src: &Bytes) -> Result<(Self, Deviations), DecodeError> {
         let mut cur = *buf;
         let t = get_vi64(&mut cur)?;
         let len = get_u16(&mut cur)? as usize;
         if cur.len() < len {
             return Err(DecodeError::Short);
         }
-        let (mut p, rest) = cur.split_at(len);
-        let msg = Self::decode_payload(t, &mut p, src).map_err(|e| match e {
-            // Inside a complete frame, running out of bytes means the length lied.
-            DecodeError::Short => DecodeError::LengthMismatch,
-            e => e,
-        })?;
+        let (p, rest) = cur.split_at(len);
+        let decoded = match Self::decode_frame(t, p, src, ParamEncoding::Draft18) {
+            Ok(d) => d,
+            Err(e @ DecodeError::UnknownMessage(_)) => return Err(e),
+            Err(e) => match Self::decode_frame(t, p, src, ParamEncoding::Uint8AsVarint) {
+                Ok((m, mut d)) => {
+                    d.insert(Deviation::Uint8ParametersAsVarints);
+                    (m, d)
+                }
+                // The draft-18 reading's error is the one to report.
+                Err(_) => return Err(e),
+            },
+        };
+        *buf = rest;
+        Ok(decoded)
+    }
+
+    /// Decodes the payload `p` of a frame of type `t`, all of it.
+    fn decode_frame(
+        t: u64,
+        mut p: &[u8],
+        src: &Bytes,
+        encoding: ParamEncoding,
+    ) -> Result<(Self, Deviations), DecodeError> {
+        let mut noted = Deviations::NONE;
+        let msg =
+            Self::decode_payload(t, &mut p, src, encoding, &mut noted).map_err(|e| match e {
+                // Inside a complete frame, running out of bytes means the length lied.
+                DecodeError::Short => DecodeError::LengthMismatch,
+                e => e,
+            })?;
         if !p.is_empty() {
             return Err(DecodeError::LengthMismatch);
         }
-        *buf = rest;
-        Ok(msg)
+        Ok((msg, noted))
     }
 
     /// Decodes from an owned buffer holding exactly one or more frames.
@@ -533,7 +583,15 @@ impl Message {
         Ok((m, src.len() - s.len()))
     }
 
-    fn decode_payload(t: u64, p: &mut &[u8], src: &Bytes) -> Result<Self, DecodeError> {
+    fn decode_payload(
+        t: u64,
+        p: &mut &[u8],
+        src: &Bytes,
+        encoding: ParamEncoding,
+        noted: &mut Deviations,
+    ) -> Result<Self, DecodeError> {
+        let read_params =
+            |p: &mut &[u8], allowed: Allowed| Parameters::decode_as(p, src, allowed, encoding);
         Ok(match t {
             ty::SETUP => {
                 let options = get_kvps(p, src).map_err(kv_error)?;
@@ -561,7 +619,7 @@ impl Message {
                 } else {
                     TRACK_STATUS_ALLOWED
                 };
-                let params = Parameters::decode(p, src, allowed)?;
+                let params = read_params(p, allowed)?;
                 let m = Subscribe {
                     request_id,
                     track,
@@ -575,7 +633,11 @@ impl Message {
             }
             ty::SUBSCRIBE_OK => {
                 let track_alias = get_vi64(p)?;
-                let params = Parameters::decode(p, src, allowed::SUBSCRIBE_OK)?;
+                // GROUP_ORDER is read (moq-net 0.1 sends it) and dropped.
+                let mut params = read_params(p, SUBSCRIBE_OK_READ)?;
+                if params.group_order.take().is_some() {
+                    noted.insert(Deviation::SubscribeOkGroupOrder);
+                }
                 let properties = get_kvps(p, src).map_err(kv_error)?;
                 Message::SubscribeOk(SubscribeOk {
                     track_alias,
@@ -587,7 +649,7 @@ impl Message {
                 let request_id = get_vi64(p)?;
                 let track = FullTrackName::decode(p, src)?;
                 let track_alias = get_vi64(p)?;
-                let params = Parameters::decode(p, src, allowed::PUBLISH)?;
+                let params = read_params(p, allowed::PUBLISH)?;
                 let properties = get_kvps(p, src).map_err(kv_error)?;
                 Message::Publish(Publish {
                     request_id,
@@ -600,7 +662,7 @@ impl Message {
             ty::PUBLISH_OK => {
                 // PUBLISH_OK has the REQUEST_OK layout; its Track Properties MUST be
                 // empty (§10.5), and only parameters that list PUBLISH_OK may appear.
-                let params = Parameters::decode(p, src, allowed::PUBLISH_OK)?;
+                let params = read_params(p, allowed::PUBLISH_OK)?;
                 if !p.is_empty() {
                     return Err(DecodeError::Invalid("track properties in PUBLISH_OK"));
                 }
@@ -610,7 +672,7 @@ impl Message {
                 })
             }
             ty::REQUEST_OK => {
-                let params = Parameters::decode(p, src, allowed::REQUEST_OK)?;
+                let params = read_params(p, allowed::REQUEST_OK)?;
                 let properties = get_kvps(p, src).map_err(kv_error)?;
                 Message::RequestOk(RequestOk { params, properties })
             }
@@ -643,7 +705,7 @@ impl Message {
                     },
                     _ => return Err(DecodeError::Invalid("fetch type")),
                 };
-                let params = Parameters::decode(p, src, allowed::FETCH)?;
+                let params = read_params(p, allowed::FETCH)?;
                 Message::Fetch(Fetch {
                     request_id,
                     kind,
@@ -657,7 +719,7 @@ impl Message {
                     _ => return Err(DecodeError::Invalid("end of track")),
                 };
                 let end_location = Location::decode(p)?;
-                let params = Parameters::decode(p, src, allowed::FETCH_OK)?;
+                let params = read_params(p, allowed::FETCH_OK)?;
                 let properties = get_kvps(p, src).map_err(kv_error)?;
                 Message::FetchOk(FetchOk {
                     end_of_track,
@@ -674,7 +736,7 @@ impl Message {
                     ty::SUBSCRIBE_NAMESPACE => allowed::SUBSCRIBE_NAMESPACE,
                     _ => allowed::SUBSCRIBE_TRACKS,
                 };
-                let params = Parameters::decode(p, src, allowed)?;
+                let params = read_params(p, allowed)?;
                 let m = NamespaceRequest {
                     request_id,
                     namespace,
@@ -684,6 +746,34 @@ impl Message {
                     ty::PUBLISH_NAMESPACE => Message::PublishNamespace(m),
                     ty::SUBSCRIBE_NAMESPACE => Message::SubscribeNamespace(m),
                     _ => Message::SubscribeTracks(m),
+                }
+            }
+            ty::SUBSCRIBE_NAMESPACE_0X11 => {
+                // Draft 16's layout, as moq-net 0.1 writes it at draft 18:
+                // Request ID, prefix, Subscribe Options, parameters.
+                let request_id = get_vi64(p)?;
+                let namespace = TrackNamespace::decode(p, src)?;
+                let namespaces = match get_vi64(p)? {
+                    0 => false,
+                    1 => true,
+                    // Both (2) would be two draft-18 requests on one stream.
+                    _ => return Err(DecodeError::Invalid("subscribe options")),
+                };
+                let allowed = if namespaces {
+                    allowed::SUBSCRIBE_NAMESPACE
+                } else {
+                    allowed::SUBSCRIBE_TRACKS
+                };
+                let m = NamespaceRequest {
+                    request_id,
+                    namespace,
+                    params: read_params(p, allowed)?,
+                };
+                noted.insert(Deviation::SubscribeNamespace0x11);
+                if namespaces {
+                    Message::SubscribeNamespace(m)
+                } else {
+                    Message::SubscribeTracks(m)
                 }
             }
             ty::NAMESPACE => Message::Namespace(TrackNamespace::decode(p, src)?),
@@ -698,7 +788,7 @@ impl Message {
             }
             ty::REQUEST_UPDATE => {
                 let request_id = get_vi64(p)?;
-                let params = Parameters::decode(p, src, allowed::REQUEST_UPDATE)?;
+                let params = read_params(p, allowed::REQUEST_UPDATE)?;
                 Message::RequestUpdate(RequestUpdate { request_id, params })
             }
             ty::REQUEST_ERROR => {

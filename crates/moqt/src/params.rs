@@ -324,6 +324,17 @@ impl Parameters {
 
     /// Decodes a parameter block, rejecting unknown, disallowed and duplicate types.
     pub fn decode(buf: &mut &[u8], src: &Bytes, allowed: Allowed) -> Result<Self, DecodeError> {
+        Self::decode_as(buf, src, allowed, ParamEncoding::Draft18)
+    }
+
+    /// [`Parameters::decode`], reading the values as `encoding` says.
+    pub fn decode_as(
+        buf: &mut &[u8],
+        src: &Bytes,
+        allowed: Allowed,
+        encoding: ParamEncoding,
+    ) -> Result<Self, DecodeError> {
+        let kvp = encoding == ParamEncoding::Uint8AsVarint;
         let n = get_len(buf, MAX_PARAMS)?;
         let mut p = Parameters::default();
         let mut prev = 0u64;
@@ -362,11 +373,22 @@ impl Parameters {
                 kind::LARGEST_OBJECT => p.largest_object = Some(Location::decode(buf)?),
                 kind::FILL_TIMEOUT => p.fill_timeout = Some(get_vi64(buf)?),
                 kind::FORWARD => {
-                    p.forward = Some(match get_u8(buf)? {
+                    let v = if kvp {
+                        get_vi64(buf)?
+                    } else {
+                        get_u8(buf)?.into()
+                    };
+                    p.forward = Some(match v {
                         0 => false,
                         1 => true,
                         _ => return Err(DecodeError::Invalid("forward")),
                     })
+                }
+                kind::SUBSCRIBER_PRIORITY if kvp => {
+                    p.subscriber_priority = Some(
+                        u8::try_from(get_vi64(buf)?)
+                            .map_err(|_| DecodeError::Invalid("subscriber priority"))?,
+                    )
                 }
                 kind::SUBSCRIBER_PRIORITY => p.subscriber_priority = Some(get_u8(buf)?),
                 kind::SUBSCRIPTION_FILTER => {
@@ -376,6 +398,11 @@ impl Parameters {
                         return Err(DecodeError::Invalid("trailing bytes in filter"));
                     }
                     p.subscription_filter = Some(f);
+                }
+                kind::GROUP_ORDER if kvp => {
+                    let v = u8::try_from(get_vi64(buf)?)
+                        .map_err(|_| DecodeError::Invalid("group order"))?;
+                    p.group_order = Some(GroupOrder::from_u8(v)?)
                 }
                 kind::GROUP_ORDER => p.group_order = Some(GroupOrder::from_u8(get_u8(buf)?)?),
                 kind::NEW_GROUP_REQUEST => p.new_group_request = Some(get_vi64(buf)?),
@@ -387,6 +414,21 @@ impl Parameters {
         }
         Ok(p)
     }
+}
+
+/// How a peer wrote the values of its Message Parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ParamEncoding {
+    /// Draft 18: each type has its own encoding (uint8, vi64, Location,
+    /// length-prefixed bytes, tuple).
+    #[default]
+    Draft18,
+    /// Draft 18, except that the uint8 parameters (FORWARD,
+    /// SUBSCRIBER_PRIORITY, GROUP_ORDER) are vi64s, as `@moq/net` 0.2.8
+    /// writes every even-typed parameter. Only for decoding a message that
+    /// fails as draft 18
+    /// ([`crate::deviation::Deviation::Uint8ParametersAsVarints`]).
+    Uint8AsVarint,
 }
 
 const ALL_KINDS: &[u64] = &[

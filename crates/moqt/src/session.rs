@@ -120,6 +120,8 @@ impl RequestIds {
 #[derive(Debug, Default)]
 pub struct FrameReader {
     buf: BytesMut,
+    /// Deviations accepted since [`FrameReader::take_deviations`].
+    noted: crate::deviation::Deviations,
 }
 
 impl FrameReader {
@@ -155,9 +157,17 @@ impl FrameReader {
         }
         let total = self.buf.len() - s.len() + len as usize;
         let frame = self.buf.split_to(total).freeze();
-        let (m, used) = Message::decode_bytes(&frame)?;
-        debug_assert_eq!(used, total);
+        let mut s = &frame[..];
+        let (m, noted) = Message::decode_noting(&mut s, &frame)?;
+        debug_assert!(s.is_empty());
+        self.noted.extend(noted);
         Ok(Some(m))
+    }
+
+    /// The deviations from draft 18 accepted in the messages returned since
+    /// the last call ([`crate::deviation`]), for the caller to count.
+    pub fn take_deviations(&mut self) -> crate::deviation::Deviations {
+        std::mem::take(&mut self.noted)
     }
 }
 

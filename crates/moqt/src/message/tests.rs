@@ -3,6 +3,7 @@
 //! vectors), negative cases, and proptest round trips.
 
 use super::*;
+use crate::deviation::Deviations;
 use crate::error::request_error;
 use crate::params::{kind, GroupOrder, SubscriptionFilter};
 
@@ -650,11 +651,18 @@ fn vector_moqnet_subscribe_ok_draft18() {
         properties: vec![KeyValue::int(0x22, 2)],
     });
     assert_eq!(&m.to_bytes()[3..], &hex("2a 00 22 02")[..]);
-    // GROUP_ORDER as a SUBSCRIBE_OK *parameter* is not allowed in draft-18.
-    assert!(matches!(
-        decode(&frame(ty::SUBSCRIBE_OK, &hex("2a 01 22 02"))),
-        Err(DecodeError::Invalid(_))
-    ));
+    // GROUP_ORDER as a SUBSCRIBE_OK *parameter* is not allowed in draft-18;
+    // moq-net 0.1 sends it, so it is read and dropped, and said so
+    // (`moq_net_0_1_subscribe_ok_with_group_order`).
+    let (m, d) = decode_noted(&frame(ty::SUBSCRIBE_OK, &hex("2a 01 22 02"))).unwrap();
+    assert_eq!(
+        m,
+        Message::SubscribeOk(SubscribeOk {
+            track_alias: 42,
+            ..Default::default()
+        })
+    );
+    assert!(!d.is_empty());
 }
 
 #[test]
@@ -923,7 +931,6 @@ fn unknown_message_types() {
         0x1,
         0x9,
         0xA,
-        0x11,
         0x20,
         0x21,
         0x40,
@@ -1246,6 +1253,135 @@ fn decoded_fields_are_zero_copy() {
 // ---------------------------------------------------------------------------
 
 /// Small values most of the time, any 64-bit value sometimes.
+/// Decodes one whole frame, returning the deviations it needed.
+fn decode_noted(b: &[u8]) -> Result<(Message, Deviations), DecodeError> {
+    let src = Bytes::copy_from_slice(b);
+    let mut s = &src[..];
+    let r = Message::decode_noting(&mut s, &src)?;
+    assert!(s.is_empty(), "trailing bytes after the frame");
+    Ok(r)
+}
+
+#[test]
+fn moq_net_0_1_subscribe_namespace_0x11() {
+    use crate::deviation::Deviation;
+    // moq-net 0.1.3 (moq-clock 0.10.21) at draft 18: type 0x11, Request ID
+    // 0, an empty prefix, Subscribe Options 1 (NAMESPACE), no parameters
+    // (`ietf::SubscribeNamespace::encode_msg`).
+    let (m, d) = decode_noted(&frame(0x11, &hex("00 00 01 00"))).unwrap();
+    assert_eq!(m, Message::SubscribeNamespace(NamespaceRequest::default()));
+    assert_eq!(d, Deviation::SubscribeNamespace0x11.into());
+    // A prefix, and a token, as draft 18 encodes parameters.
+    let (m, _) =
+        decode_noted(&frame(0x11, &hex("02 01 04 6c697665 01 01 03 03 03 00 aa"))).unwrap();
+    let Message::SubscribeNamespace(n) = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!(n.request_id, 2);
+    assert_eq!(n.namespace, TrackNamespace::from_path("live"));
+    assert_eq!(n.params.authorization_tokens.len(), 1);
+    // Options 0 (PUBLISH messages only) is SUBSCRIBE_TRACKS, FORWARD and all.
+    let (m, _) = decode_noted(&frame(0x11, &hex("00 00 00 01 10 00"))).unwrap();
+    let Message::SubscribeTracks(n) = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!(n.params.forward, Some(false));
+    // Options 2 (both) has no one-stream form in draft 18; other values none.
+    for o in ["02", "03"] {
+        assert!(matches!(
+            decode(&frame(0x11, &hex(&format!("00 00 {o} 00")))),
+            Err(DecodeError::Invalid("subscribe options"))
+        ));
+    }
+    // Parameters of another message are still refused.
+    assert!(decode(&frame(0x11, &hex("00 00 01 01 10 01"))).is_err());
+    // It is written as draft 18's SUBSCRIBE_NAMESPACE.
+    assert_eq!(
+        Message::SubscribeNamespace(NamespaceRequest::default()).to_bytes()[0],
+        ty::SUBSCRIBE_NAMESPACE as u8
+    );
+}
+
+#[test]
+fn moq_net_0_1_subscribe_ok_with_group_order() {
+    use crate::deviation::Deviation;
+    // moq-net 0.1.3's SUBSCRIBE_OK at draft 18: alias 1, GROUP_ORDER
+    // Descending (raw byte), no properties.
+    let (m, d) = decode_noted(&frame(ty::SUBSCRIBE_OK, &hex("01 01 22 02"))).unwrap();
+    assert_eq!(
+        m,
+        Message::SubscribeOk(SubscribeOk {
+            track_alias: 1,
+            ..Default::default()
+        })
+    );
+    assert_eq!(d, Deviation::SubscribeOkGroupOrder.into());
+    // Beside LARGEST_OBJECT, which stays.
+    let (m, _) = decode_noted(&frame(ty::SUBSCRIBE_OK, &hex("01 02 09 05 00 19 01"))).unwrap();
+    let Message::SubscribeOk(ok) = m else {
+        panic!()
+    };
+    assert_eq!(ok.params.largest_object, Some(Location::new(5, 0)));
+    assert_eq!(ok.params.group_order, None);
+    // GROUP_ORDER stays refused where no peer sends it.
+    assert!(decode(&frame(ty::FETCH_OK, &hex("00 00 00 01 22 01"))).is_err());
+    assert!(decode(&frame(ty::PUBLISH, &hex("00 00 00 00 01 22 01"))).is_err());
+}
+
+#[test]
+fn moq_watch_uint8_parameters_as_varints() {
+    use crate::deviation::Deviation;
+    // @moq/watch 0.4.6 (@moq/net 0.2.8) subscribing to `catalog.json` of
+    // `live/demo`: FORWARD 1, SUBSCRIBER_PRIORITY 155 as the vi64 0x809b,
+    // SUBSCRIPTION_FILTER Largest Object, GROUP_ORDER 2 (INTEROP.md).
+    let b = hex("03 0024 00 02 04 6c697665 04 64656d6f 0c 636174616c6f672e6a736f6e 04 10 01 10 809b 01 01 02 01 02");
+    let (m, d) = decode_noted(&b).unwrap();
+    assert_eq!(
+        m,
+        Message::Subscribe(Subscribe {
+            request_id: 0,
+            track: FullTrackName::new("live/demo", "catalog.json"),
+            params: Parameters {
+                forward: Some(true),
+                subscriber_priority: Some(155),
+                subscription_filter: Some(SubscriptionFilter::LargestObject),
+                group_order: Some(GroupOrder::Descending),
+                ..Default::default()
+            },
+        })
+    );
+    assert_eq!(d, Deviation::Uint8ParametersAsVarints.into());
+    // Re-encoded, it is draft 18 and needs nothing.
+    let (again, d) = decode_noted(&m.to_bytes()).unwrap();
+    assert_eq!(again, m);
+    assert!(d.is_empty());
+    // Only uint8 parameters: LARGEST_OBJECT stays two bare vi64s (a
+    // length-prefixed one, as @moq/net writes it, is not read so).
+    assert!(decode(&frame(ty::SUBSCRIBE_OK, &hex("07 01 09 02 05 03"))).is_err());
+    // Values out of range are refused either way.
+    for p in ["01 20 8200", "01 10 02", "01 22 00"] {
+        assert!(
+            decode(&frame(ty::SUBSCRIBE, &[hex("00 00 00"), hex(p)].concat())).is_err(),
+            "{p}"
+        );
+    }
+    // A message that decodes neither way keeps the draft-18 reading's error.
+    // (Here the second reading fails on GROUP_ORDER 5.)
+    assert_eq!(
+        decode(&frame(ty::SUBSCRIBE, &hex("00 00 00 02 20 809b 02 05"))),
+        Err(DecodeError::UnknownParameter(0x1b22))
+    );
+}
+
+#[test]
+fn conforming_messages_need_no_deviation() {
+    for m in sample_messages() {
+        let (again, d) = decode_noted(&m.to_bytes()).unwrap();
+        assert_eq!(again, m);
+        assert!(d.is_empty(), "{m:?}: {d:?}");
+    }
+}
+
 fn vint() -> impl Strategy<Value = u64> {
     prop_oneof![4 => 0u64..300, 1 => any::<u64>()]
 }
