@@ -230,13 +230,18 @@ mod tests {
     #[test]
     fn choice_of_version() {
         assert_eq!(choose(&[VERSION_D14]), Chosen::Draft14);
+        // The client's order decides.
         assert_eq!(
             choose(&[VERSION_LITE_02, VERSION_LITE_01, VERSION_D14]),
+            Chosen::Lite(LiteVersion::Lite02)
+        );
+        assert_eq!(
+            choose(&[0xff00_000c, VERSION_D14, VERSION_LITE_02]),
             Chosen::Draft14
         );
         assert_eq!(
             choose(&[VERSION_LITE_01, VERSION_LITE_02]),
-            Chosen::Lite(LiteVersion::Lite02)
+            Chosen::Lite(LiteVersion::Lite01)
         );
         assert_eq!(
             choose(&[VERSION_LITE_01]),
