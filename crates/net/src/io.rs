@@ -2,6 +2,7 @@
 
 use crate::mux::{RecvStream, SendStream};
 use bytes::{Bytes, BytesMut};
+use moqt::deviation::Deviation;
 use moqt::session::FrameReader;
 use moqt::{DecodeError, Message};
 
@@ -22,10 +23,15 @@ pub enum ReadError {
     Stream(String),
 }
 
+/// Told of each departure from draft 18 that a [`MessageReader`] accepted
+/// ([`moqt::deviation`]), to count it.
+pub type DeviationSink = std::sync::Arc<dyn Fn(Deviation) + Send + Sync>;
+
 /// Reads framed control messages from one stream.
 pub struct MessageReader {
     stream: RecvStream,
     frames: FrameReader,
+    deviations: Option<DeviationSink>,
 }
 
 impl MessageReader {
@@ -33,13 +39,29 @@ impl MessageReader {
     pub fn new(stream: RecvStream, prefix: &[u8]) -> Self {
         let mut frames = FrameReader::new();
         frames.push(prefix);
-        Self { stream, frames }
+        Self {
+            stream,
+            frames,
+            deviations: None,
+        }
+    }
+
+    /// Tells `sink` of every deviation from draft 18 the messages read
+    /// needed.
+    pub fn with_deviations(mut self, sink: DeviationSink) -> Self {
+        self.deviations = Some(sink);
+        self
     }
 
     /// The next message.
     pub async fn next(&mut self) -> Result<Message, ReadError> {
         loop {
             if let Some(m) = self.frames.next()? {
+                if let Some(sink) = &self.deviations {
+                    for d in self.frames.take_deviations().iter() {
+                        sink(d);
+                    }
+                }
                 return Ok(m);
             }
             match self.stream.read_chunk(64 * 1024).await {

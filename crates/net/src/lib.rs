@@ -26,6 +26,7 @@ pub mod quic_config;
 pub mod rate;
 pub mod server;
 pub mod shard;
+pub mod sniff;
 pub mod tcp_limits;
 pub mod tls;
 pub mod websocket;

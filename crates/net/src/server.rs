@@ -297,6 +297,12 @@ pub struct Accepted {
     /// The draft the peer speaks when it is not 18: `session` is then the
     /// draft-18 side of a translating bridge ([`crate::legacy`]).
     pub draft: Option<moqt::legacy::Draft>,
+    /// Set when neither the ALPN nor a WebTransport subprotocol named the
+    /// protocol (`moq-00`, which draft 14 and moq-lite-01/02 share, or no
+    /// subprotocol at all): `session` is then the peer's, nobody has spoken
+    /// yet, and [`crate::sniff::Undetermined::resolve`] learns the protocol
+    /// from the peer's first stream.
+    pub undetermined: Option<crate::sniff::Undetermined>,
 }
 
 impl Server {
@@ -718,6 +724,19 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
             remote,
             http: None,
             draft: None,
+            undetermined: None,
+        })));
+    }
+    // Draft 14's ALPN, which moq-lite-01/02 share: CLIENT_SETUP decides.
+    if alpn == moqt::legacy::Draft::D14.alpn().as_bytes() {
+        return Ok(Established::Moqt(Box::new(Accepted {
+            session: web_transport_quinn::Session::raw(conn).into(),
+            transport: Transport::Quic,
+            path: None,
+            remote,
+            http: None,
+            draft: None,
+            undetermined: Some(crate::sniff::Undetermined::moq_00(bridge)),
         })));
     }
     if let Some(draft) = moqt::legacy::Draft::from_alpn(&alpn) {
@@ -729,6 +748,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
             remote,
             http: None,
             draft: Some(draft),
+            undetermined: None,
         })));
     }
     if alpn == ALPN_MQTT {
@@ -789,9 +809,10 @@ async fn h3_established(
         None => request.url.path().to_string(),
     };
     let offered = request.protocols.clone();
-    // A client that offers subprotocols must offer ours (draft 18, or draft
-    // 16 through the bridge); one that offers none (older browsers) gets
-    // moqt-18 by the URL's say-so.
+    // A client that offers subprotocols must offer ours (draft 18, or
+    // drafts 16 and 14 through the bridge); one that offers none is a
+    // draft-18 client (an older browser) or a draft-14 one (which
+    // negotiates in CLIENT_SETUP), and its first stream says which.
     use moqt::legacy::Draft;
     let chosen = if offered.is_empty() || offered.iter().any(|p| p == moqt::ALPN) {
         None
@@ -820,16 +841,32 @@ async fn h3_established(
         .context("WebTransport respond")?;
     // Plain HTTP/3 requests on this connection reach `http`.
     session.forward_other_bi(forward);
-    let session = match chosen {
-        Some(draft) => crate::legacy::accept(session.into(), draft, bridge).await?,
-        None => session.into(),
+    let (session, draft, undetermined) = match chosen {
+        // `moq-00` is draft 14's and moq-lite-01/02's: CLIENT_SETUP decides.
+        Some(Draft::D14) => (
+            session.into(),
+            None,
+            Some(crate::sniff::Undetermined::moq_00(bridge)),
+        ),
+        Some(draft) => (
+            crate::legacy::accept(session.into(), draft, bridge).await?,
+            Some(draft),
+            None,
+        ),
+        None if offered.is_empty() => (
+            session.into(),
+            None,
+            Some(crate::sniff::Undetermined::no_subprotocol(bridge)),
+        ),
+        None => (session.into(), None, None),
     };
     Ok(Established::Moqt(Box::new(Accepted {
         session,
         transport: Transport::WebTransport,
         path: Some(path),
         remote,
-        draft: chosen,
+        draft,
         http: Some(http),
+        undetermined,
     })))
 }

@@ -104,6 +104,10 @@ async fn serve_shard(
                 Ok(Established::Moqt(mut accepted)) => {
                     let (remote, quic) = (accepted.remote, accepted.session.clone());
                     let alpn = match (accepted.transport, accepted.draft) {
+                        // The first stream says which (`session::serve`).
+                        (t, _) if accepted.undetermined.is_some() => {
+                            accepted.undetermined.as_ref().map_or("", |u| u.label(t))
+                        }
                         (quichub_net::Transport::Quic, None) => moqt::ALPN,
                         (quichub_net::Transport::Quic, Some(d)) => d.alpn(),
                         (quichub_net::Transport::WebTransport, None) => "h3 (WebTransport)",
@@ -205,6 +209,7 @@ pub async fn serve_websocket(
             remote,
             http: None,
             draft: None,
+            undetermined: None,
         },
     )
     .await;

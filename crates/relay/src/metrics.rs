@@ -48,6 +48,9 @@ pub struct Metrics {
     /// Sessions of draft 14 and of draft 16, served through the
     /// translating bridge (`quichub_net::legacy`).
     pub legacy_sessions: [AtomicU64; 2],
+    /// Departures from draft 18 of widely used peers, accepted (or, for
+    /// LARGEST_OBJECT, accommodated), by [`moqt::deviation::Deviation::index`].
+    pub deviations: [AtomicU64; moqt::deviation::Deviation::ALL.len()],
     /// WebSocket upgrades refused (not a valid handshake, no MoQT
     /// subprotocol offered, relay shutting down).
     pub websocket_refused: AtomicU64,
@@ -106,6 +109,11 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Counts one accepted departure from draft 18.
+    pub fn deviation(&self, d: moqt::deviation::Deviation) {
+        self.deviations[d.index()].fetch_add(1, Relaxed);
+    }
+
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -285,6 +293,16 @@ impl Metrics {
                 s,
                 "quichub_legacy_sessions_total{{draft=\"{draft}\"}} {}",
                 self.legacy_sessions[i].load(Relaxed)
+            );
+        }
+        let _ = writeln!(s, "# HELP quichub_interop_deviations_total Departures from draft 18 of widely used peers that were accepted (crates/moqt/INTEROP.md), by peer and kind.\n# TYPE quichub_interop_deviations_total counter");
+        for d in moqt::deviation::Deviation::ALL {
+            let _ = writeln!(
+                s,
+                "quichub_interop_deviations_total{{peer=\"{}\",kind=\"{}\"}} {}",
+                d.peer(),
+                d.kind(),
+                self.deviations[d.index()].load(Relaxed)
             );
         }
         let _ = writeln!(s, "# HELP quichub_requests_rate_limited_total MoQT requests over their session's max_requests_per_second: refused (REQUEST_ERROR EXCESSIVE_LOAD) or, REQUEST_UPDATEs, delayed.\n# TYPE quichub_requests_rate_limited_total counter");

@@ -100,6 +100,7 @@ pub async fn follow_until(
                     remote,
                     http: None,
                     draft: None,
+                    undetermined: None,
                 };
                 let serve = crate::session::serve_origin(
                     relay.clone(),

@@ -98,6 +98,24 @@ impl TestRelay {
         web_transport_quinn::Session::raw(conn).into()
     }
 
+    /// A raw WebTransport session whose CONNECT offers `protocols` as
+    /// subprotocols (none: a draft-14 client, which negotiates in
+    /// CLIENT_SETUP, or an older browser), with nothing on it.
+    pub async fn raw_webtransport(&self, protocols: &[&str]) -> quichub_net::Session {
+        let c = quichub_net::client::Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure)
+            .unwrap();
+        let dialed = c.dial(self.addr, "localhost", b"h3", false).await.unwrap();
+        let conn = dialed.connection().clone();
+        std::mem::forget(c);
+        let url = url::Url::parse(&self.url("https")).unwrap();
+        let request = web_transport_quinn::proto::ConnectRequest::new(url)
+            .with_protocols(protocols.iter().map(|p| p.to_string()));
+        web_transport_quinn::Session::connect(conn, request)
+            .await
+            .unwrap()
+            .into()
+    }
+
     /// A raw transport session with no MoQT on it, for hand-made bytes.
     pub async fn raw(&self, scheme: &str) -> quichub_net::Session {
         let c = quichub_net::client::Client::new("127.0.0.1:0".parse().unwrap(), Verify::Insecure)

@@ -115,7 +115,19 @@ enum Role {
 /// session to hand to the relay as if the peer had spoken draft 18. The
 /// bridge runs until either side closes.
 pub async fn accept(peer: Session, draft: Draft, limits: qmux::Config) -> anyhow::Result<Session> {
-    start(peer, draft, Role::Server, limits).await
+    start(peer, draft, Role::Server, limits, None).await
+}
+
+/// [`accept`], with the peer's control stream already accepted and `read`
+/// already read from it (to learn the draft, [`crate::sniff`]): the bridge
+/// reads CLIENT_SETUP from those bytes on.
+pub async fn accept_with_control(
+    peer: Session,
+    draft: Draft,
+    limits: qmux::Config,
+    control: (SendStream, RecvStream, Bytes),
+) -> anyhow::Result<Session> {
+    start(peer, draft, Role::Server, limits, Some(control)).await
 }
 
 /// Starts translating `peer`, a server of `draft` this endpoint dialled, and
@@ -123,7 +135,7 @@ pub async fn accept(peer: Session, draft: Draft, limits: qmux::Config) -> anyhow
 /// spoken draft 18 (`quichub pub --draft 14`, ...).
 pub async fn connect(peer: Session, draft: Draft) -> anyhow::Result<Session> {
     let limits = crate::websocket::session_config(&crate::QuicConfig::default());
-    start(peer, draft, Role::Client, limits).await
+    start(peer, draft, Role::Client, limits, None).await
 }
 
 async fn start(
@@ -131,6 +143,7 @@ async fn start(
     draft: Draft,
     role: Role,
     limits: qmux::Config,
+    control: Option<(SendStream, RecvStream, Bytes)>,
 ) -> anyhow::Result<Session> {
     let (a, b) = tokio::io::duplex(256 * 1024);
     let config = bridge_config(limits);
@@ -154,7 +167,14 @@ async fn start(
             (s, c)
         }
     };
-    tokio::spawn(run(peer, bridge_side.into(), draft, role, max_requests));
+    tokio::spawn(run(
+        peer,
+        bridge_side.into(),
+        draft,
+        role,
+        max_requests,
+        control,
+    ));
     Ok(other_side.into())
 }
 
@@ -244,9 +264,19 @@ struct Bridge {
     fail: mpsc::Sender<Fail>,
     /// Set when the bridge ends: every task it spawned stops.
     shutdown: tokio::sync::watch::Sender<bool>,
+    /// Server role: the peer's control stream, when it was accepted (and
+    /// partly read) before the bridge started ([`accept_with_control`]).
+    first_control: Mutex<Option<(SendStream, RecvStream, Bytes)>>,
 }
 
-async fn run(peer: Session, relay: Session, draft: Draft, role: Role, max_requests: usize) {
+async fn run(
+    peer: Session,
+    relay: Session,
+    draft: Draft,
+    role: Role,
+    max_requests: usize,
+    control: Option<(SendStream, RecvStream, Bytes)>,
+) {
     let (fail_tx, mut fail_rx) = mpsc::channel::<Fail>(4);
     let (shutdown, _) = tokio::sync::watch::channel(false);
     let (control_tx, control_rx) = mpsc::channel::<Control>(256);
@@ -273,6 +303,7 @@ async fn run(peer: Session, relay: Session, draft: Draft, role: Role, max_reques
         shutdown,
         streams: Arc::new(tokio::sync::Semaphore::new(max_requests)),
         send_order: tokio::sync::Mutex::new(()),
+        first_control: Mutex::new(control),
     });
     {
         let b2 = b.clone();

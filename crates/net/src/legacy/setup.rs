@@ -10,14 +10,23 @@ impl Bridge {
     ) -> Result<(), Fail> {
         // The peer's control stream and its CLIENT_SETUP, within one deadline.
         let deadline = tokio::time::Instant::now() + SETUP_TIMEOUT;
-        let (mut peer_send, peer_recv) = tokio::time::timeout_at(deadline, self.peer.accept_bi())
-            .await
-            .map_err(|_| Fail {
-                code: SessionErrorCode::ControlMessageTimeout.code(),
-                reason: "no control stream".into(),
-            })?
-            .map_err(|e| Fail::protocol(e.to_string()))?;
+        let first = self.first_control.lock().expect("first control").take();
+        let (mut peer_send, peer_recv, read) = match first {
+            Some(c) => c,
+            None => {
+                let (send, recv) = tokio::time::timeout_at(deadline, self.peer.accept_bi())
+                    .await
+                    .map_err(|_| Fail {
+                        code: SessionErrorCode::ControlMessageTimeout.code(),
+                        reason: "no control stream".into(),
+                    })?
+                    .map_err(|e| Fail::protocol(e.to_string()))?;
+                (send, recv, Bytes::new())
+            }
+        };
         let mut reader = LegacyReader::new(peer_recv, self.draft);
+        // From the stream's first byte: what was read to learn the draft.
+        reader.frames.push(&read);
         let first = tokio::time::timeout_at(deadline, reader.next())
             .await
             .map_err(|_| Fail {

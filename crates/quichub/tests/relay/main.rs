@@ -6,5 +6,6 @@
 mod e2e_fanout;
 mod e2e_hardening;
 mod e2e_malformed;
+mod e2e_negotiation;
 mod e2e_relay;
 mod e2e_websocket;

@@ -12,7 +12,7 @@ use moqt::data::{ObjectDatagram, ObjectStatus, StreamType, SubgroupRead, Subgrou
 use moqt::error::reset;
 use moqt::session::SessionError;
 use moqt::DecodeError;
-use quichub_net::io::{read_prefix, read_prefix_after, MessageReader, ReadError};
+use quichub_net::io::{read_prefix_after, ReadError};
 use quichub_net::RecvStream;
 
 use super::{on_control, read_err, Result, SessionHandle};
@@ -36,11 +36,12 @@ impl SessionHandle {
 }
 
 /// A unidirectional stream: the peer's control stream, a subgroup, a fetch
-/// response or padding.
+/// response or padding. `read` is what was already read from it.
 pub(super) async fn on_uni(
     relay: &Arc<Relay>,
     h: &Arc<SessionHandle>,
     mut stream: RecvStream,
+    read: Bytes,
 ) -> Result<()> {
     // Before SETUP the setup timeout bounds the wait; after it, this does.
     let header_timeout = Duration::from_millis(relay.config.stream_header_timeout_ms);
@@ -50,7 +51,7 @@ pub(super) async fn on_uni(
     };
     let (ty, rest) = tokio::select! {
         biased;
-        r = read_prefix(&mut stream, 16, get_vi64) => match r {
+        r = read_prefix_after(&mut stream, &read, 16, get_vi64) => match r {
             Ok(v) => v,
             Err(ReadError::Finished) => return Ok(()),
             Err(e) => return Err(read_err(e)),
@@ -72,7 +73,7 @@ pub(super) async fn on_uni(
             let mut prefix = BytesMut::new();
             moqt::coding::put_vi64(&mut prefix, ty);
             prefix.extend_from_slice(&rest);
-            on_control(relay, h, MessageReader::new(stream, &prefix)).await
+            on_control(relay, h, h.reader(stream, &prefix)).await
         }
         StreamType::Subgroup(t) => {
             h.wait_setup().await;

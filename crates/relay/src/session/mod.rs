@@ -20,14 +20,16 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use moqt::deviation::{Deviation, Dialect};
 use moqt::error::request_error;
 use moqt::message::{setup_option, FetchKind, GoAway, Message, RequestError, Setup};
 use moqt::session::{check_client_setup, make_setup, ControlState, RequestIds, Role, SessionError};
 use moqt::{Location, SessionErrorCode, TrackNamespace};
 use quichub_net::alias::AliasTable;
-use quichub_net::io::{write_message, MessageReader, ReadError};
+use quichub_net::io::{write_message, DeviationSink, MessageReader, ReadError};
 use quichub_net::rate::TokenBucket;
 use quichub_net::server::Accepted;
+use quichub_net::sniff::EarlyStream;
 use quichub_net::Transport;
 use quichub_net::{RecvStream, SendStream, Session};
 use tokio::sync::{watch, Notify};
@@ -116,6 +118,12 @@ pub(crate) struct SessionHandle {
     cluster_peer: AtomicBool,
     /// Our FETCHes to this peer waiting for their data stream, by Request ID.
     fetch_streams: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<(RecvStream, Bytes)>>>,
+    /// Counts the departures from draft 18 accepted in the peer's messages
+    /// (`quichub_interop_deviations_total`).
+    deviations: DeviationSink,
+    /// What the peer's SETUP says about the draft-18 it reads
+    /// ([`Dialect::of`]); [`Dialect::Draft18`] until then.
+    dialect: OnceLock<Dialect>,
 }
 
 /// Holds a track name in [`SessionHandle`]'s subscribed set until dropped.
@@ -204,7 +212,33 @@ impl SessionHandle {
             goaway_uri: Mutex::new(None),
             cluster_peer: AtomicBool::new(false),
             fetch_streams: Mutex::default(),
+            deviations: {
+                let metrics = relay.metrics.clone();
+                Arc::new(move |d: Deviation| metrics.deviation(d))
+            },
+            dialect: OnceLock::new(),
         }
+    }
+
+    /// Reads the peer's messages from `stream` (after `prefix`, already
+    /// read), counting the deviations from draft 18 they need.
+    fn reader(&self, stream: RecvStream, prefix: &[u8]) -> MessageReader {
+        MessageReader::new(stream, prefix).with_deviations(self.deviations.clone())
+    }
+
+    /// What the peer's SETUP said about the draft-18 it reads.
+    fn dialect(&self) -> Dialect {
+        self.dialect.get().copied().unwrap_or_default()
+    }
+
+    /// LARGEST_OBJECT for a message to the peer: `largest`, unless the
+    /// peer cannot read it ([`Dialect::withholds_largest_object`]; counted).
+    fn largest_for_peer(&self, largest: Option<Location>) -> Option<Location> {
+        if largest.is_some() && self.dialect().withholds_largest_object() {
+            (self.deviations)(Deviation::LargestObjectWithheld);
+            return None;
+        }
+        largest
     }
 
     /// Closes the session with a session error.
@@ -367,9 +401,8 @@ impl Peer for SessionHandle {
 }
 
 /// Serves one accepted session until it closes.
-pub(crate) async fn serve(relay: Arc<Relay>, accepted: Accepted) {
+pub(crate) async fn serve(relay: Arc<Relay>, mut accepted: Accepted) {
     let session = accepted.session.clone();
-    let handle = Arc::new(SessionHandle::new(&relay, accepted, Role::Server));
     // A full relay says so before its SETUP, so the client's connect fails
     // (checked again when the client's SETUP arrives).
     if relay.sessions_full() {
@@ -390,9 +423,24 @@ pub(crate) async fn serve(relay: Arc<Relay>, accepted: Accepted) {
         );
         return;
     }
+    // The SETUP timeout runs from here, also while the peer's first stream
+    // is awaited to learn what the session speaks.
+    let setup_at =
+        tokio::time::Instant::now() + Duration::from_millis(relay.config.setup_timeout_ms);
+    let early = match accepted.undetermined.take() {
+        None => None,
+        Some(u) => match resolve(&relay, &mut accepted, u, setup_at).await {
+            Ok(early) => early,
+            Err(()) => {
+                relay.end_half_open();
+                return;
+            }
+        },
+    };
+    let handle = Arc::new(SessionHandle::new(&relay, accepted, Role::Server));
     handle.half_open.store(true, Relaxed);
 
-    let result = run(&relay, &handle).await;
+    let result = run(&relay, &handle, setup_at, early).await;
     if let Err(e) = result {
         handle.fail(&relay, &e);
     }
@@ -402,6 +450,73 @@ pub(crate) async fn serve(relay: Arc<Relay>, accepted: Accepted) {
     relay.remove_session(handle.id);
     if handle.established.load(Relaxed) {
         relay.metrics.sessions.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Learns what a session speaks from the peer's first stream, where its
+/// transport did not say (`quichub_net::sniff`), before the setup
+/// deadline: `Ok` with that stream when it is draft 18 (to be served
+/// first), `Ok(None)` with `accepted` turned into the bridge's draft-18 side
+/// when it is draft 14; `Err` once the session is closed (timeout, no
+/// version served, moq-lite).
+async fn resolve(
+    relay: &Relay,
+    accepted: &mut Accepted,
+    u: quichub_net::sniff::Undetermined,
+    setup_at: tokio::time::Instant,
+) -> std::result::Result<Option<EarlyStream>, ()> {
+    use quichub_net::sniff::Resolved;
+    let peer = accepted.session.clone();
+    let remote = accepted.remote;
+    let refuse = |code: SessionErrorCode, reason: String| {
+        if code == SessionErrorCode::ProtocolViolation {
+            relay.metrics.protocol_violations.fetch_add(1, Relaxed);
+        }
+        tracing::info!(%remote, ?code, %reason, "closing session");
+        peer.close(code.code(), reason.as_bytes());
+        Err(())
+    };
+    match tokio::time::timeout_at(setup_at, u.resolve(&peer)).await {
+        Err(_) => {
+            relay.metrics.setup_timeouts.fetch_add(1, Relaxed);
+            refuse(
+                SessionErrorCode::ControlMessageTimeout,
+                format!(
+                    "no stream within {} ms (nothing said which draft the session speaks)",
+                    relay.config.setup_timeout_ms
+                ),
+            )
+        }
+        // The peer left: nothing to say to it.
+        Ok(Err(_)) if peer.close_reason().is_some() => Err(()),
+        Ok(Err(r)) => {
+            if r.version {
+                relay.metrics.sessions_refused_draft.fetch_add(1, Relaxed);
+            }
+            refuse(r.code, r.reason)
+        }
+        Ok(Ok(Resolved::Draft18 { early })) => Ok(Some(early)),
+        Ok(Ok(Resolved::Legacy { session, draft })) => {
+            tracing::debug!(%remote, draft = draft.number(), "draft from CLIENT_SETUP");
+            let i = usize::from(draft == moqt::legacy::Draft::D16);
+            relay.metrics.legacy_sessions[i].fetch_add(1, Relaxed);
+            accepted.session = session;
+            accepted.draft = Some(draft);
+            Ok(None)
+        }
+        // Not served yet: the moq-lite bridge takes the session here.
+        Ok(Ok(Resolved::Lite { version, .. })) => {
+            relay.metrics.sessions_refused_draft.fetch_add(1, Relaxed);
+            refuse(
+                SessionErrorCode::VersionNegotiationFailed,
+                format!(
+                    "{} ({:#x}) offered in CLIENT_SETUP is not served by this relay; \
+                     it serves draft 14 (0xff00000e) there",
+                    version.name(),
+                    version.code()
+                ),
+            )
+        }
     }
 }
 
@@ -451,7 +566,9 @@ pub(crate) async fn serve_origin(
             }
         })
     };
-    let result = run(&relay, &handle).await;
+    let setup_at =
+        tokio::time::Instant::now() + Duration::from_millis(relay.config.setup_timeout_ms);
+    let result = run(&relay, &handle, setup_at, None).await;
     // Ended before the session's cleanup, so nothing it registers outlives it.
     namespaces.abort();
     let _ = namespaces.await;
@@ -511,14 +628,20 @@ fn establish(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
     Ok(())
 }
 
-async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
-    // The peer's SETUP is due within the setup timeout from here, and so is
-    // our own SETUP on its way: a peer that grants no stream to open
-    // (QUIC's initial MAX_STREAMS of 0, or a QMux peer that never sends its
-    // transport parameters) or never reads holds its half-open slot no
-    // longer than one that never speaks.
+/// Runs a session until it ends. `early` is a stream the peer opened that
+/// was accepted before (to learn the draft), served first.
+async fn run(
+    relay: &Arc<Relay>,
+    h: &Arc<SessionHandle>,
+    setup_at: tokio::time::Instant,
+    early: Option<EarlyStream>,
+) -> Result<()> {
+    // The peer's SETUP is due by `setup_at`, and so is our own SETUP on its
+    // way: a peer that grants no stream to open (QUIC's initial MAX_STREAMS
+    // of 0, or a QMux peer that never sends its transport parameters) or
+    // never reads holds its half-open slot no longer than one that never
+    // speaks.
     let setup_timeout = Duration::from_millis(relay.config.setup_timeout_ms);
-    let setup_at = tokio::time::Instant::now() + setup_timeout;
     let too_slow = || {
         relay.metrics.setup_timeouts.fetch_add(1, Relaxed);
         SessionError {
@@ -555,13 +678,27 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
     *h.control.lock().await = Some(control);
 
     let (fail_tx, mut fail_rx) = tokio::sync::mpsc::channel::<SessionError>(4);
+    if let Some(early) = early {
+        let (relay, h, fail) = (relay.clone(), h.clone(), fail_tx.clone());
+        tokio::spawn(async move {
+            let r = match early {
+                EarlyStream::Uni(stream) => on_uni(&relay, &h, stream, Bytes::new()).await,
+                EarlyStream::Bi { send, recv, read } => {
+                    on_request(&relay, &h, send, recv, read).await
+                }
+            };
+            if let Err(e) = r {
+                let _ = fail.send(e).await;
+            }
+        });
+    }
     let uni = {
         let (relay, h, fail) = (relay.clone(), h.clone(), fail_tx.clone());
         tokio::spawn(async move {
             while let Ok(stream) = h.session.accept_uni().await {
                 let (relay, h, fail) = (relay.clone(), h.clone(), fail.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = on_uni(&relay, &h, stream).await {
+                    if let Err(e) = on_uni(&relay, &h, stream, Bytes::new()).await {
                         let _ = fail.send(e).await;
                     }
                 });
@@ -574,7 +711,7 @@ async fn run(relay: &Arc<Relay>, h: &Arc<SessionHandle>) -> Result<()> {
             while let Ok((send, recv)) = h.session.accept_bi().await {
                 let (relay, h, fail) = (relay.clone(), h.clone(), fail.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = on_request(&relay, &h, send, recv).await {
+                    if let Err(e) = on_request(&relay, &h, send, recv, Bytes::new()).await {
                         let _ = fail.send(e).await;
                     }
                 });
@@ -698,6 +835,11 @@ async fn on_control(
         state.on_control_message(&m)?;
         if let Message::Setup(s) = &m {
             tracing::debug!(session = h.id, implementation = ?s.implementation(), "SETUP");
+            let dialect = Dialect::of(s);
+            if dialect != Dialect::Draft18 {
+                tracing::debug!(session = h.id, ?dialect, "peer's draft-18 dialect");
+            }
+            let _ = h.dialect.set(dialect);
             if h.role == Role::Server {
                 // AUTHORITY and PATH come from the URL on WebTransport and
                 // WebSocket; only raw QUIC carries them in SETUP.
@@ -781,14 +923,16 @@ fn reserved_namespace(ns: &TrackNamespace) -> bool {
         .is_some_and(|f| f.first() == Some(&b'.'))
 }
 
-/// A bidirectional stream: one request from the peer.
+/// A bidirectional stream: one request from the peer. `read` is what was
+/// already read from it.
 async fn on_request(
     relay: &Arc<Relay>,
     h: &Arc<SessionHandle>,
     mut send: SendStream,
     recv: RecvStream,
+    read: Bytes,
 ) -> Result<()> {
-    let mut reader = MessageReader::new(recv, &[]);
+    let mut reader = h.reader(recv, &read);
     let first = match reader.next().await {
         Ok(m) => m,
         Err(ReadError::Finished) | Err(ReadError::Stream(_)) => return Ok(()),

@@ -441,7 +441,7 @@ pub(super) async fn follow_origin_tracks(
     if let Err(e) = write_message(&mut send, &request).await {
         return Some(e.to_string());
     }
-    let mut reader = MessageReader::new(recv, &[]);
+    let mut reader = h.reader(recv, &[]);
     match reader.next().await {
         Ok(Message::RequestOk(_)) => {}
         // An origin that does not push tracks: namespaces still work.
@@ -482,7 +482,7 @@ pub(super) async fn follow_origin(
     if let Err(e) = write_message(&mut send, &request).await {
         return Some(e.to_string());
     }
-    let mut reader = MessageReader::new(recv, &[]);
+    let mut reader = h.reader(recv, &[]);
     match reader.next().await {
         Ok(Message::RequestOk(_)) => {}
         Ok(Message::RequestError(e)) => {

@@ -57,7 +57,7 @@ pub(super) fn spawn_publish_downstream(
                 properties: joined.info.properties.clone(),
             });
             write_message(&mut send, &publish).await.ok()?;
-            let mut reader = MessageReader::new(recv, &[]);
+            let mut reader = h.reader(recv, &[]);
             let params = match reader.next().await {
                 Ok(Message::PublishOk(ok)) | Ok(Message::RequestOk(ok)) => ok.params,
                 _ => return None,

@@ -191,7 +191,7 @@ pub(super) async fn serve_subscription(
         let ok = Message::SubscribeOk(SubscribeOk {
             track_alias: track.id,
             params: Parameters {
-                largest_object: largest,
+                largest_object: h.largest_for_peer(largest),
                 ..Default::default()
             },
             properties: joined.info.properties.clone(),
@@ -249,7 +249,7 @@ pub(super) async fn serve_subscription(
                         }
                     }
                     let ok = Message::RequestOk(RequestOk {
-                        params: Parameters { largest_object: largest, ..Default::default() },
+                        params: Parameters { largest_object: h.largest_for_peer(largest), ..Default::default() },
                         properties: Vec::new(),
                     });
                     let _ = write_message(send, &ok).await;

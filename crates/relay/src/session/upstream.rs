@@ -47,7 +47,7 @@ impl SessionHandle {
         write_message(&mut send, &msg)
             .await
             .map_err(|e| internal(e.to_string()))?;
-        let mut reader = MessageReader::new(recv, &[]);
+        let mut reader = self.reader(recv, &[]);
         let timeout = Duration::from_millis(relay.config.upstream_timeout_ms);
         let first = tokio::time::timeout(timeout, reader.next())
             .await
@@ -219,8 +219,12 @@ impl SessionHandle {
                 group_order: key.descending.then_some(GroupOrder::Descending),
                 // An upstream relay that must fetch further answers within
                 // half our wait, with what it could not get marked unknown,
-                // rather than after it.
-                fill_timeout: Some(relay.config.upstream_timeout_ms / 2),
+                // rather than after it. moq-net 0.1 (never a relay) fails
+                // its whole session on a parameter it does not know.
+                fill_timeout: self
+                    .dialect()
+                    .reads_fill_timeout()
+                    .then_some(relay.config.upstream_timeout_ms / 2),
                 ..Parameters::default()
             },
         });
@@ -229,7 +233,7 @@ impl SessionHandle {
             Ok(Err(e)) => return refused(request_error::INTERNAL_ERROR, e.to_string()),
             Err(_) => return refused(request_error::TIMEOUT, "FETCH not sent".into()),
         }
-        let mut reader = MessageReader::new(recv, &[]);
+        let mut reader = self.reader(recv, &[]);
         let cancel = |send: &mut quichub_net::SendStream, reader: &mut MessageReader| {
             let _ = send.reset(reset::CANCELLED);
             reader.stop(reset::CANCELLED);
