@@ -33,15 +33,28 @@ pub enum Deviation {
     /// peer of [`Dialect::MoqNet01`], which fails the whole subscription on
     /// that parameter.
     LargestObjectWithheld,
+    /// Our answer too: a peer of [`Dialect::MoqNet01`] subscribing with the
+    /// Largest Object filter while a group is under way is served that
+    /// group from its first object (from the cache), as moq-net's own
+    /// publishers and relays serve it. It drops a subgroup stream that does
+    /// not start at object 0, and moq-clock then exits.
+    CurrentGroupFromStart,
+    /// Our answer too: the Track Alias of a subscription of a peer of
+    /// [`Dialect::MoqNet01`] is its Request ID (moq-net's publishers choose
+    /// so). A data stream that overtakes SUBSCRIBE_OK is read under the
+    /// Request ID its alias names, and dropped when that names nothing.
+    TrackAliasIsRequestId,
 }
 
 impl Deviation {
     /// Every deviation, in the order of [`Deviation::index`].
-    pub const ALL: [Deviation; 4] = [
+    pub const ALL: [Deviation; 6] = [
         Deviation::SubscribeNamespace0x11,
         Deviation::SubscribeOkGroupOrder,
         Deviation::Uint8ParametersAsVarints,
         Deviation::LargestObjectWithheld,
+        Deviation::CurrentGroupFromStart,
+        Deviation::TrackAliasIsRequestId,
     ];
 
     /// A dense index, for counters.
@@ -54,7 +67,9 @@ impl Deviation {
         match self {
             Deviation::SubscribeNamespace0x11
             | Deviation::SubscribeOkGroupOrder
-            | Deviation::LargestObjectWithheld => "moq-net",
+            | Deviation::LargestObjectWithheld
+            | Deviation::CurrentGroupFromStart
+            | Deviation::TrackAliasIsRequestId => "moq-net",
             Deviation::Uint8ParametersAsVarints => "@moq/net",
         }
     }
@@ -66,6 +81,8 @@ impl Deviation {
             Deviation::SubscribeOkGroupOrder => "subscribe_ok_group_order",
             Deviation::Uint8ParametersAsVarints => "uint8_parameters_as_varints",
             Deviation::LargestObjectWithheld => "largest_object_withheld",
+            Deviation::CurrentGroupFromStart => "current_group_from_start",
+            Deviation::TrackAliasIsRequestId => "track_alias_is_request_id",
         }
     }
 }
@@ -125,7 +142,9 @@ pub enum Dialect {
     /// other option (`moq-net` 0.3 adds its Solicit and Hidden
     /// extensions). It fails a subscription whose SUBSCRIBE_OK (or
     /// REQUEST_OK) carries LARGEST_OBJECT, and its session on a FETCH
-    /// carrying FILL_TIMEOUT: it reads only the parameters it knows.
+    /// carrying FILL_TIMEOUT: it reads only the parameters it knows. It
+    /// drops a subgroup stream that does not start at object 0, and one
+    /// that overtakes its SUBSCRIBE_OK unless the alias is the Request ID.
     MoqNet01,
 }
 
@@ -149,6 +168,19 @@ impl Dialect {
 
     /// True when messages to this peer must not carry LARGEST_OBJECT.
     pub fn withholds_largest_object(self) -> bool {
+        self == Dialect::MoqNet01
+    }
+
+    /// True when this peer reads only whole subgroups (from object 0), so
+    /// a subscription that starts inside a group starts at its beginning.
+    pub fn reads_whole_groups(self) -> bool {
+        self == Dialect::MoqNet01
+    }
+
+    /// True when this peer's subscriptions must use their Request ID as
+    /// Track Alias: it reads a data stream that overtakes SUBSCRIBE_OK only
+    /// then.
+    pub fn aliases_by_request_id(self) -> bool {
         self == Dialect::MoqNet01
     }
 
@@ -215,6 +247,10 @@ mod tests {
         assert!(Dialect::MoqNet01.withholds_largest_object());
         assert!(!Dialect::Draft18.withholds_largest_object());
         assert!(!Dialect::MoqNet01.reads_fill_timeout());
+        assert!(Dialect::MoqNet01.reads_whole_groups());
+        assert!(!Dialect::Draft18.reads_whole_groups());
+        assert!(Dialect::MoqNet01.aliases_by_request_id());
+        assert!(!Dialect::Draft18.aliases_by_request_id());
         assert!(Dialect::Draft18.reads_fill_timeout());
     }
 }

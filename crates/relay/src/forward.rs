@@ -61,7 +61,6 @@ pub use moqt::priority::stream_priority;
 /// reached, the subscriber falls too far behind, or the session closes.
 pub struct Forwarder {
     session: Session,
-    track: Arc<Track>,
     settings: watch::Receiver<Settings>,
     metrics: Arc<Metrics>,
     config: Arc<Config>,
@@ -79,6 +78,14 @@ pub struct Forwarder {
     revoked: Option<Arc<Notify>>,
     /// When the token that admitted the subscription expires.
     expires: Option<std::time::SystemTime>,
+    /// Objects to send before the track's own events ([`Self::replaying`]).
+    replay: Vec<Arc<Object>>,
+    /// The last of them: the track's objects up to it in its group came
+    /// with them, and are skipped.
+    replayed_to: Option<Location>,
+    /// The Track Alias written in subgroup headers (the track's id, unless
+    /// [`Self::with_alias`]).
+    alias: u64,
 }
 
 impl Forwarder {
@@ -90,9 +97,9 @@ impl Forwarder {
         metrics: Arc<Metrics>,
         config: Arc<Config>,
     ) -> Self {
+        let alias = track.id;
         Self {
             session,
-            track,
             settings,
             metrics,
             config,
@@ -104,7 +111,38 @@ impl Forwarder {
             header: BytesMut::with_capacity(64),
             revoked: None,
             expires: None,
+            replay: Vec::new(),
+            replayed_to: None,
+            alias,
         }
+    }
+
+    /// Writes `alias` as the Track Alias of this subscription's streams,
+    /// for a subscriber told so in its SUBSCRIBE_OK (one of
+    /// `moqt::deviation::Dialect::aliases_by_request_id`; datagrams keep
+    /// the track's id, shared by every subscriber).
+    pub fn with_alias(mut self, alias: u64) -> Self {
+        self.alias = alias;
+        self
+    }
+
+    /// Sends `objects` (of the track's cache, in order) first, and skips
+    /// the track's events up to the last of them: a subscriber that reads
+    /// only whole groups gets the group under way from its start
+    /// (`moqt::deviation::Deviation::CurrentGroupFromStart`). The track
+    /// must have been joined before `objects` were taken from its cache, so
+    /// that nothing falls between them.
+    pub fn replaying(mut self, objects: Vec<Arc<Object>>) -> Self {
+        self.replayed_to = objects.last().map(|o| o.location());
+        self.replay = objects;
+        self
+    }
+
+    /// True for an object of the track that [`Self::replaying`] already
+    /// sent.
+    fn replayed(&self, o: &Object) -> bool {
+        self.replayed_to
+            .is_some_and(|l| o.group == l.group && o.object_id <= l.object)
     }
 
     /// Ends the subscription with PUBLISH_DONE UNAUTHORIZED at `expires`,
@@ -159,75 +197,87 @@ impl Forwarder {
             }
         };
         tokio::pin!(expiry);
-        let status = loop {
-            tokio::select! {
-                biased;
-                ev = async {
-                    match &wait {
-                        Some(w) => w.recv(&mut rx).await,
-                        None => rx.recv().await,
-                    }
-                } => match ev {
-                    Ok(TrackEvent::Object(o)) => {
-                        if let Some(status) = self.on_object(&o).await {
+        let mut first = None;
+        for o in std::mem::take(&mut self.replay) {
+            if let Some(status) = self.on_object(&o).await {
+                first = Some(status);
+                break;
+            }
+        }
+        let status = match first {
+            Some(status) => status,
+            None => loop {
+                tokio::select! {
+                    biased;
+                    ev = async {
+                        match &wait {
+                            Some(w) => w.recv(&mut rx).await,
+                            None => rx.recv().await,
+                        }
+                    } => match ev {
+                        Ok(TrackEvent::Object(o)) if self.replayed(&o) => {}
+                        Ok(TrackEvent::Object(o)) => {
+                            if let Some(status) = self.on_object(&o).await {
+                                break status;
+                            }
+                        }
+                        Ok(TrackEvent::SubgroupEnd { group, subgroup, fin }) => {
+                            self.end_subgroup(group, subgroup, fin);
+                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            self.metrics.drops_lagged.fetch_add(n, Relaxed);
+                            self.lagged += n;
+                            // A gap: no open stream can be continued safely, and
+                            // the rest of those subgroups counts as lost too.
+                            let keys: Vec<_> = self.streams.keys().copied().collect();
+                            for k in keys {
+                                self.reset_one(k, reset::TOO_FAR_BEHIND);
+                                self.broken.retain(|b| *b != k);
+                                self.stalled.push(k);
+                            }
+                            if self.lagged > self.config.max_lag_objects {
+                                break publish_done::TOO_FAR_BEHIND;
+                            }
+                        }
+                        Err(broadcast::error::RecvError::Closed) => break publish_done::TRACK_ENDED,
+                    },
+                    r = ended.changed() => {
+                        if r.is_err() || ended.borrow().is_some() {
+                            // Deliver what is already queued, then end.
+                            let status = ended.borrow().map(|e| e.status).unwrap_or(publish_done::TRACK_ENDED);
+                            while let Ok(ev) = rx.try_recv() {
+                                match ev {
+                                    TrackEvent::Object(o) if self.replayed(&o) => {}
+                                    TrackEvent::Object(o) => { self.on_object(&o).await; }
+                                    TrackEvent::SubgroupEnd { group, subgroup, fin } => self.end_subgroup(group, subgroup, fin),
+                                }
+                            }
                             break status;
                         }
                     }
-                    Ok(TrackEvent::SubgroupEnd { group, subgroup, fin }) => {
-                        self.end_subgroup(group, subgroup, fin);
-                    }
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        self.metrics.drops_lagged.fetch_add(n, Relaxed);
-                        self.lagged += n;
-                        // A gap: no open stream can be continued safely, and
-                        // the rest of those subgroups counts as lost too.
-                        let keys: Vec<_> = self.streams.keys().copied().collect();
-                        for k in keys {
-                            self.reset_one(k, reset::TOO_FAR_BEHIND);
-                            self.broken.retain(|b| *b != k);
-                            self.stalled.push(k);
+                    r = self.settings.changed() => {
+                        if r.is_err() {
+                            break publish_done::SUBSCRIPTION_ENDED;
                         }
-                        if self.lagged > self.config.max_lag_objects {
-                            break publish_done::TOO_FAR_BEHIND;
+                        sink.sink().activate(self.sink_filter(), &self.metrics);
+                        if !self.settings.borrow().forward {
+                            self.reset_all(reset::CANCELLED);
                         }
                     }
-                    Err(broadcast::error::RecvError::Closed) => break publish_done::TRACK_ENDED,
-                },
-                r = ended.changed() => {
-                    if r.is_err() || ended.borrow().is_some() {
-                        // Deliver what is already queued, then end.
-                        let status = ended.borrow().map(|e| e.status).unwrap_or(publish_done::TRACK_ENDED);
-                        while let Ok(ev) = rx.try_recv() {
-                            match ev {
-                                TrackEvent::Object(o) => { self.on_object(&o).await; }
-                                TrackEvent::SubgroupEnd { group, subgroup, fin } => self.end_subgroup(group, subgroup, fin),
-                            }
-                        }
-                        break status;
-                    }
-                }
-                r = self.settings.changed() => {
-                    if r.is_err() {
-                        break publish_done::SUBSCRIPTION_ENDED;
-                    }
-                    sink.sink().activate(self.sink_filter(), &self.metrics);
-                    if !self.settings.borrow().forward {
+                    _ = self.session.closed() => break publish_done::GOING_AWAY,
+                    () = &mut revoked => {
+                        // Nothing more of the track may reach the subscriber,
+                        // not even what is already queued on open streams.
                         self.reset_all(reset::CANCELLED);
+                        break publish_done::UNAUTHORIZED;
+                    }
+                    () = &mut expiry => {
+                        self.metrics.subscriptions_expired.fetch_add(1, Relaxed);
+                        self.reset_all(reset::EXPIRED_AUTH_TOKEN);
+                        break publish_done::UNAUTHORIZED;
                     }
                 }
-                _ = self.session.closed() => break publish_done::GOING_AWAY,
-                () = &mut revoked => {
-                    // Nothing more of the track may reach the subscriber,
-                    // not even what is already queued on open streams.
-                    self.reset_all(reset::CANCELLED);
-                    break publish_done::UNAUTHORIZED;
-                }
-                () = &mut expiry => {
-                    self.metrics.subscriptions_expired.fetch_add(1, Relaxed);
-                    self.reset_all(reset::EXPIRED_AUTH_TOKEN);
-                    break publish_done::UNAUTHORIZED;
-                }
-            }
+            },
         };
         self.finish_all();
         Done {
@@ -313,7 +363,7 @@ impl Forwarder {
             ));
             self.header.clear();
             SubgroupHeader {
-                track_alias: self.track.id,
+                track_alias: self.alias,
                 group: o.group,
                 subgroup: if sg == 0 {
                     SubgroupId::Zero

@@ -12,7 +12,6 @@ use common::{close_code, within, TestRelay};
 use moqt::legacy::control::{Control, LegacyFrameReader};
 use moqt::legacy::{Draft, VERSION_D14};
 use moqt::message::{Message, NamespaceRequest, Setup, Subscribe};
-use moqt::sniff::{VERSION_LITE_01, VERSION_LITE_02};
 use moqt::{FullTrackName, KeyValue, SessionErrorCode, TrackNamespace};
 use quichub_client::{SubscribeOptions, SubscriptionEvent, TrackMode};
 use quichub_net::io::MessageReader;
@@ -176,51 +175,31 @@ async fn send_subscribe_namespace(s: &quichub_net::Session) -> MessageReader {
     MessageReader::new(recv, &[])
 }
 
-/// moq-lite-01/02 negotiate in CLIENT_SETUP as draft 14 does: not served
-/// yet, the session is closed with an error that names the version, over
-/// WebTransport without a subprotocol and on ALPN `moq-00`; a CLIENT_SETUP
-/// offering nothing served is refused as before.
+/// A CLIENT_SETUP offering no version served here, over WebTransport
+/// without a subprotocol and on ALPN `moq-00`, is refused with
+/// VERSION_NEGOTIATION_FAILED, naming what it offered. (moq-lite-01/02,
+/// offered the same way, go to the moq-lite bridge: its own tests.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn moq_lite_and_unknown_versions_in_client_setup_are_refused_by_name() {
+async fn unknown_versions_in_client_setup_are_refused_by_name() {
     let relay = TestRelay::start().await;
-    let s = relay.raw_webtransport(&[]).await;
-    let (mut send, _recv) = s.open_bi().await.unwrap();
-    send.write_all(&client_setup(vec![VERSION_LITE_02, VERSION_LITE_01]))
-        .await
-        .unwrap();
-    let (code, reason) = closed(&s).await;
-    assert_eq!(
-        code,
-        u64::from(SessionErrorCode::VersionNegotiationFailed.code())
-    );
-    assert!(reason.contains("moq-lite-02"), "{reason}");
-
-    let s = relay.raw_alpn("moq-00").await;
-    let (mut send, _recv) = s.open_bi().await.unwrap();
-    send.write_all(&client_setup(vec![VERSION_LITE_01]))
-        .await
-        .unwrap();
-    let (code, reason) = closed(&s).await;
-    assert_eq!(
-        code,
-        u64::from(SessionErrorCode::VersionNegotiationFailed.code())
-    );
-    assert!(reason.contains("moq-lite-01"), "{reason}");
-
-    let s = relay.raw_webtransport(&[]).await;
-    let (mut send, _recv) = s.open_bi().await.unwrap();
-    send.write_all(&client_setup(vec![0xff00_000c]))
-        .await
-        .unwrap();
-    let (code, reason) = closed(&s).await;
-    assert_eq!(
-        code,
-        u64::from(SessionErrorCode::VersionNegotiationFailed.code())
-    );
-    assert!(reason.contains("0xff00000c"), "{reason}");
+    for s in [
+        relay.raw_webtransport(&[]).await,
+        relay.raw_alpn("moq-00").await,
+    ] {
+        let (mut send, _recv) = s.open_bi().await.unwrap();
+        send.write_all(&client_setup(vec![0xff00_000c, 0xff00_0010]))
+            .await
+            .unwrap();
+        let (code, reason) = closed(&s).await;
+        assert_eq!(
+            code,
+            u64::from(SessionErrorCode::VersionNegotiationFailed.code())
+        );
+        assert!(reason.contains("0xff00000c, 0xff000010"), "{reason}");
+    }
     assert!(metric(
         &relay,
-        "quichub_sessions_refused_total{limit=\"draft\"} 3"
+        "quichub_sessions_refused_total{limit=\"draft\"} 2"
     ));
 }
 
@@ -301,12 +280,19 @@ async fn moq_net_0_1_subscriber_is_served_its_dialect() {
         panic!("no NAMESPACE")
     };
     assert_eq!(ns, TrackNamespace::from_path("clock"));
-    // Its SUBSCRIBE (draft-18 form): SUBSCRIBE_OK without LARGEST_OBJECT.
+    // Its SUBSCRIBE (as moq-net 0.1 writes it, Largest Object filter):
+    // SUBSCRIBE_OK without LARGEST_OBJECT.
     let (mut send2, recv2) = s.open_bi().await.unwrap();
     let m = Message::Subscribe(Subscribe {
         request_id: 2,
         track: name,
-        params: Default::default(),
+        params: moqt::Parameters {
+            forward: Some(true),
+            subscriber_priority: Some(0),
+            subscription_filter: Some(moqt::SubscriptionFilter::LargestObject),
+            group_order: Some(moqt::GroupOrder::Descending),
+            ..Default::default()
+        },
     });
     send2.write_all(&m.to_bytes()).await.unwrap();
     let mut r2 = MessageReader::new(recv2, &[]);
@@ -314,6 +300,30 @@ async fn moq_net_0_1_subscriber_is_served_its_dialect() {
         panic!("no SUBSCRIBE_OK")
     };
     assert_eq!(ok.params.largest_object, None);
+    // Its alias is its Request ID: it reads a data stream that overtakes
+    // SUBSCRIBE_OK under that.
+    assert_eq!(ok.track_alias, 2);
+    // It drops a subgroup stream that does not start at object 0: the group
+    // under way comes from its start (the relay's cache), not after the
+    // Largest Object.
+    // (The relay's first unidirectional stream is its control stream.)
+    let _control = within(5, s.accept_uni()).await.unwrap();
+    let mut data = within(5, s.accept_uni()).await.unwrap();
+    let bytes = within(5, async {
+        let mut got = Vec::new();
+        while !got.windows(17).any(|w| w == b"2026-01-01 00:00:") {
+            match data.read_chunk(4096).await.unwrap() {
+                Some(c) => got.extend_from_slice(&c),
+                None => break,
+            }
+        }
+        got
+    })
+    .await;
+    assert!(
+        bytes.windows(17).any(|w| w == b"2026-01-01 00:00:"),
+        "{bytes:02x?}"
+    );
     // A draft-18 peer gets it.
     let other = relay.raw("moqt").await;
     let mut ctl2 = other.open_uni().await.unwrap();
@@ -339,6 +349,14 @@ async fn moq_net_0_1_subscriber_is_served_its_dialect() {
     assert!(metric(
         &relay,
         "quichub_interop_deviations_total{peer=\"moq-net\",kind=\"largest_object_withheld\"} 1"
+    ));
+    assert!(metric(
+        &relay,
+        "quichub_interop_deviations_total{peer=\"moq-net\",kind=\"current_group_from_start\"} 1"
+    ));
+    assert!(metric(
+        &relay,
+        "quichub_interop_deviations_total{peer=\"moq-net\",kind=\"track_alias_is_request_id\"} 1"
     ));
     std::mem::forget((ctl, send, send2, ctl2, send3, w));
 }

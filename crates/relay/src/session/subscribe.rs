@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use moqt::deviation::Deviation;
 use moqt::error::{request_error, reset};
 use moqt::message::{Message, PublishDone, RequestOk, Subscribe, SubscribeOk};
 use moqt::session::SessionError;
-use moqt::{Location, Parameters};
+use moqt::{Location, Parameters, SubscriptionFilter};
 use quichub_net::io::{write_message, MessageReader, ReadError};
 use quichub_net::SendStream;
 use tokio::sync::{watch, Notify};
@@ -19,7 +20,8 @@ use super::{reply_error, RequestSlot, Reservation, Result, SessionHandle, SubInf
 use crate::access::Operation;
 use crate::core::{Relay, TrackEntry};
 use crate::forward::{Forwarder, Settings};
-use crate::track::TrackInfo;
+use crate::object::Object;
+use crate::track::{Track, TrackInfo};
 
 fn settings_from(params: &Parameters, info: &TrackInfo, largest: Option<Location>) -> Settings {
     let filter = params.subscription_filter;
@@ -37,6 +39,39 @@ fn settings_from(params: &Parameters, info: &TrackInfo, largest: Option<Location
             .subgroup_delivery_timeout
             .or_else(|| track_prop(info, 0x06))
             .map(Duration::from_millis),
+    }
+}
+
+/// For a peer that reads only whole subgroups (moq-net 0.1, whose
+/// subscriber drops a subgroup stream that does not start at object 0, and
+/// then moq-clock exits), subscribing with the Largest Object filter while
+/// a group is under way: that group's cached objects from its first, to be
+/// sent before the track's own events (counted). Empty otherwise, or when
+/// the cache no longer holds the group's first object. The track must have
+/// been joined already ([`Forwarder::replaying`]).
+fn whole_group_start(
+    h: &SessionHandle,
+    track: &Track,
+    subscribe: bool,
+    params: &Parameters,
+    largest: Option<Location>,
+) -> Vec<Arc<Object>> {
+    let Some(l) = largest else {
+        return Vec::new();
+    };
+    if !subscribe
+        || !h.dialect().reads_whole_groups()
+        || params.subscription_filter != Some(SubscriptionFilter::LargestObject)
+        || !params.forward.unwrap_or(true)
+    {
+        return Vec::new();
+    }
+    let head = track.cached_range(Location::new(l.group, 0), l, false);
+    if head.first().is_some_and(|o| o.object_id == 0) {
+        (h.deviations)(Deviation::CurrentGroupFromStart);
+        head
+    } else {
+        Vec::new()
     }
 }
 
@@ -159,7 +194,11 @@ pub(super) async fn serve_subscription(
         Some(_) => track.largest(),
         None => joined.largest,
     };
-    let settings = settings_from(params, &joined.info, largest);
+    let mut settings = settings_from(params, &joined.info, largest);
+    let replay = whole_group_start(h, &track, reader.is_some(), params, largest);
+    if let Some(first) = replay.first() {
+        settings.start = first.location();
+    }
     if let (Some(end), Some(l)) = (settings.end_group, largest) {
         if end < l.group {
             reply_error(
@@ -187,9 +226,17 @@ pub(super) async fn serve_subscription(
     );
     // A SUBSCRIBE (which comes with a reader for its updates) is answered here;
     // for our own PUBLISH the PUBLISH_OK was the answer.
+    // moq-net 0.1 reads a data stream that overtakes SUBSCRIBE_OK under the
+    // Request ID its alias names (counted).
+    let alias = if h.dialect().aliases_by_request_id() && reader.is_some() {
+        (h.deviations)(Deviation::TrackAliasIsRequestId);
+        request_id
+    } else {
+        track.id
+    };
     if reader.is_some() {
         let ok = Message::SubscribeOk(SubscribeOk {
-            track_alias: track.id,
+            track_alias: alias,
             params: Parameters {
                 largest_object: h.largest_for_peer(largest),
                 ..Default::default()
@@ -214,7 +261,9 @@ pub(super) async fn serve_subscription(
     .expiring(h.access().request_expires(&Operation::Subscribe {
         track: &track.name,
         tokens,
-    }));
+    }))
+    .replaying(replay)
+    .with_alias(alias);
     let mut run = Box::pin(forwarder.run(joined));
     let done = loop {
         let next = async {
