@@ -54,6 +54,11 @@ fn python() -> Option<PathBuf> {
 
 /// A relay on a free port, with a fresh self-signed certificate.
 fn start_quichub(dir: &Path) -> (Proc, u16) {
+    start_quichub_logging(dir, Stdio::null())
+}
+
+/// [`start_quichub`], its log (stderr) to `log`.
+fn start_quichub_logging(dir: &Path, log: Stdio) -> (Proc, u16) {
     std::fs::create_dir_all(dir).unwrap();
     let id = Identity::self_signed(&["localhost", "127.0.0.1"]).unwrap();
     id.write_pem(&dir.join("cert.pem"), &dir.join("key.pem"))
@@ -65,7 +70,7 @@ fn start_quichub(dir: &Path) -> (Proc, u16) {
         .arg("--key")
         .arg(dir.join("key.pem"))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -114,13 +119,32 @@ fn aiomoqt_interop_client_passes_against_quichub_at_draft_14() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A script of this directory.
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/interop")
+        .join(name)
+}
+
 /// One aiomoqt publisher and one quichub subscriber: how many objects the
 /// subscriber read within the time given.
 fn publish_and_read(py: &Path, port: u16, datagrams: bool, track: &str) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/aiomoqt_pub.py");
+    publish_and_read_with(py, &[], port, datagrams, track)
+}
+
+/// [`publish_and_read`], the publisher run through `wrapper` (a script of
+/// this directory that runs the next one, or none).
+fn publish_and_read_with(
+    py: &Path,
+    wrapper: &[&str],
+    port: u16,
+    datagrams: bool,
+    track: &str,
+) -> String {
     let mut publisher = Command::new(py);
     publisher
-        .arg(script)
+        .args(wrapper.iter().map(|w| script(w)))
+        .arg(script("aiomoqt_pub.py"))
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["--namespace", "live/aiomoqt", "--trackname", track])
         .stdout(Stdio::null())
@@ -163,5 +187,50 @@ fn aiomoqt_publisher_reaches_a_draft_18_subscriber() {
         datagrams.contains("received 30 objects"),
         "datagrams: {datagrams}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A draft-14 client over WebTransport that offers no subprotocol (draft 14
+/// negotiated its version in CLIENT_SETUP alone): aiomoqt with its
+/// `wt-available-protocols` header stripped (`aiomoqt_no_subprotocol.py`).
+/// The relay does not speak first, learns draft 14 from the CLIENT_SETUP and
+/// bridges the session: the interop client's six cases pass, and the
+/// example publisher's objects reach a draft-18 subscriber.
+#[test]
+fn aiomoqt_without_a_subprotocol_is_served_as_draft_14() {
+    let Some(py) = python() else { return };
+    let dir = std::env::temp_dir().join(format!("quichub-aiomoqt-bare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = std::fs::File::create(dir.join("relay.log")).unwrap();
+    let (_relay, port) = start_quichub_logging(&dir, log.into());
+    let client = aiomoqt_dir(&py).join("examples/moq_interop_client.py");
+    let out = Command::new(&py)
+        .arg(script("aiomoqt_no_subprotocol.py"))
+        .arg(&client)
+        .args([
+            "-r",
+            &format!("https://127.0.0.1:{port}/moq"),
+            "--tls-disable-verify",
+        ])
+        .output()
+        .unwrap();
+    let tap = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let ok = tap.lines().filter(|l| l.starts_with("ok ")).count();
+    let log = || std::fs::read_to_string(dir.join("relay.log")).unwrap_or_default();
+    assert_eq!(
+        ok,
+        6,
+        "aiomoqt without a subprotocol:\n{tap}\n{err}\n{}",
+        log()
+    );
+    assert!(!tap.contains("not ok"), "{tap}");
+    let streams = publish_and_read_with(&py, &["aiomoqt_no_subprotocol.py"], port, false, "bare");
+    assert!(
+        streams.contains("received 30 objects"),
+        "subgroup streams from a publisher without a subprotocol: {streams}"
+    );
+    // It was the path without a subprotocol (the header really went).
+    assert!(log().contains("no subprotocol"), "{}", log());
     let _ = std::fs::remove_dir_all(&dir);
 }
