@@ -437,9 +437,10 @@ impl Bridge {
         let Some((mut recv, mut pending)) = data else {
             return;
         };
-        let Some(mut out) = GroupOut::open(&self, &served, group).await else {
-            return;
-        };
+        // Opened at the group's first object: a relay that does not hold
+        // the group's start (it joined mid-group itself) leaves the group
+        // undelivered (see `starts_mid_group`).
+        let mut out: Option<GroupOut> = None;
         let mut state = FetchState::new(false);
         'read: loop {
             let src = std::mem::take(&mut pending);
@@ -447,13 +448,22 @@ impl Bridge {
             loop {
                 match state.decode(&mut s, &src, MAX_OBJECT) {
                     Ok(FetchEntry::Object(o)) if o.group == group => {
-                        if o.object_id < out.next {
+                        if o.object_id < out.as_ref().map_or(0, |g| g.next) {
                             continue;
                         }
-                        if out.frame(&self, o.payload).await.is_err() {
+                        if out.is_none() {
+                            if o.object_id > 0 {
+                                break 'read;
+                            }
+                            out = GroupOut::open(&self, &served, group).await;
+                        }
+                        let Some(g) = out.as_mut() else {
+                            return;
+                        };
+                        if g.frame(&self, o.payload).await.is_err() {
                             return;
                         }
-                        out.next = o.object_id + 1;
+                        g.next = o.object_id + 1;
                     }
                     Ok(_) => {}
                     Err(DecodeError::Short) => break,
@@ -472,7 +482,7 @@ impl Bridge {
                 _ => break,
             }
         }
-        *slot = Some(out);
+        *slot = out;
     }
 
     /// A data stream of the relay: a subgroup of one of the peer's
@@ -588,16 +598,12 @@ impl Bridge {
                 }
             }
         }
-        let mut out = match out {
-            Some(o) => o,
-            None => match GroupOut::open(&self, &served, group).await {
-                Some(o) => o,
-                None => {
-                    let _ = recv.stop(reset::CANCELLED);
-                    return;
-                }
-            },
-        };
+        // Otherwise the group stream opens at the first object it carries.
+        let mut out: Option<GroupOut> = out;
+        let subgroup_zero = matches!(
+            header.subgroup,
+            moqt::data::SubgroupId::Zero | moqt::data::SubgroupId::Explicit(0)
+        );
         let mut prev = None;
         loop {
             let mut s = &pending[..];
@@ -612,31 +618,49 @@ impl Bridge {
                     Ok(o) => {
                         prev = Some(o.object_id);
                         // Frames have no IDs: what the FETCH already wrote is skipped.
-                        if o.status != ObjectStatus::Normal || o.object_id < out.next {
+                        if o.status != ObjectStatus::Normal
+                            || o.object_id < out.as_ref().map_or(0, |g| g.next)
+                        {
                             continue;
                         }
-                        if out.frame(&self, o.payload).await.is_err() {
+                        if out.is_none() {
+                            if starts_mid_group(subgroup_zero, o.object_id) {
+                                let _ = recv.stop(reset::CANCELLED);
+                                return;
+                            }
+                            out = GroupOut::open(&self, &served, group).await;
+                        }
+                        let Some(g) = out.as_mut() else {
+                            let _ = recv.stop(reset::CANCELLED);
+                            return;
+                        };
+                        if g.frame(&self, o.payload).await.is_err() {
                             let _ = recv.stop(reset::CANCELLED);
                             return;
                         }
-                        out.next = o.object_id + 1;
+                        g.next = o.object_id + 1;
                     }
                     Err(DecodeError::Short) => break,
                     Err(_) => {
                         let _ = recv.stop(reset::CANCELLED);
-                        let _ = out.stream.reset(code::MALFORMED_TRACK);
+                        if let Some(g) = out.as_mut() {
+                            let _ = g.stream.reset(code::MALFORMED_TRACK);
+                        }
                         return;
                     }
                 }
             }
             let used = pending.len() - s.len();
             pending = pending.slice(used..);
-            let chunk = tokio::select! {
-                c = recv.read_chunk(64 * 1024) => c,
-                _ = out.stream.stopped() => {
-                    let _ = recv.stop(reset::CANCELLED);
-                    return;
-                }
+            let chunk = match out.as_mut() {
+                Some(g) => tokio::select! {
+                    c = recv.read_chunk(64 * 1024) => c,
+                    _ = g.stream.stopped() => {
+                        let _ = recv.stop(reset::CANCELLED);
+                        return;
+                    }
+                },
+                None => recv.read_chunk(64 * 1024).await,
             };
             match chunk {
                 Ok(Some(c)) if pending.is_empty() => pending = c,
@@ -647,11 +671,15 @@ impl Bridge {
                     pending = b.freeze();
                 }
                 Ok(None) => {
-                    let _ = out.stream.finish();
+                    if let Some(g) = out.as_mut() {
+                        let _ = g.stream.finish();
+                    }
                     return;
                 }
                 Err(_) => {
-                    let _ = out.stream.reset(code::CANCEL);
+                    if let Some(g) = out.as_mut() {
+                        let _ = g.stream.reset(code::CANCEL);
+                    }
                     return;
                 }
             }
@@ -700,6 +728,17 @@ impl Bridge {
     }
 }
 
+/// Whether a subgroup stream whose first object is `first_object` misses
+/// the start of its group. A lite group has no object IDs: the peer takes
+/// its first frame for the group's first (for media, the keyframe). Subgroup
+/// 0 that does not begin with object 0 joined the group mid-way (a
+/// subscription that began mid-group, when nothing fetched the group's
+/// start): the group is not delivered, the next one is. Other subgroups
+/// begin where they begin.
+fn starts_mid_group(subgroup_zero: bool, first_object: u64) -> bool {
+    subgroup_zero && first_object > 0
+}
+
 /// What a peer's refused request gets: the lite reset code closest to the
 /// relay's REQUEST_ERROR.
 fn refusal_code(request_error_code: u64) -> u32 {
@@ -713,3 +752,18 @@ fn refusal_code(request_error_code: u64) -> u32 {
 /// TRACK_INFO's max age: what the relay's cache keeps, roughly (a lite
 /// subscriber uses it only to skip stale groups).
 const TRACK_MAX_AGE_MS: u64 = 5000;
+
+#[cfg(test)]
+mod tests {
+    use super::starts_mid_group;
+
+    #[test]
+    fn a_group_is_delivered_from_its_first_object_only() {
+        // Subgroup 0 from object 0: the group's start.
+        assert!(!starts_mid_group(true, 0));
+        // Subgroup 0 from object 13: joined mid-group, not delivered.
+        assert!(starts_mid_group(true, 13));
+        // Another subgroup begins where it begins.
+        assert!(!starts_mid_group(false, 13));
+    }
+}
