@@ -9,6 +9,10 @@
 //! quichub pub --format hang|hang-cmaf [--mode announce] ──► quichub relay ──moqt-18──► moq export fmp4
 //! ```
 //!
+//! The same cases over moq-lite-06 (`--connect-version moq-lite-06`,
+//! through quichub's lite bridge) are in `interop_moq_lite`, which calls
+//! [`moq_publishes`] and [`moq_subscribes`] with that version.
+//!
 //! What works and what does not (MSF, ffmpeg's `frag_every_frame`) is in
 //! `crates/moqt/INTEROP.md`.
 //!
@@ -37,6 +41,8 @@ const CMAF: &str = "cmaf+separate_moof+delay_moov+skip_trailer+frag_every_frame"
 const CMAF_PIPE: &str = "cmaf+separate_moof+delay_moov+skip_trailer";
 /// Frames of video in the input: 4 s at 30 fps.
 const FRAMES: usize = 120;
+/// The IETF draft, as moq-dev's `--connect-version` names it.
+const DRAFT_18: &str = "moq-transport-18";
 
 struct Proc(Child);
 
@@ -49,7 +55,7 @@ impl Drop for Proc {
 
 /// The directory holding `moq`, or `None` (skip) when the tools are not
 /// installed and the test script did not ask for them.
-fn tools() -> Option<PathBuf> {
+pub(crate) fn tools() -> Option<PathBuf> {
     let have_ffmpeg = Command::new("ffmpeg")
         .arg("-version")
         .output()
@@ -190,15 +196,15 @@ fn url(scheme: &str, port: u16) -> String {
     }
 }
 
-/// `moq` dialing quichub as a draft-18 client, trusting the relay's
-/// certificate, for `broadcast`.
-fn moq(bin: &Path, dir: &Dir, url: &str, broadcast: &str) -> Command {
+/// `moq` dialing quichub at `version` (`moq-transport-18`, `moq-lite-06`),
+/// trusting the relay's certificate, for `broadcast`.
+fn moq(bin: &Path, dir: &Dir, url: &str, version: &str, broadcast: &str) -> Command {
     let mut c = Command::new(bin.join("moq"));
     c.args([
         "--connect",
         url,
         "--connect-version",
-        "moq-transport-18",
+        version,
         "--broadcast",
         broadcast,
         // Pinned by hash: `--connect-tls-root` works too, but moq-tokio's
@@ -287,9 +293,9 @@ fn assert_same_audio(input: &Path, output: &Path, what: &str) {
 
 /// ffmpeg → `moq import fmp4` → quichub relay → `quichub sub --output`, and
 /// at the same time → `moq export fmp4` (quichub as the relay between two
-/// moq-dev clients).
-fn moq_publishes(bin: &Path, scheme: &str) {
-    let dir = Dir::new(&format!("import-{scheme}"));
+/// moq-dev clients); both `moq`s speak `version`, `quichub sub` draft 18.
+pub(crate) fn moq_publishes(bin: &Path, scheme: &str, version: &str) {
+    let dir = Dir::new(&format!("import-{scheme}-{version}"));
     let input = dir.path("in.mp4");
     h264_aac(&input, FRAMES as u32 / 30);
     let (_relay, port) = relay(&dir);
@@ -305,7 +311,7 @@ fn moq_publishes(bin: &Path, scheme: &str) {
         .unwrap();
     let moq_out = dir.path("moq-out.mp4");
     let mut export = Proc(
-        moq(bin, &dir, &url(scheme, port), &broadcast)
+        moq(bin, &dir, &url(scheme, port), version, &broadcast)
             .args(["export", "fmp4"])
             .stdout(std::fs::File::create(&moq_out).unwrap())
             .stderr(std::fs::File::create(dir.path("moq-export.log")).unwrap())
@@ -334,7 +340,7 @@ fn moq_publishes(bin: &Path, scheme: &str) {
         .spawn()
         .unwrap();
     let mut publisher = Proc(
-        moq(bin, &dir, &url(scheme, port), &broadcast)
+        moq(bin, &dir, &url(scheme, port), version, &broadcast)
             .args(["import", "fmp4"])
             .stdin(ffmpeg.stdout.take().unwrap())
             .stdout(Stdio::null())
@@ -370,15 +376,16 @@ fn moq_publishes(bin: &Path, scheme: &str) {
         sub_log.contains(&format!("0.m4s {FRAMES} frames")),
         "{logs}"
     );
-    let what = format!("moq import over {scheme}");
+    let what = format!("moq import over {scheme} ({version})");
     assert_same_pictures(&input, &out, &what);
     assert_same_audio(&input, &out, &what);
-    let what = format!("moq import → quichub → moq export over {scheme}");
+    let what = format!("moq import → quichub → moq export over {scheme} ({version})");
     assert_same_pictures(&input, &moq_out, &what);
     assert_same_audio(&input, &moq_out, &what);
 }
 
-/// `quichub pub --format FORMAT --mode MODE` → quichub relay → `moq export fmp4`.
+/// `quichub pub --format FORMAT --mode MODE` → quichub relay → `moq export
+/// fmp4` speaking `version`.
 ///
 /// moq-net finds broadcasts with SUBSCRIBE_NAMESPACE and joins a track at
 /// the start of its current group (SUBSCRIBE Next Object plus a joining
@@ -386,8 +393,8 @@ fn moq_publishes(bin: &Path, scheme: &str) {
 /// `announce`: objects flow only while the relay subscribes, and `moq` comes
 /// 1.3 s late: it must get the catalog (written again for it) and play the
 /// rest from a keyframe on.
-fn moq_subscribes(bin: &Path, scheme: &str, format: &str, mode: &str) {
-    let dir = Dir::new(&format!("export-{scheme}-{format}-{mode}"));
+pub(crate) fn moq_subscribes(bin: &Path, scheme: &str, version: &str, format: &str, mode: &str) {
+    let dir = Dir::new(&format!("export-{scheme}-{version}-{format}-{mode}"));
     let input = dir.path("in.mp4");
     h264_aac(&input, FRAMES as u32 / 30);
     let (_relay, port) = relay(&dir);
@@ -395,7 +402,7 @@ fn moq_subscribes(bin: &Path, scheme: &str, format: &str, mode: &str) {
     let out = dir.path("out.mp4");
     let export = || {
         Proc(
-            moq(bin, &dir, &url(scheme, port), &broadcast)
+            moq(bin, &dir, &url(scheme, port), version, &broadcast)
                 .args(["export", "fmp4"])
                 .stdout(std::fs::File::create(&out).unwrap())
                 .stderr(std::fs::File::create(dir.path("moq.log")).unwrap())
@@ -434,7 +441,7 @@ fn moq_subscribes(bin: &Path, scheme: &str, format: &str, mode: &str) {
     );
     assert!(p.status.success(), "{logs}");
     assert!(ended, "moq export did not end with the broadcast\n{logs}");
-    let what = format!("moq export of {format} ({mode}) over {scheme}");
+    let what = format!("moq export of {format} ({mode}) over {scheme} ({version})");
     if late {
         let (a, b) = (picture_md5s(&input), picture_md5s(&out));
         assert!(
@@ -523,7 +530,7 @@ fn moq_tokens(bin: &Path) {
         .unwrap();
     let url = format!("https://127.0.0.1:{port}/?jwt={put}");
     let mut publisher = Proc(
-        moq(bin, &dir, &url, "live/cams/a.hang")
+        moq(bin, &dir, &url, DRAFT_18, "live/cams/a.hang")
             .args(["import", "fmp4"])
             .stdin(ffmpeg.stdout.take().unwrap())
             .stdout(Stdio::null())
@@ -569,7 +576,7 @@ fn moq_tokens(bin: &Path) {
 /// lost last audio packet at `moq export`).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -584,9 +591,9 @@ fn moq_cli_imports_fmp4_into_quichub_and_quichub_sub_plays_it() {
         // breadth issue). Now and then (3 of ~10 full runs on 2 cores) a
         // subscriber then misses the first GOP or the last audio packet.
         // One more try, with every assertion, rather than a red suite.
-        if std::panic::catch_unwind(|| moq_publishes(&bin, scheme)).is_err() {
+        if std::panic::catch_unwind(|| moq_publishes(&bin, scheme, DRAFT_18)).is_err() {
             eprintln!("moq import over {scheme}: failed once (see above); once more");
-            moq_publishes(&bin, scheme);
+            moq_publishes(&bin, scheme, DRAFT_18);
         }
     }
     // With tokens from moq-dev's `moq auth`: the same `moq import`, so the
@@ -601,7 +608,7 @@ fn moq_cli_imports_fmp4_into_quichub_and_quichub_sub_plays_it() {
 fn quichub_pub_hang_plays_through_moq_cli_export() {
     let Some(bin) = tools() else { return };
     let _turn = one_at_a_time();
-    moq_subscribes(&bin, "moqt", "hang", "push");
-    moq_subscribes(&bin, "https", "hang-cmaf", "push");
-    moq_subscribes(&bin, "moqt", "hang", "announce");
+    moq_subscribes(&bin, "moqt", DRAFT_18, "hang", "push");
+    moq_subscribes(&bin, "https", DRAFT_18, "hang-cmaf", "push");
+    moq_subscribes(&bin, "moqt", DRAFT_18, "hang", "announce");
 }
