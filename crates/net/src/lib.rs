@@ -20,6 +20,7 @@ pub mod flood;
 pub mod h3;
 pub mod io;
 pub mod legacy;
+pub mod lite;
 pub mod metrics_http;
 pub mod mux;
 pub mod quic_config;

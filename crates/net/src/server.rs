@@ -303,6 +303,9 @@ pub struct Accepted {
     /// yet, and [`crate::sniff::Undetermined::resolve`] learns the protocol
     /// from the peer's first stream.
     pub undetermined: Option<crate::sniff::Undetermined>,
+    /// The moq-lite version the peer speaks: `session` is then the draft-18
+    /// side of the lite bridge ([`crate::lite`]).
+    pub lite: Option<moqt::lite::Version>,
 }
 
 impl Server {
@@ -353,13 +356,20 @@ impl Server {
             identity,
             clients.verifier(false)?,
         )?;
-        tls.alpn_protocols = vec![
+        // moq-lite first, as moq-relay lists it: moq-dev's clients offer
+        // lite and the IETF drafts, and get what they prefer
+        // (`docs/moq-lite.md`; `--client-version` picks the draft).
+        tls.alpn_protocols = moqt::lite::Version::ALPNS
+            .iter()
+            .map(|a| a.as_bytes().to_vec())
+            .collect();
+        tls.alpn_protocols.extend([
             moqt::ALPN.as_bytes().to_vec(),
             ALPN_H3.to_vec(),
             ALPN_MQTT.to_vec(),
             moqt::legacy::Draft::D16.alpn().as_bytes().to_vec(),
             moqt::legacy::Draft::D14.alpn().as_bytes().to_vec(),
-        ];
+        ]);
         // Session resumption with 0-RTT (docs/zero-rtt.md). quinn wants 0 or
         // u32::MAX here. Tickets are stateful and single-use: the server keeps
         // each session in this cache and `take`s it on resumption (rustls
@@ -725,6 +735,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
             http: None,
             draft: None,
             undetermined: None,
+            lite: None,
         })));
     }
     // Draft 14's ALPN, which moq-lite-01/02 share: CLIENT_SETUP decides.
@@ -737,7 +748,43 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
             http: None,
             draft: None,
             undetermined: Some(crate::sniff::Undetermined::moq_00(bridge)),
+            lite: None,
         })));
+    }
+    match moqt::lite::Version::from_alpn(&alpn) {
+        Some(moqt::lite::Negotiated::Version(version)) => {
+            let peer = web_transport_quinn::Session::raw(conn).into();
+            let start = crate::lite::Start {
+                version,
+                transport: Transport::Quic,
+                url_path: None,
+                session_stream: None,
+            };
+            return Ok(Established::Moqt(Box::new(Accepted {
+                session: crate::lite::accept(peer, start, bridge).await?,
+                transport: Transport::Quic,
+                path: None,
+                remote,
+                http: None,
+                draft: None,
+                undetermined: None,
+                lite: Some(version),
+            })));
+        }
+        // `moql`: lite-01/02 (or draft 14), chosen in CLIENT_SETUP.
+        Some(moqt::lite::Negotiated::Legacy) => {
+            return Ok(Established::Moqt(Box::new(Accepted {
+                session: web_transport_quinn::Session::raw(conn).into(),
+                transport: Transport::Quic,
+                path: None,
+                remote,
+                http: None,
+                draft: None,
+                undetermined: Some(crate::sniff::Undetermined::moq_00(bridge)),
+                lite: None,
+            })));
+        }
+        None => {}
     }
     if let Some(draft) = moqt::legacy::Draft::from_alpn(&alpn) {
         let peer = web_transport_quinn::Session::raw(conn).into();
@@ -749,6 +796,7 @@ pub async fn establish_any(pending: Pending) -> anyhow::Result<Established> {
             http: None,
             draft: Some(draft),
             undetermined: None,
+            lite: None,
         })));
     }
     if alpn == ALPN_MQTT {
@@ -809,31 +857,18 @@ async fn h3_established(
         None => request.url.path().to_string(),
     };
     let offered = request.protocols.clone();
-    // A client that offers subprotocols must offer ours (draft 18, or
-    // drafts 16 and 14 through the bridge); one that offers none is a
-    // draft-18 client (an older browser) or a draft-14 one (which
-    // negotiates in CLIENT_SETUP), and its first stream says which.
-    use moqt::legacy::Draft;
-    let chosen = if offered.is_empty() || offered.iter().any(|p| p == moqt::ALPN) {
-        None
-    } else if let Some(d) = [Draft::D16, Draft::D14]
-        .into_iter()
-        .find(|d| offered.iter().any(|p| p == d.alpn()))
-    {
-        Some(d)
-    } else {
+    // A client that offers subprotocols gets the first of them served here,
+    // in its own order (as moq-relay chooses: moq-dev's clients list
+    // moq-lite first); one that offers none is a draft-18 client (an older
+    // browser) or one that negotiates in CLIENT_SETUP (draft 14,
+    // moq-lite-01/02), and its first stream says which.
+    let Some(chosen) = choose_subprotocol(&offered) else {
         request.reject(http::StatusCode::BAD_REQUEST).await.ok();
-        anyhow::bail!(
-            "WebTransport client offered {offered:?}, not {}, {} or {}",
-            moqt::ALPN,
-            Draft::D16.alpn(),
-            Draft::D14.alpn()
-        );
+        anyhow::bail!("WebTransport client offered {offered:?}, none served here");
     };
-    let response = match (offered.is_empty(), chosen) {
-        (true, _) => ConnectResponse::OK,
-        (false, None) => ConnectResponse::OK.with_protocol(moqt::ALPN),
-        (false, Some(d)) => ConnectResponse::OK.with_protocol(d.alpn()),
+    let response = match chosen.protocol() {
+        None => ConnectResponse::OK,
+        Some(p) => ConnectResponse::OK.with_protocol(p),
     };
     let session = request
         .respond(response)
@@ -841,24 +876,32 @@ async fn h3_established(
         .context("WebTransport respond")?;
     // Plain HTTP/3 requests on this connection reach `http`.
     session.forward_other_bi(forward);
-    let (session, draft, undetermined) = match chosen {
-        // `moq-00` is draft 14's and moq-lite-01/02's: CLIENT_SETUP decides.
-        Some(Draft::D14) => (
-            session.into(),
-            None,
-            Some(crate::sniff::Undetermined::moq_00(bridge)),
-        ),
-        Some(draft) => (
-            crate::legacy::accept(session.into(), draft, bridge).await?,
-            Some(draft),
-            None,
-        ),
-        None if offered.is_empty() => (
-            session.into(),
-            None,
-            Some(crate::sniff::Undetermined::no_subprotocol(bridge)),
-        ),
-        None => (session.into(), None, None),
+    let (mut draft, mut undetermined, mut lite) = (None, None, None);
+    let session = match chosen {
+        Subprotocol::None => {
+            undetermined = Some(crate::sniff::Undetermined::no_subprotocol(bridge));
+            session.into()
+        }
+        // `moq-00` (draft 14's) and `moql` (moq-lite-01/02's): CLIENT_SETUP decides.
+        Subprotocol::Moq00 | Subprotocol::Moql => {
+            undetermined = Some(crate::sniff::Undetermined::moq_00(bridge));
+            session.into()
+        }
+        Subprotocol::Draft18 => session.into(),
+        Subprotocol::Legacy(d) => {
+            draft = Some(d);
+            crate::legacy::accept(session.into(), d, bridge).await?
+        }
+        Subprotocol::Lite(version) => {
+            lite = Some(version);
+            let start = crate::lite::Start {
+                version,
+                transport: Transport::WebTransport,
+                url_path: Some(path.clone()),
+                session_stream: None,
+            };
+            crate::lite::accept(session.into(), start, bridge).await?
+        }
     };
     Ok(Established::Moqt(Box::new(Accepted {
         session,
@@ -868,5 +911,113 @@ async fn h3_established(
         draft,
         http: Some(http),
         undetermined,
+        lite,
     })))
+}
+
+/// What a WebTransport client's subprotocols choose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subprotocol {
+    /// None offered: the first stream tells.
+    None,
+    /// `moqt-18`.
+    Draft18,
+    /// `moqt-16`, through the legacy bridge.
+    Legacy(moqt::legacy::Draft),
+    /// `moq-00`: draft 14 or moq-lite-01/02 by CLIENT_SETUP.
+    Moq00,
+    /// `moql`: moq-lite-01/02 (or draft 14) by CLIENT_SETUP.
+    Moql,
+    /// `moq-lite-0N`, through the lite bridge.
+    Lite(moqt::lite::Version),
+}
+
+impl Subprotocol {
+    /// The subprotocol to answer with.
+    fn protocol(self) -> Option<&'static str> {
+        match self {
+            Subprotocol::None => None,
+            Subprotocol::Draft18 => Some(moqt::ALPN),
+            Subprotocol::Legacy(d) => Some(d.alpn()),
+            Subprotocol::Moq00 => Some(moqt::legacy::Draft::D14.alpn()),
+            Subprotocol::Moql => Some(moqt::lite::ALPN_LEGACY),
+            Subprotocol::Lite(v) => Some(v.alpn()),
+        }
+    }
+}
+
+/// The first of a WebTransport client's subprotocols served here, in the
+/// client's order; `None` when it offered some and none is served.
+fn choose_subprotocol(offered: &[String]) -> Option<Subprotocol> {
+    use moqt::legacy::Draft;
+    if offered.is_empty() {
+        return Some(Subprotocol::None);
+    }
+    offered.iter().find_map(|p| {
+        let p = p.as_bytes();
+        if p == moqt::ALPN.as_bytes() {
+            return Some(Subprotocol::Draft18);
+        }
+        match moqt::lite::Version::from_alpn(p) {
+            Some(moqt::lite::Negotiated::Version(v)) => return Some(Subprotocol::Lite(v)),
+            Some(moqt::lite::Negotiated::Legacy) => return Some(Subprotocol::Moql),
+            None => {}
+        }
+        match Draft::from_alpn(p) {
+            Some(Draft::D14) => Some(Subprotocol::Moq00),
+            Some(d) => Some(Subprotocol::Legacy(d)),
+            None => None,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{choose_subprotocol, Subprotocol};
+    use moqt::legacy::Draft;
+    use moqt::lite::Version;
+
+    fn offered(p: &[&str]) -> Vec<String> {
+        p.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_clients_first_served_subprotocol_wins() {
+        // @moq/watch 0.4.6 (@moq/net 0.2.8).
+        let watch = offered(&[
+            "moq-lite-05",
+            "moq-lite-04",
+            "moq-lite-03",
+            "moql",
+            "moqt-19",
+            "moqt-18",
+        ]);
+        assert_eq!(
+            choose_subprotocol(&watch),
+            Some(Subprotocol::Lite(Version::Lite05))
+        );
+        // A client that prefers the IETF draft gets it.
+        let ietf = offered(&["moqt-18", "moq-lite-06"]);
+        assert_eq!(choose_subprotocol(&ietf), Some(Subprotocol::Draft18));
+        assert_eq!(
+            choose_subprotocol(&offered(&["moqt-19", "moqt-16"])),
+            Some(Subprotocol::Legacy(Draft::D16))
+        );
+        assert_eq!(
+            choose_subprotocol(&offered(&["moq-00"])),
+            Some(Subprotocol::Moq00)
+        );
+        assert_eq!(
+            choose_subprotocol(&offered(&["moql"])),
+            Some(Subprotocol::Moql)
+        );
+        assert_eq!(choose_subprotocol(&[]), Some(Subprotocol::None));
+        // moq-net's unreleased lite-07 and @moq/net's lite-06 draft are not served.
+        let unserved = offered(&["moq-lite-07-wip", "moq-lite-06-wip"]);
+        assert_eq!(choose_subprotocol(&unserved), None);
+        assert_eq!(
+            Subprotocol::Lite(Version::Lite04).protocol(),
+            Some("moq-lite-04")
+        );
+    }
 }

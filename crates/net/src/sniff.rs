@@ -68,6 +68,8 @@ pub enum Resolved {
         recv: RecvStream,
         /// What was read of it: the whole CLIENT_SETUP, at least.
         read: Bytes,
+        /// The limits of the bridge's in-memory session.
+        limits: qmux::Config,
     },
 }
 
@@ -191,6 +193,7 @@ impl Undetermined {
             }
         };
         let read = buf.freeze();
+        let limits = self.limits.clone();
         let bridge = |send, recv, read| async move {
             crate::legacy::accept_with_control(
                 peer.clone(),
@@ -222,6 +225,7 @@ impl Undetermined {
                     send,
                     recv,
                     read,
+                    limits,
                 }),
                 Chosen::Unsupported => {
                     let offered: Vec<String> = versions.iter().map(|v| format!("{v:#x}")).collect();

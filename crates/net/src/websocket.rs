@@ -5,9 +5,11 @@
 //!
 //! The WebSocket subprotocol names both layers: `qmux-01.moqt-18` is QMux
 //! draft-01 framing carrying MoQT draft-18 (moq-dev pins draft-18 to
-//! qmux-01); `qmux-02.moqt-18` is accepted too. A handshake that offers
-//! neither is refused (a client that upgraded with no common subprotocol
-//! would speak another framing). The URL's path and query play the role of
+//! qmux-01); QMux drafts 02 and 00 are accepted too, and moq-lite
+//! (`qmux-02.moq-lite-05`, ...) beside draft 18. A bare `qmux-0N` names no
+//! application protocol: the first stream tells, as for WebTransport without
+//! a subprotocol. A handshake that offers none of these is refused (a client
+//! that upgraded with no common subprotocol would speak another framing). The URL's path and query play the role of
 //! the WebTransport CONNECT's: the session's path, its token.
 //!
 //! The HTTP upgrade itself is the host's (hyper, on the HTTP port): this
@@ -54,16 +56,59 @@ pub const WRITE_STALL_LIMIT: Duration = KEEP_ALIVE_TIMEOUT;
 /// How long a client's TCP connect, TLS and WebSocket handshakes may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What a WebSocket session speaks, by its subprotocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WsProtocol {
+    /// `qmux-0N.moqt-18`.
+    Draft18,
+    /// `qmux-0N.moq-lite-0M`: through the lite bridge ([`crate::lite`]).
+    Lite(moqt::lite::Version),
+    /// `qmux-0N.moql`: moq-lite-01/02 (or draft 14), chosen in CLIENT_SETUP.
+    Moql,
+    /// A bare `qmux-0N` (no application protocol, as `@moq/publish` 0.2.17
+    /// offers): the first stream tells, as for WebTransport without one.
+    Unnamed,
+}
+
+/// Every subprotocol the server accepts: QMux drafts 02, 01 and 00, each
+/// with moq-lite 06…03, `moql` and `moqt-18`, then the bare QMux versions.
+fn server_subprotocols() -> &'static [(&'static str, WsProtocol)] {
+    static ALL: std::sync::OnceLock<Vec<(&'static str, WsProtocol)>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut apps: Vec<(&str, WsProtocol)> = moqt::lite::Version::ALL
+            .iter()
+            .filter(|v| **v >= moqt::lite::Version::Lite03)
+            .map(|v| (v.alpn(), WsProtocol::Lite(*v)))
+            .collect();
+        apps.push((moqt::lite::ALPN_LEGACY, WsProtocol::Moql));
+        apps.push((moqt::ALPN, WsProtocol::Draft18));
+        let mut all = Vec::new();
+        for q in ["qmux-02", "qmux-01", "qmux-00"] {
+            for (app, p) in &apps {
+                let name: &'static str = Box::leak(format!("{q}.{app}").into_boxed_str());
+                all.push((name, *p));
+            }
+        }
+        for q in ["qmux-02", "qmux-01", "qmux-00"] {
+            all.push((q, WsProtocol::Unnamed));
+        }
+        all
+    })
+}
+
 /// The subprotocol to accept from a `Sec-WebSocket-Protocol` request header
-/// (comma-separated, possibly repeated): ours, in our order of preference,
-/// among those offered; `None` when none is.
-pub fn select_subprotocol<'a>(offered: impl IntoIterator<Item = &'a str>) -> Option<&'static str> {
-    let offered: Vec<&str> = offered
+/// (comma-separated, possibly repeated): the first the client offers that
+/// is served here (moq-dev's clients list what they prefer first, and
+/// moq-relay takes it), with what it speaks; `None` when none is.
+pub fn select_subprotocol<'a>(
+    offered: impl IntoIterator<Item = &'a str>,
+) -> Option<(&'static str, WsProtocol)> {
+    let served = server_subprotocols();
+    offered
         .into_iter()
         .flat_map(|h| h.split(','))
         .map(str::trim)
-        .collect();
-    SUBPROTOCOLS.iter().copied().find(|s| offered.contains(s))
+        .find_map(|o| served.iter().find(|(s, _)| *s == o).copied())
 }
 
 /// The QMux limits for a session, from the relay's QUIC limits: the same
@@ -327,16 +372,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn picks_ours_in_our_order_among_those_offered() {
+    fn picks_the_first_offered_that_is_served() {
         assert_eq!(
             select_subprotocol(["qmux-02.moqt-18, qmux-01.moqt-18"]),
-            Some("qmux-01.moqt-18")
+            Some(("qmux-02.moqt-18", WsProtocol::Draft18))
         );
         assert_eq!(
-            select_subprotocol(["webtransport", "qmux-02.moqt-18"]),
-            Some("qmux-02.moqt-18")
+            select_subprotocol(["webtransport.moqt-18", "qmux-01.moqt-18"]),
+            Some(("qmux-01.moqt-18", WsProtocol::Draft18))
         );
-        assert_eq!(select_subprotocol(["qmux-01.moq-lite-04", "qmux-01"]), None);
+        // @moq/watch 0.4.6: lite-05 first.
+        assert_eq!(
+            select_subprotocol(["qmux-02.moq-lite-05, qmux-01.moq-lite-05, qmux-01.moqt-18"]),
+            Some((
+                "qmux-02.moq-lite-05",
+                WsProtocol::Lite(moqt::lite::Version::Lite05)
+            ))
+        );
+        // @moq/publish 0.2.17: no application protocol.
+        assert_eq!(
+            select_subprotocol(["qmux-01, qmux-00, webtransport"]),
+            Some(("qmux-01", WsProtocol::Unnamed))
+        );
+        assert_eq!(
+            select_subprotocol(["qmux-01.moql"]),
+            Some(("qmux-01.moql", WsProtocol::Moql))
+        );
+        assert_eq!(
+            select_subprotocol(["qmux-01.moq-lite-07-wip", "webtransport"]),
+            None
+        );
         assert_eq!(select_subprotocol([]), None);
     }
 

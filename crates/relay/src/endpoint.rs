@@ -104,6 +104,10 @@ async fn serve_shard(
                 Ok(Established::Moqt(mut accepted)) => {
                     let (remote, quic) = (accepted.remote, accepted.session.clone());
                     let alpn = match (accepted.transport, accepted.draft) {
+                        (quichub_net::Transport::Quic, _) if accepted.lite.is_some() => {
+                            accepted.lite.map_or("", |v| v.label())
+                        }
+                        (_, _) if accepted.lite.is_some() => "h3 (WebTransport, moq-lite)",
                         // The first stream says which (`session::serve`).
                         (t, _) if accepted.undetermined.is_some() => {
                             accepted.undetermined.as_ref().map_or("", |u| u.label(t))
@@ -118,6 +122,10 @@ async fn serve_shard(
                         (quichub_net::Transport::WebSocket, _) => "WebSocket",
                     };
                     log_accepted(remote, alpn);
+                    if let Some(v) = accepted.lite {
+                        relay.metrics.lite_sessions[usize::from(v.number() - 1)]
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     if let Some(d) = accepted.draft {
                         let i = usize::from(d == moqt::legacy::Draft::D16);
                         relay.metrics.legacy_sessions[i]
@@ -171,12 +179,17 @@ async fn serve_shard(
 /// framing, [`quichub_net::websocket`]; the HTTP port did the upgrade),
 /// until it closes. `path` is the request's path and query, as a
 /// WebTransport CONNECT's.
+/// `protocol` is what its subprotocol named; `limits` bound a bridge's
+/// in-memory session (those of the WebSocket session itself).
 pub async fn serve_websocket(
     relay: Arc<Relay>,
     session: quichub_net::Session,
     path: String,
     remote: SocketAddr,
+    protocol: quichub_net::websocket::WsProtocol,
+    limits: qmux::Config,
 ) {
+    use quichub_net::websocket::WsProtocol;
     log_accepted(remote, "WebSocket");
     relay
         .metrics
@@ -200,19 +213,49 @@ pub async fn serve_websocket(
             }
         })
     };
-    session::serve(
-        relay,
-        Accepted {
-            session,
-            transport: quichub_net::Transport::WebSocket,
-            path: Some(path),
-            remote,
-            http: None,
-            draft: None,
-            undetermined: None,
-        },
-    )
-    .await;
+    let (mut undetermined, mut lite) = (None, None);
+    let served = match protocol {
+        WsProtocol::Draft18 => Ok(session.clone()),
+        WsProtocol::Unnamed => {
+            undetermined = Some(quichub_net::sniff::Undetermined::no_subprotocol(limits));
+            Ok(session.clone())
+        }
+        WsProtocol::Moql => {
+            undetermined = Some(quichub_net::sniff::Undetermined::moq_00(limits));
+            Ok(session.clone())
+        }
+        WsProtocol::Lite(version) => {
+            lite = Some(version);
+            relay.metrics.lite_sessions[usize::from(version.number() - 1)]
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let start = quichub_net::lite::Start {
+                version,
+                transport: quichub_net::Transport::WebSocket,
+                url_path: Some(path.clone()),
+                session_stream: None,
+            };
+            quichub_net::lite::accept(session.clone(), start, limits).await
+        }
+    };
+    match served {
+        Ok(served) => {
+            session::serve(
+                relay,
+                Accepted {
+                    session: served,
+                    transport: quichub_net::Transport::WebSocket,
+                    path: Some(path),
+                    remote,
+                    http: None,
+                    draft: None,
+                    undetermined,
+                    lite,
+                },
+            )
+            .await
+        }
+        Err(e) => tracing::debug!(%remote, "moq-lite bridge: {e:#}"),
+    }
     drain.abort();
     let reason = s.close_reason().map(|e| e.to_string());
     // Ends the QMux session and its TCP connection, whatever ended the MoQT

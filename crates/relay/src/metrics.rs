@@ -48,6 +48,9 @@ pub struct Metrics {
     /// Sessions of draft 14 and of draft 16, served through the
     /// translating bridge (`quichub_net::legacy`).
     pub legacy_sessions: [AtomicU64; 2],
+    /// moq-lite sessions, served through the lite bridge
+    /// (`quichub_net::lite`), by version (lite-01 first).
+    pub lite_sessions: [AtomicU64; 6],
     /// Departures from draft 18 of widely used peers, accepted (or, for
     /// LARGEST_OBJECT, accommodated), by [`moqt::deviation::Deviation::index`].
     pub deviations: [AtomicU64; moqt::deviation::Deviation::ALL.len()],
@@ -293,6 +296,15 @@ impl Metrics {
                 s,
                 "quichub_legacy_sessions_total{{draft=\"{draft}\"}} {}",
                 self.legacy_sessions[i].load(Relaxed)
+            );
+        }
+        let _ = writeln!(s, "# HELP quichub_lite_sessions_total moq-lite sessions, served through the translating bridge, by version.\n# TYPE quichub_lite_sessions_total counter");
+        for (i, n) in self.lite_sessions.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "quichub_lite_sessions_total{{version=\"moq-lite-0{}\"}} {}",
+                i + 1,
+                n.load(Relaxed)
             );
         }
         let _ = writeln!(s, "# HELP quichub_interop_deviations_total Departures from draft 18 of widely used peers that were accepted (crates/moqt/INTEROP.md), by peer and kind.\n# TYPE quichub_interop_deviations_total counter");

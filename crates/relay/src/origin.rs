@@ -101,6 +101,7 @@ pub async fn follow_until(
                     http: None,
                     draft: None,
                     undetermined: None,
+                    lite: None,
                 };
                 let serve = crate::session::serve_origin(
                     relay.clone(),

@@ -53,6 +53,11 @@ pub struct BenchFanoutArgs {
     /// to stderr, so stdout is JSON only.
     #[arg(long)]
     pub json: bool,
+    /// Subscribe over moq-lite (`moq-lite-03` … `moq-lite-06`, raw QUIC),
+    /// as moq-dev's clients do, instead of draft 18: the relay's lite
+    /// bridge's cost per delivered object (the publisher stays draft 18).
+    #[arg(long, value_name = "VERSION")]
+    pub lite: Option<String>,
 }
 
 pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
@@ -82,12 +87,40 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
     // Subscribers share client endpoints (UDP sockets), 100 sessions each, so
     // the load generator spends its CPU on the sessions, not on sockets.
     let mut endpoint = None;
+    let lite = a
+        .lite
+        .as_deref()
+        .map(super::lite_sub::parse_version)
+        .transpose()?;
+    let tally = Arc::new(super::lite_sub::Tally {
+        measuring: measuring.clone(),
+        received: received.clone(),
+        hist: hist.clone(),
+    });
+    let mut lite_conns = Vec::new();
     for i in 0..a.subscribers {
         if i % 100 == 0 {
             endpoint = Some(quichub_net::client::Client::new(
                 "0.0.0.0:0".parse()?,
                 opts.verify.clone(),
             )?);
+        }
+        if let (Some(v), Some(client)) = (lite, endpoint.as_ref()) {
+            let parsed = url::Url::parse(&url)?;
+            let remote = tokio::net::lookup_host(format!(
+                "{}:{}",
+                parsed.host_str().unwrap_or("127.0.0.1"),
+                parsed.port().unwrap_or(4443)
+            ))
+            .await?
+            .next()
+            .context("relay address")?;
+            let c =
+                super::lite_sub::subscribe(client, remote, v, "bench", profile.name, tally.clone())
+                    .await
+                    .with_context(|| format!("lite subscriber {i}"))?;
+            lite_conns.push(c);
+            continue;
         }
         let opts = ConnectOptions {
             endpoint: endpoint.clone(),
@@ -152,6 +185,9 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
     for s in &sessions {
         s.close(0, "bench done");
     }
+    for c in &lite_conns {
+        c.close(0u32.into(), b"bench done");
+    }
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     let expected = sent * a.subscribers as u64;
@@ -176,9 +212,10 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
     let mut out = super::flags::human_out(a.json);
     writeln!(
         out,
-        "profile {} subscribers {}{} duration {:.1}s sent {} expected {} received {} loss {:.3}%",
+        "profile {} subscribers {}{}{} duration {:.1}s sent {} expected {} received {} loss {:.3}%",
         profile.name,
         a.subscribers,
+        lite.map_or(String::new(), |v| format!(" ({})", v.label())),
         if a.jwt.is_some() { " (with a JWT)" } else { "" },
         wall.as_secs_f64(),
         sent,
@@ -204,7 +241,7 @@ pub async fn run(a: BenchFanoutArgs) -> anyhow::Result<()> {
         println!(
             "{}",
             serde_json::json!({
-                "profile": profile.name, "subscribers": a.subscribers, "jwt": a.jwt.is_some(), "duration_s": wall.as_secs_f64(),
+                "profile": profile.name, "subscribers": a.subscribers, "lite": lite.map(|v| v.label()), "jwt": a.jwt.is_some(), "duration_s": wall.as_secs_f64(),
                 "sent": sent, "expected": expected, "received": got, "loss_pct": loss,
                 "latency_p50_ms": h.value_at_quantile(0.5) as f64 / 1000.0,
                 "latency_p99_ms": h.value_at_quantile(0.99) as f64 / 1000.0,

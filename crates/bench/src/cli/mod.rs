@@ -6,6 +6,7 @@
 mod conn;
 mod fanout;
 mod flags;
+mod lite_sub;
 mod media;
 mod moq_bench;
 mod mqtt;

@@ -1,6 +1,7 @@
 //! MoQT over WebSocket on the HTTP port: an HTTP/1.1 upgrade on any path
 //! (the path and query are the session's, as a WebTransport CONNECT's) with
-//! subprotocol `qmux-01.moqt-18` (or `qmux-02.moqt-18`) becomes a relay
+//! subprotocol `qmux-01.moqt-18` (or another QMux version, moq-lite, or a
+//! bare `qmux-0N`: `quichub_net::websocket::select_subprotocol`) becomes a relay
 //! session, the same as one over QUIC (see `quichub_net::websocket` for the
 //! framing). It is what browsers without WebTransport, and clients behind
 //! networks that block UDP, use; moq-dev's clients fall back to it the same
@@ -117,10 +118,11 @@ impl WebSocketMoqt {
             .get_all(SEC_WEBSOCKET_PROTOCOL)
             .iter()
             .filter_map(|v| v.to_str().ok());
-        let Some(subprotocol) = select_subprotocol(offered) else {
+        let Some((subprotocol, protocol)) = select_subprotocol(offered) else {
             return refuse(
                 StatusCode::BAD_REQUEST,
-                "no MoQT subprotocol offered: Sec-WebSocket-Protocol qmux-01.moqt-18",
+                "no MoQT subprotocol offered: Sec-WebSocket-Protocol qmux-01.moqt-18 \
+                 (or qmux-02.moq-lite-06, ...)",
             );
         };
         if self.relay.is_shutting_down() {
@@ -141,8 +143,12 @@ impl WebSocketMoqt {
                     return;
                 }
             };
-            let session = accept_upgraded(TokioIo::new(upgraded), subprotocol, config).await;
-            quichub_relay::endpoint::serve_websocket(relay, session, path, remote).await;
+            let session =
+                accept_upgraded(TokioIo::new(upgraded), subprotocol, config.clone()).await;
+            quichub_relay::endpoint::serve_websocket(
+                relay, session, path, remote, protocol, config,
+            )
+            .await;
         });
         let mut r = Response::new(ApiBody::empty());
         *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;

@@ -61,8 +61,10 @@ const ALIAS_WAIT: Duration = Duration::from_secs(5);
 /// bridge (beyond, its requests are refused, not queued).
 const MAX_REQUESTS: usize = 4096;
 
-/// Largest object the bridge carries (the relay's own limit applies too).
-const MAX_OBJECT: usize = moqt::lite::group::MAX_FRAME_SIZE;
+/// Largest frame the bridge carries: the relay's default `max_object_size`
+/// (a frame split over several reads is buffered whole, so this bounds the
+/// memory a stream can hold, as the relay's own limit does for draft 18).
+const MAX_OBJECT: usize = 4 * 1024 * 1024;
 
 /// The publisher priority the bridge states (TRACK_INFO, SUBSCRIBE_OK):
 /// moq-net's default; lite's priorities are higher-first.
@@ -183,7 +185,8 @@ struct Bridge {
     served: Mutex<HashMap<u64, Arc<Served>>>,
     /// Woken when `served` gains an entry.
     served_added: Notify,
-    /// The peer's Subscribe IDs in use.
+    /// The peer's Subscribe IDs of open subscriptions (an ID may not be
+    /// reused while its subscription is open).
     served_ids: Mutex<std::collections::HashSet<u64>>,
     /// FETCH data streams awaited, by the bridge's Request ID.
     fetches: Mutex<HashMap<u64, oneshot::Sender<(RecvStream, bytes::Bytes)>>>,

@@ -251,6 +251,14 @@ impl Bridge {
                 .await;
             return;
         }
+        // The ID is free again once this subscription ends, however it ends.
+        struct Release<'a>(&'a Mutex<std::collections::HashSet<u64>>, u64);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.lock().expect("ids").remove(&self.1);
+            }
+        }
+        let _release = Release(&self.served_ids, sub.id);
         let Some(namespace) = self.namespace(&sub.broadcast) else {
             let _ = send.reset(code::NOT_FOUND);
             return;

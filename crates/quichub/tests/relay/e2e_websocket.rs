@@ -138,8 +138,13 @@ async fn upgrades_without_the_moqt_subprotocol_are_refused() {
              Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{protocol}\r\n"
         )
     };
-    // moq-lite, or no subprotocol at all: another framing, refused.
-    for p in ["Sec-WebSocket-Protocol: qmux-01.moq-lite-04\r\n", ""] {
+    // An unreleased moq-lite, another framing, or no subprotocol at all
+    // (moq-lite and draft 18 go over QMux: `qmux-0N.…`, or a bare `qmux-0N`).
+    for p in [
+        "Sec-WebSocket-Protocol: qmux-01.moq-lite-07-wip\r\n",
+        "Sec-WebSocket-Protocol: webtransport\r\n",
+        "",
+    ] {
         let head = raw_http(http, &upgrade(p)).await;
         assert!(head.starts_with("HTTP/1.1 400"), "{head}");
         assert!(
@@ -153,16 +158,17 @@ async fn upgrades_without_the_moqt_subprotocol_are_refused() {
     )
     .await;
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    // The client's first choice that is served.
     assert!(
         head.to_ascii_lowercase()
-            .contains("sec-websocket-protocol: qmux-01.moqt-18"),
+            .contains("sec-websocket-protocol: qmux-02.moqt-18"),
         "{head}"
     );
     // RFC 6455 §1.3's example key and accept value.
     assert!(head.contains("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), "{head}");
     let metrics = relay.relay.metrics.render();
     assert!(
-        metrics.contains("quichub_websocket_sessions_total{upgrade=\"refused\"} 2"),
+        metrics.contains("quichub_websocket_sessions_total{upgrade=\"refused\"} 3"),
         "{metrics}"
     );
 }

@@ -504,18 +504,36 @@ async fn resolve(
             accepted.draft = Some(draft);
             Ok(None)
         }
-        // Not served yet: the moq-lite bridge takes the session here.
-        Ok(Ok(Resolved::Lite { version, .. })) => {
-            relay.metrics.sessions_refused_draft.fetch_add(1, Relaxed);
-            refuse(
-                SessionErrorCode::VersionNegotiationFailed,
-                format!(
-                    "{} ({:#x}) offered in CLIENT_SETUP is not served by this relay; \
-                     it serves draft 14 (0xff00000e) there",
-                    version.name(),
-                    version.code()
+        Ok(Ok(Resolved::Lite {
+            version,
+            send,
+            recv,
+            read,
+            limits,
+        })) => {
+            let version = match version {
+                moqt::sniff::LiteVersion::Lite01 => moqt::lite::Version::Lite01,
+                moqt::sniff::LiteVersion::Lite02 => moqt::lite::Version::Lite02,
+            };
+            tracing::debug!(%remote, version = version.label(), "moq-lite from CLIENT_SETUP");
+            relay.metrics.lite_sessions[usize::from(version.number() - 1)].fetch_add(1, Relaxed);
+            let start = quichub_net::lite::Start {
+                version,
+                transport: accepted.transport,
+                url_path: accepted.path.clone(),
+                session_stream: Some((send, recv, read)),
+            };
+            match quichub_net::lite::accept(peer.clone(), start, limits).await {
+                Ok(session) => {
+                    accepted.session = session;
+                    accepted.lite = Some(version);
+                    Ok(None)
+                }
+                Err(e) => refuse(
+                    SessionErrorCode::InternalError,
+                    format!("moq-lite bridge: {e:#}"),
                 ),
-            )
+            }
         }
     }
 }
