@@ -391,6 +391,8 @@ struct Inflow {
     gate: Gate,
     /// Packets from other lanes that arrive before the CONNECT wait for it.
     early: Vec<Bytes>,
+    /// Their total size, held under [`MAX_EARLY_BYTES`].
+    early_bytes: usize,
     connected: bool,
     /// Lanes whose client side ended since the transport last looked.
     closed: Vec<Lane>,
@@ -410,6 +412,7 @@ impl Inflow {
             routes: Routes::default(),
             gate: Gate::new(handshake == Handshake::Complete),
             early: Vec::new(),
+            early_bytes: 0,
             connected: false,
             closed: Vec::new(),
         }
@@ -477,6 +480,15 @@ impl Inflow {
             }
         };
         if !self.connected && lane != CONTROL {
+            self.early_bytes += bytes.len();
+            if self.early_bytes > MAX_EARLY_BYTES {
+                tracing::debug!(
+                    bytes = self.early_bytes,
+                    "MQTT over QUIC: too much data before CONNECT; closing"
+                );
+                self.early = Vec::new();
+                return Fed::End;
+            }
             self.early.push(bytes);
             return Fed::More;
         }
@@ -486,6 +498,7 @@ impl Inflow {
             for b in std::mem::take(&mut self.early) {
                 to_session.extend_from_slice(&b);
             }
+            self.early_bytes = 0;
         }
         Fed::More
     }
@@ -708,6 +721,12 @@ impl<H: FnMut() -> Handshake> Link for Streams<H> {
 
 /// DISCONNECT, no reason code (0x00, normal disconnection), no properties.
 const DISCONNECT: [u8; 2] = [0xe0, 0x00];
+
+/// Bytes of other lanes' packets that may wait for the CONNECT, at most: a
+/// client that streams packets on data lanes without ever connecting would
+/// otherwise grow the buffer without bound (the CONNECT timeout alone bounds
+/// the time, not the memory).
+const MAX_EARLY_BYTES: usize = 256 * 1024;
 
 /// The 0-RTT replay gate: until the handshake completes, only packets that
 /// are harmless to run twice go through; the first other one and everything
@@ -947,6 +966,21 @@ mod tests {
         assert_eq!(got, [CONNECT, PUB1].concat());
         assert_eq!(inflow.closed, [1]);
         assert!(inflow.routes.closed.contains(&1));
+    }
+
+    #[test]
+    fn data_lanes_cannot_queue_without_bound_before_the_connect() {
+        let mut inflow = Inflow::new(Handshake::Complete);
+        let big = Bytes::from(vec![0u8; 64 * 1024]);
+        let mut to_session = BytesMut::new();
+        for _ in 0..MAX_EARLY_BYTES / big.len() {
+            let fed = inflow.feed(Inbound::Packet(1, big.clone()), &mut to_session);
+            assert_eq!(fed, Fed::More);
+        }
+        let fed = inflow.feed(Inbound::Packet(1, big), &mut to_session);
+        assert_eq!(fed, Fed::End);
+        assert!(to_session.is_empty());
+        assert!(inflow.early.is_empty());
     }
 
     #[test]
