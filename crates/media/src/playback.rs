@@ -268,6 +268,9 @@ pub struct Decoder {
     /// learn their decoder configuration from the objects' Video/Audio
     /// Config properties, so output waits for it.
     configured: bool,
+    /// `Some(h265)` for H.264/H.265 legacy frames in Annex B (see
+    /// [`Decoder::unpack_annexb`]).
+    annexb: Option<bool>,
 }
 
 impl Decoder {
@@ -308,6 +311,17 @@ impl Decoder {
             // A catalog's framerate is peer input: 1 to 1000 frames per second.
             .map_or(33_333, |f| (1e6 / f).clamp(1_000.0, 1_000_000.0) as i64);
         let configured = sample_entry(&info).is_ok();
+        // A legacy H.264/H.265 rendition without a `description` is Annex B
+        // with its parameter sets in band, as WebCodecs reads such a catalog
+        // (`@moq/publish` encodes `avc: {format: "annexb"}` and writes none).
+        let family = info.codec.split('.').next().unwrap_or("");
+        let annexb = (c.packing == Packing::Legacy && info.description.is_none())
+            .then_some(family)
+            .and_then(|f| match f {
+                "avc1" | "avc3" => Some(false),
+                "hvc1" | "hev1" => Some(true),
+                _ => None,
+            });
         Ok(Self {
             info,
             packing: c.packing,
@@ -316,6 +330,7 @@ impl Decoder {
             frame_us,
             waiting_keyframe: true,
             configured,
+            annexb,
         })
     }
 
@@ -354,7 +369,10 @@ impl Decoder {
                 }
             }
             Packing::Legacy => {
-                let (pts, data) = hang::decode_legacy(&payload)?;
+                let (pts, mut data) = hang::decode_legacy(&payload)?;
+                if let Some(h265) = self.annexb {
+                    data = self.unpack_annexb(h265, &data)?;
+                }
                 let keyframe = starts_group || self.info.kind == TrackKind::Audio;
                 frames.push(self.timed_frame(pts as i64, keyframe, data));
             }
@@ -392,6 +410,60 @@ impl Decoder {
             }
         }
         Ok(frames)
+    }
+
+    /// An Annex B frame in the length-prefixed form fMP4 carries (4-byte
+    /// lengths), without its parameter sets and access unit delimiters;
+    /// the first complete set of parameter sets (VPS, SPS, PPS) makes the
+    /// decoder configuration, as a catalog `description` would. Later sets
+    /// are dropped too: the init segment is written once (as with a
+    /// catalog's), so a change of resolution mid-stream is not followed.
+    fn unpack_annexb(&mut self, h265: bool, frame: &[u8]) -> Result<Bytes, Error> {
+        let (mut vps, mut sps, mut pps) = (Vec::new(), Vec::new(), Vec::new());
+        let mut out = Vec::with_capacity(frame.len() + 16);
+        for nal in crate::ts::annexb_nals(frame) {
+            let kind = if h265 {
+                match (nal[0] >> 1) & 0x3f {
+                    32 => Some(&mut vps),
+                    33 => Some(&mut sps),
+                    34 => Some(&mut pps),
+                    35 => continue,
+                    _ => None,
+                }
+            } else {
+                match nal[0] & 0x1f {
+                    7 => Some(&mut sps),
+                    8 => Some(&mut pps),
+                    9 => continue,
+                    _ => None,
+                }
+            };
+            match kind {
+                Some(sets) => sets.push(nal.to_vec()),
+                None => {
+                    out.extend_from_slice(&(nal.len() as u32).to_be_bytes());
+                    out.extend_from_slice(nal);
+                }
+            }
+        }
+        let complete = !sps.is_empty() && !pps.is_empty() && (!h265 || !vps.is_empty());
+        if !self.configured && complete {
+            let t = if h265 {
+                crate::ts::hevc_track(self.info.id, &vps, &sps, &pps)?
+            } else {
+                crate::ts::avc_track(self.info.id, &sps, &pps)?
+            };
+            // The parameter sets say the codec and size exactly; the
+            // catalog's may be rounder (`avc1` alone, no size).
+            self.info.codec = t.codec;
+            self.info.description = t.description;
+            self.info.nal_length_size = 4;
+            if self.info.width == 0 || self.info.height == 0 {
+                (self.info.width, self.info.height) = (t.width, t.height);
+            }
+            self.configured = sample_entry(&self.info).is_ok();
+        }
+        Ok(Bytes::from(out))
     }
 
     /// A frame of a format that carries presentation times only (hang
@@ -637,6 +709,78 @@ mod tests {
         assert_eq!((f[0].pts, f[0].dts, f[0].duration), (80_000, 0, 40_000));
         let f = d.decode(false, obj(200_000), &none).unwrap();
         assert_eq!((f[0].dts, f[0].keyframe), (40_000, false));
+    }
+
+    /// H.264 in hang's legacy container with no catalog `description`
+    /// (what `@moq/publish` sends: WebCodecs' Annex B output): the first
+    /// keyframe's SPS and PPS make the `avcC`, and frames leave in 4-byte
+    /// length-prefixed form without parameter sets or delimiters.
+    #[test]
+    fn legacy_annex_b_frames_configure_the_track_from_their_parameter_sets() {
+        use mp4_atom::Atom;
+        fn unhex(s: &str) -> Vec<u8> {
+            (0..s.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+                .collect()
+        }
+        // x264's SPS and PPS for 320x240, High profile, level 1.3.
+        let sps = unhex("6764000dacd94141fb0110000003001000000303c0f1429960");
+        let pps = unhex("68ebe3cb22c0");
+        let mut info = TrackInfo::video(1, "avc1.640028", 0, 0);
+        info.description = None;
+        let mut d = Decoder::new(&chosen(Packing::Legacy, info), 1).unwrap();
+        assert!(!d.is_configured());
+        let annexb = |nals: &[&[u8]]| {
+            let mut b = Vec::new();
+            for (i, n) in nals.iter().enumerate() {
+                // A 4-byte start code first, 3-byte ones after, as encoders do.
+                b.extend_from_slice(if i == 0 {
+                    &[0, 0, 0, 1][..]
+                } else {
+                    &[0, 0, 1]
+                });
+                b.extend_from_slice(n);
+            }
+            b
+        };
+        let none = Bytes::new();
+        // A frame before any parameter set configures nothing.
+        let delta: &[u8] = &[0x41, 0x9a, 0x01];
+        let f = d
+            .decode(false, hang::encode_legacy(0, &annexb(&[delta])), &none)
+            .unwrap();
+        assert!(f.is_empty() && !d.is_configured());
+        let aud: &[u8] = &[0x09, 0xf0];
+        let idr: &[u8] = &[0x65, 0x88, 0x84, 0x21];
+        let key = annexb(&[aud, &sps, &pps, idr]);
+        let f = d
+            .decode(true, hang::encode_legacy(40_000, &key), &none)
+            .unwrap();
+        assert!(d.is_configured());
+        assert_eq!(d.info().codec, "avc1.64000d");
+        assert_eq!((d.info().width, d.info().height), (320, 240));
+        let avcc = mp4_atom::Avcc::decode_body(&mut d.info().description.clone().unwrap().as_ref())
+            .unwrap();
+        assert_eq!(avcc.sequence_parameter_sets, vec![sps.clone()]);
+        assert_eq!(avcc.picture_parameter_sets, vec![pps.clone()]);
+        assert_eq!(f.len(), 1);
+        assert!(f[0].keyframe);
+        assert_eq!(&f[0].data[..], &[0, 0, 0, 4, 0x65, 0x88, 0x84, 0x21]);
+        let f = d
+            .decode(
+                false,
+                hang::encode_legacy(80_000, &annexb(&[aud, delta])),
+                &none,
+            )
+            .unwrap();
+        assert_eq!(&f[0].data[..], &[0, 0, 0, 3, 0x41, 0x9a, 0x01]);
+        // With a description the frames are taken as they are.
+        let mut d = Decoder::new(&chosen(Packing::Legacy, video()), 1).unwrap();
+        let f = d
+            .decode(true, hang::encode_legacy(0, b"\0\0\0\x01\x65"), &none)
+            .unwrap();
+        assert_eq!(&f[0].data[..], b"\0\0\0\x01\x65");
     }
 
     #[test]

@@ -1243,7 +1243,7 @@ fn duration(dts: i64, next: Option<i64>) -> u32 {
 
 /// NAL units of an Annex B byte stream, without start codes or the zero
 /// bytes that pad them.
-fn annexb_nals(data: &[u8]) -> Vec<&[u8]> {
+pub(crate) fn annexb_nals(data: &[u8]) -> Vec<&[u8]> {
     let mut out = Vec::new();
     let mut start = None;
     let mut i = 0;
@@ -1445,7 +1445,7 @@ fn parse_avc_sps(nal: &[u8]) -> Option<AvcSps> {
     })
 }
 
-fn avc_track(pid: u32, sps: &[Vec<u8>], pps: &[Vec<u8>]) -> Result<TrackInfo, Error> {
+pub(crate) fn avc_track(pid: u32, sps: &[Vec<u8>], pps: &[Vec<u8>]) -> Result<TrackInfo, Error> {
     let first = &sps[0];
     let parsed =
         parse_avc_sps(first).ok_or_else(|| Error::malformed("SPS", "H.264 SPS does not parse"))?;
@@ -1474,7 +1474,7 @@ fn avc_track(pid: u32, sps: &[Vec<u8>], pps: &[Vec<u8>]) -> Result<TrackInfo, Er
 }
 
 /// What an `hvcC` needs from an H.265 SPS (ITU-T H.265 7.3.2.2).
-fn hevc_track(
+pub(crate) fn hevc_track(
     pid: u32,
     vps: &[Vec<u8>],
     sps: &[Vec<u8>],
