@@ -51,39 +51,164 @@ struct Output {
     frames: u64,
 }
 
-/// Subscribes to whichever catalog track `broadcast` has: MSF's `catalog`
-/// or hang's `catalog.json`. Both are asked for at once (a subscriber
-/// started before the publisher waits for it with RENDEZVOUS_TIMEOUT); the
-/// first to be accepted wins, and a refusal of one leaves the other.
-async fn subscribe_catalog(
+/// The next event of either of (at most) two subscriptions, with its index.
+async fn next_of(subs: &mut [(bool, Subscription)]) -> (usize, Option<SubscriptionEvent>) {
+    match subs {
+        [] => std::future::pending().await,
+        [(_, a)] => (0, a.next().await),
+        [(_, a), (_, b), ..] => tokio::select! {
+            ev = a.next() => (0, ev),
+            ev = b.next() => (1, ev),
+        },
+    }
+}
+
+/// The current catalog of a subscription just accepted, if it started after
+/// the catalog was written: a Joining FETCH of the latest group (MSF: object
+/// 0 and the delta updates after it, as §Catalog asks; hang: its last
+/// object). `None` when it has none, or none that lists a track.
+async fn joined_catalog(
+    session: &ClientSession,
+    is_msf: bool,
+    sub: &Subscription,
+) -> anyhow::Result<Option<AnyCatalog>> {
+    if sub.largest.is_none() {
+        return Ok(None);
+    }
+    let r = session
+        .fetch(
+            FetchKind::RelativeJoining {
+                joining_request_id: sub.request_id,
+                joining_start: 0,
+            },
+            Parameters::default(),
+        )
+        .await?;
+    let objects: Vec<_> = if is_msf {
+        r.objects
+    } else {
+        r.objects.into_iter().last().into_iter().collect()
+    };
+    let mut catalog = None;
+    for o in objects.iter().filter(|o| !o.payload.is_empty()) {
+        AnyCatalog::read(&mut catalog, is_msf, &o.payload)?;
+    }
+    Ok(catalog.filter(|c| !c.track_names().is_empty()))
+}
+
+/// What [`first_catalog`] waits on next.
+enum CatalogStep {
+    /// The answer to the SUBSCRIBE for MSF's (`true`) or hang's catalog.
+    Answer(bool, anyhow::Result<Subscription>),
+    /// An event of the accepted subscription at this index.
+    Event(usize, Option<SubscriptionEvent>),
+    /// `stop` fired.
+    Stop,
+}
+
+/// The current catalog of `broadcast`, with its subscription and whether it
+/// is MSF's. Both catalog tracks a broadcast may have, MSF's `catalog` and
+/// hang's `catalog.json`, are asked for at once (a subscriber started
+/// before the publisher waits for it with RENDEZVOUS_TIMEOUT), and the
+/// first catalog that arrives on either decides: an acceptance proves
+/// little, as a moq-lite publisher (`@moq/publish`, through the relay's
+/// bridge) accepts any track name and only then resets the one it lacks. A
+/// catalog that lists no track yet (`@moq/publish`'s first, `{}`, before
+/// its encoders are configured) is waited past; a subscription that ends
+/// without a catalog is dropped, the other cancelled once one wins.
+/// `Ok(None)` when `stop` came first.
+async fn first_catalog<F: Future<Output = ()>>(
     session: &ClientSession,
     broadcast: &str,
     opts: SubscribeOptions,
-) -> anyhow::Result<(bool, Subscription)> {
+    stop: &mut Stop<F>,
+) -> Result<Option<(bool, Subscription, AnyCatalog)>, SubscribeError> {
     let m = session.subscribe(
         FullTrackName::new(broadcast, msf::CATALOG_TRACK),
         opts.clone(),
     );
     let h = session.subscribe(FullTrackName::new(broadcast, hang::CATALOG_TRACK), opts);
     tokio::pin!(m, h);
-    let (is_msf, r) = tokio::select! {
-        r = &mut m => match r {
-            Ok(s) => (true, Ok(s)),
-            Err(_) => (false, h.await),
-        },
-        r = &mut h => match r {
-            Ok(s) => (false, Ok(s)),
-            Err(_) => (true, m.await),
-        },
+    let (mut m_open, mut h_open) = (true, true);
+    // The accepted subscriptions and what each has read of its catalog.
+    let mut subs: Vec<(bool, Subscription)> = Vec::new();
+    let mut catalogs: Vec<Option<AnyCatalog>> = Vec::new();
+    let mut refused = None;
+    let mut accepted = false;
+    let (i, catalog) = loop {
+        if subs.is_empty() && !m_open && !h_open {
+            if accepted {
+                return Err(anyhow::anyhow!("the broadcast ended before its catalog").into());
+            }
+            let e: anyhow::Error = refused.unwrap_or_else(|| anyhow::anyhow!("refused"));
+            return Err(e
+                .context(format!(
+                    "subscribe to {broadcast}/{} or {broadcast}/{}",
+                    msf::CATALOG_TRACK,
+                    hang::CATALOG_TRACK
+                ))
+                .into());
+        }
+        let step = tokio::select! {
+            r = &mut m, if m_open => CatalogStep::Answer(true, r),
+            r = &mut h, if h_open => CatalogStep::Answer(false, r),
+            (i, ev) = next_of(&mut subs), if !subs.is_empty() => CatalogStep::Event(i, ev),
+            _ = stop.wait() => CatalogStep::Stop,
+        };
+        match step {
+            CatalogStep::Stop => return Ok(None),
+            CatalogStep::Answer(is_msf, r) => {
+                if is_msf {
+                    m_open = false;
+                } else {
+                    h_open = false;
+                }
+                match r {
+                    Ok(sub) => {
+                        accepted = true;
+                        let joined = tokio::select! {
+                            r = joined_catalog(session, is_msf, &sub) => r,
+                            _ = stop.wait() => return Ok(None),
+                        };
+                        match joined {
+                            Ok(Some(c)) => {
+                                subs.push((is_msf, sub));
+                                break (subs.len() - 1, c);
+                            }
+                            Ok(None) => {
+                                subs.push((is_msf, sub));
+                                catalogs.push(None);
+                            }
+                            // The other catalog track may still have one.
+                            Err(e) => {
+                                sub.cancel();
+                                refused = Some(e);
+                            }
+                        }
+                    }
+                    Err(e) => refused = Some(e),
+                }
+            }
+            CatalogStep::Event(i, Some(SubscriptionEvent::Object(o))) if !o.payload.is_empty() => {
+                let is_msf = subs[i].0;
+                AnyCatalog::read(&mut catalogs[i], is_msf, &o.payload)
+                    .map_err(anyhow::Error::from)?;
+                if let Some(c) = catalogs[i].take_if(|c| !c.track_names().is_empty()) {
+                    break (i, c);
+                }
+            }
+            CatalogStep::Event(i, Some(SubscriptionEvent::Done { .. }) | None) => {
+                subs.remove(i).1.cancel();
+                catalogs.remove(i);
+            }
+            CatalogStep::Event(..) => {}
+        }
     };
-    let sub = r.with_context(|| {
-        format!(
-            "subscribe to {broadcast}/{} or {broadcast}/{}",
-            msf::CATALOG_TRACK,
-            hang::CATALOG_TRACK
-        )
-    })?;
-    Ok((is_msf, sub))
+    let (is_msf, sub) = subs.remove(i);
+    for (_, other) in subs {
+        other.cancel();
+    }
+    Ok(Some((is_msf, sub, catalog)))
 }
 
 /// Subscribes to a media broadcast on `session` and writes it to `output`
@@ -108,50 +233,10 @@ pub async fn subscribe<W: AsyncWrite + Unpin + Send>(
         rendezvous_ms,
         ..Default::default()
     };
-    let (is_msf, mut cat_sub) = tokio::select! {
-        r = subscribe_catalog(session, broadcast, sub_opts) => r?,
-        _ = stop.wait() => return Ok(None),
-    };
-    // The current catalog is the latest group's: fetch it (MSF: object 0
-    // and the delta updates after it, a Joining FETCH as §Catalog asks) if
-    // the subscription started after it, else wait for it.
-    let mut catalog = None;
-    if cat_sub.largest.is_some() {
-        let r = session
-            .fetch(
-                FetchKind::RelativeJoining {
-                    joining_request_id: cat_sub.request_id,
-                    joining_start: 0,
-                },
-                Parameters::default(),
-            )
-            .await?;
-        let objects: Vec<_> = if is_msf {
-            r.objects
-        } else {
-            r.objects.into_iter().last().into_iter().collect()
-        };
-        for o in objects.iter().filter(|o| !o.payload.is_empty()) {
-            AnyCatalog::read(&mut catalog, is_msf, &o.payload).map_err(anyhow::Error::from)?;
-        }
-    }
-    while catalog.is_none() {
-        let ev = tokio::select! {
-            ev = cat_sub.next() => ev,
-            _ = stop.wait() => return Ok(None),
-        };
-        match ev {
-            Some(SubscriptionEvent::Object(o)) if !o.payload.is_empty() => {
-                AnyCatalog::read(&mut catalog, is_msf, &o.payload).map_err(anyhow::Error::from)?
-            }
-            Some(SubscriptionEvent::Done { .. }) | None => {
-                return Err(anyhow::anyhow!("the broadcast ended before its catalog").into())
-            }
-            _ => {}
-        }
-    }
-    let Some(catalog) = catalog else {
-        return Err(anyhow::anyhow!("no catalog").into());
+    let Some((is_msf, mut cat_sub, catalog)) =
+        first_catalog(session, broadcast, sub_opts, &mut stop).await?
+    else {
+        return Ok(None);
     };
     let chosen = catalog
         .choose(opts.video.as_deref(), opts.audio.as_deref())
