@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs what the web tests (crates/quichub/tests/web/e2e_web.rs) need:
+# Installs what the web tests (crates/quichub/tests/web/) need:
 #   - Debian's chromium (the full browser: the headless shell lacks
 #     WebTransport) and ffmpeg (makes the test clips), with apt-get (as root,
 #     or through sudo), when missing;
 #   - web/node_modules from web/package-lock.json with `npm ci` (esbuild,
-#     uPlot, playwright-core, @moq/watch; npm's cache kept in ~/.cache/quichub/npm).
+#     uPlot, playwright-core, @moq/watch, @moq/publish; npm's cache kept in
+#     ~/.cache/quichub/npm).
 # Idempotent; Node.js and npm must be installed.
 set -euo pipefail
 

@@ -5,7 +5,8 @@ import { existsSync } from 'node:fs';
 
 export const CHROMIUM = process.env.QUICHUB_CHROMIUM || '/usr/bin/chromium';
 
-export async function launch() {
+/** `args`: further Chromium switches (e.g. fake media devices). */
+export async function launch(args = []) {
   if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM} (apt-get install chromium)`);
   // playwright-core gives the browser a fresh temporary --user-data-dir.
   return chromium.launch({
@@ -20,6 +21,7 @@ export async function launch() {
       '--disable-component-update',
       '--disable-sync',
       '--autoplay-policy=no-user-gesture-required',
+      ...args,
     ],
   });
 }
