@@ -172,6 +172,20 @@ impl Bridge {
         };
         let id = self.next_subscribe.fetch_add(1, Relaxed);
         let alias = self.next_alias.fetch_add(1, Relaxed);
+        // Known before the SUBSCRIBE leaves: the peer may send a group
+        // before (or with) its SUBSCRIBE_OK, on a stream of its own that can
+        // be read first, and a group of an unknown subscription is dropped.
+        // The relay holds a stream of an alias it does not know yet for a
+        // while (the SUBSCRIBE_OK naming it follows).
+        let streams = Arc::new(AtomicU64::new(0));
+        self.pulled.lock().expect("pulled").insert(
+            id,
+            Pulled {
+                alias,
+                priority: 255 - DEFAULT_PUBLISHER_PRIORITY,
+                streams: streams.clone(),
+            },
+        );
         let mut out = BytesMut::new();
         moqt::legacy::varint::put_varint(&mut out, stream::SUBSCRIBE);
         Subscribe {
@@ -187,6 +201,7 @@ impl Bridge {
         }
         .encode(v, &mut out);
         if ps.write_all(&out).await.is_err() {
+            self.pulled.lock().expect("pulled").remove(&id);
             return;
         }
         let mut pr = Reader::new(pr);
@@ -196,6 +211,7 @@ impl Bridge {
             match pr.read(|b| SubscribeResponse::decode(b, v)).await {
                 Ok(Some(SubscribeResponse::Ok { .. })) => {}
                 _ => {
+                    self.pulled.lock().expect("pulled").remove(&id);
                     let e = refuse(
                         request_error::DOES_NOT_EXIST,
                         "the moq-lite publisher refused",
@@ -206,15 +222,6 @@ impl Bridge {
                 }
             }
         }
-        let streams = Arc::new(AtomicU64::new(0));
-        self.pulled.lock().expect("pulled").insert(
-            id,
-            Pulled {
-                alias,
-                priority: 255 - DEFAULT_PUBLISHER_PRIORITY,
-                streams: streams.clone(),
-            },
-        );
         let ok = Message::SubscribeOk(SubscribeOk {
             track_alias: alias,
             params: Parameters::default(),
