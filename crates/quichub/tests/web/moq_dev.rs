@@ -187,8 +187,9 @@ async fn moq_watch_plays_quichub_pub_over_websocket() {
 
 /// `<moq-publish>` over `mode` publishes the fake camera and microphone as
 /// `live/moq-publish` (moq-lite `version`); `quichub sub --broadcast` writes
-/// it to fragmented MP4 with H.264 and Opus frames ffprobe decodes.
-async fn moq_publish_is_written_by_quichub_sub(mode: &str, version: &str) {
+/// it to fragmented MP4 with H.264 and Opus frames ffprobe decodes; with
+/// `player`, quichub's own player plays it too.
+async fn moq_publish_is_written_by_quichub_sub(mode: &str, version: &str, player: bool) {
     let Some(_turn) = moq_dev_prerequisites(true, &["publish"]) else {
         return;
     };
@@ -241,6 +242,20 @@ async fn moq_publish_is_written_by_quichub_sub(mode: &str, version: &str) {
                     .arg(&output)
                     .output()
                     .expect("run quichub sub")
+            })
+            .await
+            .unwrap(),
+        )
+    } else {
+        None
+    };
+    // quichub's player, in a Chromium of its own, while the page publishes.
+    let played = if player && ready["ready"] == true {
+        let url = format!("http://{}/watch/{name}", relay.http);
+        let shot = dir.join("player.png");
+        Some(
+            tokio::task::spawn_blocking(move || {
+                node("player.mjs", &[&url, shot.to_str().unwrap()])
             })
             .await
             .unwrap(),
@@ -311,6 +326,16 @@ async fn moq_publish_is_written_by_quichub_sub(mode: &str, version: &str) {
         frames("opus") >= 50,
         "too few Opus frames: {streams}\n{sub_err}"
     );
+    if let Some((_, r)) = played {
+        // Not player.mjs's own verdict: that wants a latency, which these
+        // timestamps (the page's clock, not the wall clock) cannot show.
+        println!("player: {}", serde_json::to_string_pretty(&r).unwrap());
+        let p = &r["stats"];
+        assert!(p["decodedFrames"].as_u64().unwrap_or(0) > 30, "{r}");
+        assert!(p["decodedAudio"].as_u64().unwrap_or(0) > 20, "{r}");
+        assert_eq!(p["decodeErrors"], 0, "{r}");
+        assert_eq!(r["pixelsChanged"], true, "the canvas did not change: {r}");
+    }
     let series = format!("quichub_lite_sessions_total{{version=\"{version}\"}}");
     assert!(
         metric(&relay, &series).await >= 1,
@@ -318,9 +343,11 @@ async fn moq_publish_is_written_by_quichub_sub(mode: &str, version: &str) {
     );
 }
 
+/// And quichub's own player plays the same broadcast (no latency shown:
+/// `@moq/publish` stamps frames with the page's clock, not the wall clock).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moq_publish_over_webtransport_is_written_by_quichub_sub() {
-    moq_publish_is_written_by_quichub_sub("webtransport", "moq-lite-04").await;
+    moq_publish_is_written_by_quichub_sub("webtransport", "moq-lite-04", true).await;
 }
 
 /// Over WebSocket `@moq/publish` 0.2.17 (its `@moq/qmux` 0.1.3) names no
@@ -328,7 +355,7 @@ async fn moq_publish_over_webtransport_is_written_by_quichub_sub() {
 /// and draft 14 in a CLIENT_SETUP, and the relay picks moq-lite-02.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moq_publish_over_websocket_is_written_by_quichub_sub() {
-    moq_publish_is_written_by_quichub_sub("websocket", "moq-lite-02").await;
+    moq_publish_is_written_by_quichub_sub("websocket", "moq-lite-02", false).await;
 }
 
 /// The SUBSCRIBE `@moq/net` 0.2.8 writes at draft 18 for `@moq/watch`'s
