@@ -326,6 +326,16 @@ impl SendStream {
         }
     }
 
+    /// [`Self::reset`] with the code in HTTP/3's range on raw QUIC too, as
+    /// moq-dev's QUIC libraries read it there (the moq-lite bridge's peers);
+    /// QMux codes go as they are.
+    pub fn reset_mapped(&mut self, code: u32) -> Result<(), Error> {
+        match self {
+            SendStream::Quic(s) => Ok(s.reset_mapped(code)?),
+            SendStream::Qmux(_) => self.reset(code),
+        }
+    }
+
     /// Sets the send order: higher is sent first. QMux has 256 levels, not
     /// 2^32: see [`qmux_order`].
     pub fn set_priority(&mut self, order: i32) -> Result<(), Error> {
@@ -433,6 +443,15 @@ impl RecvStream {
                 q.s.stop(code);
                 Ok(())
             }
+        }
+    }
+
+    /// [`Self::stop`] with the code in HTTP/3's range on raw QUIC too (see
+    /// [`SendStream::reset_mapped`]).
+    pub fn stop_mapped(&mut self, code: u32) -> Result<(), Error> {
+        match self {
+            RecvStream::Quic(s) => Ok(s.stop_mapped(code)?),
+            RecvStream::Qmux(_) => self.stop(code),
         }
     }
 }

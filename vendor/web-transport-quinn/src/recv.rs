@@ -61,6 +61,13 @@ impl RecvStream {
         self.inner.stop(code)
     }
 
+    /// [`Self::stop`] with the code in HTTP/3's range even on a raw QUIC
+    /// session (see [`crate::SendStream::reset_mapped`]).
+    pub fn stop_mapped(&mut self, code: u32) -> Result<(), quinn::ClosedStream> {
+        let code = encode_stream_code(code, false);
+        self.inner.stop(code)
+    }
+
     // Unfortunately, we have to wrap ReadError for a bunch of functions.
 
     /// Read some data into the buffer and return the amount read. See [`quinn::RecvStream::read`].

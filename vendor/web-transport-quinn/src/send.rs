@@ -71,6 +71,14 @@ impl SendStream {
         self.stream.reset(code).map_err(Into::into)
     }
 
+    /// [`Self::reset`] with the code in HTTP/3's range even on a raw QUIC
+    /// session, as moq-dev's QUIC libraries write and read it there (quichub's
+    /// moq-lite bridge, whose peers are all moq-dev's).
+    pub fn reset_mapped(&mut self, code: u32) -> Result<(), ClosedStream> {
+        let code = encode_stream_code(code, false);
+        self.stream.reset(code).map_err(Into::into)
+    }
+
     /// Wait until the stream has been stopped and return the error code. See [`quinn::SendStream::stopped`].
     ///
     /// Unlike Quinn, this returns None if the code is not a valid WebTransport error code.

@@ -73,7 +73,9 @@ const DEFAULT_PUBLISHER_PRIORITY: u8 = 127;
 /// lite-06 route cost "cold" when unknown (moq-net's saturated value).
 const COLD_COST_UNKNOWN: u64 = (1 << 62) - 1;
 
-/// lite stream reset codes (moq-net 0.3.18's `src/error.rs`).
+/// lite stream reset codes (moq-net 0.3.18's `src/error.rs`), sent to the
+/// peer with `reset_mapped` / `stop_mapped`: in HTTP/3's range on raw QUIC
+/// too, where moq-dev's QUIC libraries read them.
 mod code {
     /// Routine cancel (unsubscribe).
     pub const CANCEL: u32 = 0x1;
@@ -517,7 +519,7 @@ impl Bridge {
             _ => return,
         };
         let Ok(permit) = self.requests.clone().try_acquire_owned() else {
-            let _ = send.reset(code::INTERNAL);
+            let _ = send.reset_mapped(code::INTERNAL);
             r.stop(code::INTERNAL);
             return;
         };
@@ -544,7 +546,7 @@ impl Bridge {
             }
             // FETCH and unknown types: refused, the session goes on.
             _ => {
-                let _ = send.reset(code::NOT_FOUND);
+                let _ = send.reset_mapped(code::NOT_FOUND);
                 r.stop(code::NOT_FOUND);
             }
         }

@@ -279,7 +279,7 @@ impl Bridge {
             if let Some(c) = chunk.take() {
                 if let Err(e) = reader.push(c, &mut frames) {
                     tracing::debug!("moq-lite group stream: {e}");
-                    let _ = recv.stop(code::MALFORMED_TRACK);
+                    let _ = recv.stop_mapped(code::MALFORMED_TRACK);
                     if let Some((mut s, _)) = to {
                         let _ = s.reset(reset::MALFORMED_TRACK);
                     }
@@ -295,7 +295,7 @@ impl Bridge {
                         .get(&h.subscribe)
                         .map(|p| (p.alias, p.priority, p.streams.clone()));
                     let Some((alias, priority, streams)) = pulled else {
-                        let _ = recv.stop(code::CANCEL);
+                        let _ = recv.stop_mapped(code::CANCEL);
                         return;
                     };
                     let Ok(mut s) = self.relay.open_uni().await else {
@@ -315,7 +315,7 @@ impl Bridge {
                     }
                     .encode(&mut out);
                     if s.write_chunk(out.freeze()).await.is_err() {
-                        let _ = recv.stop(code::CANCEL);
+                        let _ = recv.stop_mapped(code::CANCEL);
                         return;
                     }
                     to = Some((s, h.frame_start));
@@ -345,7 +345,7 @@ impl Bridge {
                         },
                     };
                     if wrote.is_err() {
-                        let _ = recv.stop(code::CANCEL);
+                        let _ = recv.stop_mapped(code::CANCEL);
                         return;
                     }
                 }
@@ -354,7 +354,7 @@ impl Bridge {
                 Some((s, _)) => tokio::select! {
                     c = recv.read_chunk(64 * 1024) => c,
                     _ = s.stopped() => {
-                        let _ = recv.stop(code::CANCEL);
+                        let _ = recv.stop_mapped(code::CANCEL);
                         return;
                     }
                 },

@@ -86,8 +86,8 @@ impl Reader {
         (self.buf.freeze(), self.recv)
     }
 
-    /// STOP_SENDING.
+    /// STOP_SENDING (the code mapped as moq-dev reads it: [`crate::mux::RecvStream::stop_mapped`]).
     pub(super) fn stop(&mut self, code: u32) {
-        let _ = self.recv.stop(code);
+        let _ = self.recv.stop_mapped(code);
     }
 }

@@ -97,7 +97,7 @@ impl Bridge {
             }
         };
         let Some(prefix) = self.namespace(&req.prefix) else {
-            let _ = send.reset(code::NOT_FOUND);
+            let _ = send.reset_mapped(code::NOT_FOUND);
             return;
         };
         let Ok((mut rs, rr)) = self.relay.open_bi().await else {
@@ -116,11 +116,11 @@ impl Bridge {
             Ok(Message::RequestOk(_)) => {}
             Ok(Message::RequestError(e)) => {
                 tracing::debug!(prefix = %req.prefix, code = e.code, "moq-lite announce request refused");
-                let _ = send.reset(refusal_code(e.code));
+                let _ = send.reset_mapped(refusal_code(e.code));
                 return;
             }
             _ => {
-                let _ = send.reset(code::INTERNAL);
+                let _ = send.reset_mapped(code::INTERNAL);
                 return;
             }
         }
@@ -260,7 +260,7 @@ impl Bridge {
         }
         let _release = Release(&self.served_ids, sub.id);
         let Some(namespace) = self.namespace(&sub.broadcast) else {
-            let _ = send.reset(code::NOT_FOUND);
+            let _ = send.reset_mapped(code::NOT_FOUND);
             return;
         };
         let Ok((mut rs, rr)) = self.relay.open_bi().await else {
@@ -305,11 +305,11 @@ impl Bridge {
             Ok(Message::SubscribeOk(ok)) => ok,
             Ok(Message::RequestError(e)) => {
                 tracing::debug!(broadcast = %sub.broadcast, track = %sub.track, code = e.code, "moq-lite subscribe refused");
-                let _ = send.reset(refusal_code(e.code));
+                let _ = send.reset_mapped(refusal_code(e.code));
                 return;
             }
             _ => {
-                let _ = send.reset(code::INTERNAL);
+                let _ = send.reset_mapped(code::INTERNAL);
                 return;
             }
         };
@@ -396,7 +396,7 @@ impl Bridge {
                 {
                     let _ = send.finish();
                 } else {
-                    let _ = send.reset(code::CANCEL);
+                    let _ = send.reset_mapped(code::CANCEL);
                 }
             }
             None => {
@@ -652,7 +652,7 @@ impl Bridge {
                     Err(_) => {
                         let _ = recv.stop(reset::CANCELLED);
                         if let Some(g) = out.as_mut() {
-                            let _ = g.stream.reset(code::MALFORMED_TRACK);
+                            let _ = g.stream.reset_mapped(code::MALFORMED_TRACK);
                         }
                         return;
                     }
@@ -686,7 +686,7 @@ impl Bridge {
                 }
                 Err(_) => {
                     if let Some(g) = out.as_mut() {
-                        let _ = g.stream.reset(code::CANCEL);
+                        let _ = g.stream.reset_mapped(code::CANCEL);
                     }
                     return;
                 }

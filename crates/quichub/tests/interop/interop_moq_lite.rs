@@ -320,13 +320,12 @@ fn moq_lite_refusals_leave_other_sessions_alone() {
     );
 
     // moq-dev's newer stack (moq-net 0.3.18, lite-06): the same refusal,
-    // over both transports. Over WebTransport it reads the reason (stream
-    // reset NOT_FOUND, 0x33). Over raw QUIC moq-dev's transports
-    // (web-transport-moq 1.3, web-transport-quinn 0.11) expect stream codes
-    // mapped into HTTP/3's range as on WebTransport, where quichub's raw
-    // sessions send them as they are: the refusal arrives, its reason reads
-    // "invalid RESET_STREAM: 51" (pinned: "not found" once they are mapped).
-    for (url, reason) in [(&wt, "not found"), (&quic, "invalid RESET_STREAM: 51")] {
+    // over both transports, with its reason (stream reset NOT_FOUND, 0x33).
+    // Over raw QUIC moq-dev's transports (web-transport-moq 1.3,
+    // web-transport-quinn 0.11) read stream codes mapped into HTTP/3's range
+    // as on WebTransport, and the bridge sends them so (unmapped, the
+    // reason read "invalid RESET_STREAM: 51").
+    for (url, reason) in [(&wt, "not found"), (&quic, "not found")] {
         let mut fetch = Command::new(bin.join("moq"));
         fetch
             .args(["--connect", url, "--connect-version", "moq-lite-06"])
