@@ -27,7 +27,7 @@ use std::time::Duration;
 use crate::interop_moq_media::{moq_publishes, moq_subscribes, one_at_a_time};
 use crate::moq_dev_kit::{
     clock, metric, moq_dev_tools, output_within, spawn_on_udp_port, ticks, url, wait_until,
-    ClockSubscriber, Dir, Proc, Relay,
+    ClockSubscriber, Dir, Proc, Relay, QUICHUB,
 };
 
 /// What a moq-clock subscriber may take to print its ticks: a first group
@@ -368,4 +368,95 @@ fn moq_lite_refusals_leave_other_sessions_alone() {
     assert!(relay.alive());
     let m = relay.metrics();
     assert_eq!(metric(&m, "quichub_protocol_violations_total"), 0, "{m}");
+}
+
+/// moq-dev's tokens on lite sessions: a relay with a JWT key serves a
+/// moq-clock publisher and subscriber that carry `?jwt=` in their
+/// WebTransport URL, whose path is the session's root (the token's `root`),
+/// as on moq-relay; a subscriber without a token, or with one that may only
+/// publish, gets nothing.
+#[test]
+fn moq_lite_sessions_are_authorised_by_moq_dev_tokens() {
+    let Some(bin) = moq_dev_tools(&["moq-clock"]) else {
+        return;
+    };
+    let dir = Dir::new("quichub-lite-auth", "clock");
+    let key = dir.path("hs.jwk");
+    let ok = Command::new(QUICHUB)
+        .args(["token", "generate-key", "--out"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let sign = |claims: &[&str]| {
+        let out = Command::new(QUICHUB)
+            .args(["token", "sign", "--key"])
+            .arg(&key)
+            .args(["--root", "demo"])
+            .args(claims)
+            .args(["--expires", "1h"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let (put, get) = (sign(&["--put", ""]), sign(&["--get", ""]));
+    let relay = Relay::start_with(&dir, &["--auth-key", key.to_str().unwrap()]);
+    let at = |jwt: Option<&str>| match jwt {
+        Some(t) => format!("https://127.0.0.1:{}/demo?jwt={t}", relay.port),
+        None => format!("https://127.0.0.1:{}/demo", relay.port),
+    };
+    let _publisher = Proc(
+        clock(
+            &bin,
+            dir.root(),
+            &at(Some(&put)),
+            "clock",
+            None,
+            "publish",
+            "pub.log",
+        )
+        .spawn()
+        .unwrap(),
+    );
+    let mut allowed = subscriber(&bin, &dir, &at(Some(&get)), "clock", None, "sub-get.log");
+    let out = allowed.ticks(3, TICKS_BUDGET);
+    assert!(
+        ticks(&out) >= 3,
+        "a subscriber with a get token: {out}\n{}",
+        dir.tails(&["pub.log", "sub-get.log", "relay.log"])
+    );
+    // No token, or one that may only publish: not a tick. (A subscriber
+    // with a token prints the group under way at once, from the joining
+    // FETCH: 15 s is ample for one that is wrongly let through.)
+    for (name, jwt) in [("none", None), ("put-only", Some(put.as_str()))] {
+        let (log, printed) = (
+            format!("sub-{name}.log"),
+            dir.path(&format!("sub-{name}.out")),
+        );
+        let mut child = clock(&bin, dir.root(), &at(jwt), "clock", None, "subscribe", &log)
+            .stdout(std::fs::File::create(&printed).unwrap())
+            .spawn()
+            .unwrap();
+        wait_until(Duration::from_secs(15), || {
+            child.try_wait().unwrap().is_some()
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        let printed = std::fs::read_to_string(&printed).unwrap();
+        assert_eq!(
+            ticks(&printed),
+            0,
+            "a subscriber with {name}: {printed}\n{}",
+            dir.tails(&[&log])
+        );
+    }
+    let m = relay.metrics();
+    assert!(metric(&m, &lite_sessions("moq-lite-04")) >= 2, "{m}");
+    // Refused by the relay's authoriser, not lost on the way.
+    assert!(metric(&m, "quichub_requests_unauthorized_total") >= 1, "{m}");
 }

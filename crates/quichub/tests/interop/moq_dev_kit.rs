@@ -158,8 +158,14 @@ pub(crate) struct Relay {
 
 impl Relay {
     pub(crate) fn start(dir: &Dir) -> Self {
+        Self::start_with(dir, &[])
+    }
+
+    /// [`Self::start`] with more `quichub relay` arguments.
+    pub(crate) fn start_with(dir: &Dir, extra: &[&str]) -> Self {
         let mut child = Command::new(QUICHUB)
             .args(["relay", "--bind", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
+            .args(extra)
             .args(["--mqtt", "off", "--http", "off", "--cert"])
             .arg(dir.path("cert.pem"))
             .arg("--key")
