@@ -89,24 +89,88 @@ fn relay_log(relay: &Relay) -> String {
 /// `<moq-watch>` over `mode` (`webtransport` or `websocket`) plays a
 /// broadcast that ffmpeg → `quichub pub --broadcast` publishes: video frames
 /// decoded and painted (the canvas changes), audio decoded, over moq-lite-05.
+/// Who publishes the broadcast `<moq-watch>` plays.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Publisher {
+    /// `quichub pub --broadcast` (hang, legacy container), draft 18.
+    Quichub,
+    /// moq-dev's `moq import fmp4` (hang, CMAF container), moq-lite-06.
+    MoqCli,
+}
+
 async fn moq_watch_plays(mode: &str) {
+    moq_watch_plays_from(mode, Publisher::Quichub).await
+}
+
+async fn moq_watch_plays_from(mode: &str, from: Publisher) {
     let Some(_turn) = moq_dev_prerequisites(true, &["watch"]) else {
         return;
     };
-    let dir = out_dir().join(format!("moq-watch-{mode}"));
+    let moq_bin = match from {
+        Publisher::Quichub => None,
+        Publisher::MoqCli => {
+            match std::env::var("QUICHUB_MOQ_DEV_BIN") {
+                Ok(d) => {
+                    let moq = std::path::PathBuf::from(d).join("moq");
+                    assert!(
+                        moq.exists(),
+                        "{} missing: scripts/install-moq-dev.sh --with-cli",
+                        moq.display()
+                    );
+                    Some(moq)
+                }
+                Err(_) => {
+                    println!("SKIPPED: set QUICHUB_MOQ_DEV_BIN (scripts/test.sh does) for moq-dev's `moq`");
+                    return;
+                }
+            }
+        }
+    };
+    let tag = match from {
+        Publisher::Quichub => mode.to_string(),
+        Publisher::MoqCli => format!("{mode}-moq-cli"),
+    };
+    let dir = out_dir().join(format!("moq-watch-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
     let (relay, page_port) = relay_for_pages(&dir);
     // Long enough to outlast the page on a loaded machine: `pub` ends with
     // its input.
     let input = ingest_clip(&dir, 60);
     let url = format!("moqt://127.0.0.1:{}/", relay.quic);
-    let mut publisher = Command::new(BIN)
-        .args(["pub", &url, "--broadcast", "live/moq-watch", "--input"])
-        .arg(&input)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut feeder = None;
+    let mut publisher = match &moq_bin {
+        None => Command::new(BIN)
+            .args(["pub", &url, "--broadcast", "live/moq-watch", "--input"])
+            .arg(&input)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+        Some(moq) => {
+            // ffmpeg feeds `moq import fmp4` in real time, as an encoder would.
+            let (_, _, fingerprint) = http_get(relay.http.clone(), "/certificate.sha256").await;
+            let mut ffmpeg = Command::new("ffmpeg")
+                .args(["-hide_banner", "-loglevel", "error", "-re", "-i"])
+                .arg(&input)
+                .args(["-c", "copy", "-f", "mp4", "-movflags"])
+                .args(["cmaf+frag_keyframe+empty_moov+default_base_moof", "-"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdin = ffmpeg.stdout.take().unwrap();
+            feeder = Some(ffmpeg);
+            Command::new(moq)
+                .args(["--connect", &url, "--connect-version", "moq-lite-06"])
+                .args(["--connect-tls-fingerprint", fingerprint.trim()])
+                .args(["--broadcast", "live/moq-watch", "import", "fmp4"])
+                .stdin(stdin)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.join("moq-import.log")).unwrap())
+                .spawn()
+                .unwrap()
+        }
+    };
     let violations_before = protocol_violations(&relay).await;
     let args = [
         relay.http.clone(),
@@ -126,6 +190,10 @@ async fn moq_watch_plays(mode: &str) {
     .unwrap();
     let _ = publisher.kill();
     let _ = publisher.wait();
+    if let Some(mut f) = feeder {
+        let _ = f.kill();
+        let _ = f.wait();
+    }
     println!("moq-watch: {}", serde_json::to_string_pretty(&r).unwrap());
     println!(
         "screenshot: {}",
@@ -176,6 +244,14 @@ async fn moq_watch_plays(mode: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moq_watch_plays_quichub_pub_over_webtransport() {
     moq_watch_plays("webtransport").await;
+}
+
+/// A broadcast moq-dev's own `moq` CLI publishes into quichub (moq-lite-06,
+/// hang with the CMAF container) plays in `<moq-watch>` (moq-lite-05):
+/// moq-dev's publisher and player with quichub in moq-relay's place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moq_watch_plays_what_the_moq_cli_publishes_through_quichub() {
+    moq_watch_plays_from("webtransport", Publisher::MoqCli).await;
 }
 
 /// In a page without WebTransport (as Safari), `@moq/net` falls back to
