@@ -458,5 +458,8 @@ fn moq_lite_sessions_are_authorised_by_moq_dev_tokens() {
     let m = relay.metrics();
     assert!(metric(&m, &lite_sessions("moq-lite-04")) >= 2, "{m}");
     // Refused by the relay's authoriser, not lost on the way.
-    assert!(metric(&m, "quichub_requests_unauthorized_total") >= 1, "{m}");
+    assert!(
+        metric(&m, "quichub_requests_unauthorized_total") >= 1,
+        "{m}"
+    );
 }
