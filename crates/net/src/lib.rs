@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod alias;
+mod bridge;
 pub mod client;
 pub mod flood;
 pub mod h3;

@@ -45,6 +45,7 @@ use moqt::message::{setup_option, RequestError, RequestUpdate, Setup};
 use moqt::{KeyValue, KvValue, Message, SessionErrorCode, TrackNamespace};
 use tokio::sync::mpsc;
 
+use crate::bridge::Fail;
 use crate::io::{write_message, MessageReader, ReadError};
 use crate::mux::{RecvStream, SendStream, Session};
 use pipe::{pipe, Pipe};
@@ -83,15 +84,6 @@ const MAX_PENDING_FETCHES: usize = 4096;
 /// How long the peer may take to open its control stream and send
 /// CLIENT_SETUP; the relay's own SETUP timeout runs too, on its side.
 const SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// The in-memory QMux session's limits: `limits` (the stream counts and
-/// windows a QUIC peer of the relay gets, as for WebSocket sessions) without
-/// the idle timeout, which the peer's own session enforces.
-fn bridge_config(limits: qmux::Config) -> qmux::Config {
-    let mut c = limits;
-    c.max_idle_timeout = 0;
-    c
-}
 
 /// Most requests a peer may have open through the bridge at once: the
 /// relay's draft-18 side grants that many request streams (its QUIC limit),
@@ -145,52 +137,13 @@ async fn start(
     limits: qmux::Config,
     control: Option<(SendStream, RecvStream, Bytes)>,
 ) -> anyhow::Result<Session> {
-    let (a, b) = tokio::io::duplex(256 * 1024);
-    let config = bridge_config(limits);
+    let config = crate::bridge::config(limits);
     let max_requests = request_limit(&config);
-    let ta = qmux::transport::Stream::new(a, config.version, config.max_record_size);
-    let tb = qmux::transport::Stream::new(b, config.version, config.max_record_size);
     // The bridge takes the peer's part on the draft-18 side.
-    let (bridge_side, other_side) = match role {
-        Role::Server => {
-            let (c, s) = tokio::try_join!(
-                qmux::Session::connect(ta, config.clone()),
-                qmux::Session::accept(tb, config)
-            )?;
-            (c, s)
-        }
-        Role::Client => {
-            let (s, c) = tokio::try_join!(
-                qmux::Session::accept(ta, config.clone()),
-                qmux::Session::connect(tb, config)
-            )?;
-            (s, c)
-        }
-    };
-    tokio::spawn(run(
-        peer,
-        bridge_side.into(),
-        draft,
-        role,
-        max_requests,
-        control,
-    ));
-    Ok(other_side.into())
-}
-
-/// Why the bridge closes the sessions.
-struct Fail {
-    code: u32,
-    reason: String,
-}
-
-impl Fail {
-    fn protocol(reason: impl Into<String>) -> Self {
-        Fail {
-            code: SessionErrorCode::ProtocolViolation.code(),
-            reason: reason.into(),
-        }
-    }
+    let (bridge_side, other_side) =
+        crate::bridge::memory_pair(config, role == Role::Server).await?;
+    tokio::spawn(run(peer, bridge_side, draft, role, max_requests, control));
+    Ok(other_side)
 }
 
 /// A request in flight, keyed by its Request ID on the peer's side.
@@ -318,30 +271,7 @@ async fn run(
             }
         });
     }
-    let outcome = tokio::select! {
-        f = fail_rx.recv() => f,
-        e = peer.closed() => {
-            let (code, reason) = e.application_close().unwrap_or((0, e.to_string()));
-            relay.close(code, reason.as_bytes());
-            None
-        }
-        e = relay.closed() => {
-            let (code, reason) = e.application_close().unwrap_or((0, e.to_string()));
-            peer.close(code, reason.as_bytes());
-            None
-        }
-    };
-    if let Some(f) = outcome {
-        // A read that failed because a session just closed is that close,
-        // not a violation: pass its code on.
-        let (code, reason) = match (peer.close_reason(), relay.close_reason()) {
-            (Some(e), _) | (None, Some(e)) => e.application_close().unwrap_or((0, e.to_string())),
-            (None, None) => (f.code, f.reason),
-        };
-        tracing::debug!(draft = draft.number(), code, %reason, "closing legacy session");
-        peer.close(code, reason.as_bytes());
-        relay.close(code, reason.as_bytes());
-    }
+    crate::bridge::close_together(&peer, &relay, &mut fail_rx, "legacy").await;
     // Every task of the bridge ends with it (they hold the bridge, its
     // streams and both sessions).
     b.shutdown.send_replace(true);

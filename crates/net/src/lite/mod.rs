@@ -41,6 +41,7 @@ use moqt::message::Setup;
 use moqt::{Message, SessionErrorCode};
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use crate::bridge::Fail;
 use crate::io::{write_message, MessageReader};
 use crate::mux::{RecvStream, SendStream, Session};
 use crate::Transport;
@@ -107,40 +108,10 @@ pub struct Start {
 /// Starts translating `peer`, a lite client, and returns the draft-18
 /// session to hand to the relay. The bridge runs until either side closes.
 pub async fn accept(peer: Session, start: Start, limits: qmux::Config) -> anyhow::Result<Session> {
-    let (bridge_side, relay_side) = memory_pair(limits).await?;
+    let (bridge_side, relay_side) =
+        crate::bridge::memory_pair(crate::bridge::config(limits), true).await?;
     tokio::spawn(run(peer, bridge_side, start));
     Ok(relay_side)
-}
-
-/// An in-memory QMux session pair: the bridge's end (a client of the relay)
-/// and the relay's.
-async fn memory_pair(limits: qmux::Config) -> anyhow::Result<(Session, Session)> {
-    let (a, b) = tokio::io::duplex(256 * 1024);
-    let mut config = limits;
-    // The peer's own session enforces the idle timeout.
-    config.max_idle_timeout = 0;
-    let ta = qmux::transport::Stream::new(a, config.version, config.max_record_size);
-    let tb = qmux::transport::Stream::new(b, config.version, config.max_record_size);
-    let (c, s) = tokio::try_join!(
-        qmux::Session::connect(ta, config.clone()),
-        qmux::Session::accept(tb, config)
-    )?;
-    Ok((c.into(), s.into()))
-}
-
-/// Why the bridge closes the sessions.
-struct Fail {
-    code: u32,
-    reason: String,
-}
-
-impl Fail {
-    fn protocol(reason: impl Into<String>) -> Self {
-        Fail {
-            code: SessionErrorCode::ProtocolViolation.code(),
-            reason: reason.into(),
-        }
-    }
 }
 
 /// A subscription of the peer's that the bridge serves (by the relay's
@@ -243,28 +214,7 @@ async fn run(peer: Session, relay: Session, start: Start) {
             }
         });
     }
-    let outcome = tokio::select! {
-        f = fail_rx.recv() => f,
-        e = peer.closed() => {
-            let (code, reason) = e.application_close().unwrap_or((0, e.to_string()));
-            relay.close(code, reason.as_bytes());
-            None
-        }
-        e = relay.closed() => {
-            let (code, reason) = e.application_close().unwrap_or((0, e.to_string()));
-            peer.close(code, reason.as_bytes());
-            None
-        }
-    };
-    if let Some(f) = outcome {
-        let (code, reason) = match (peer.close_reason(), relay.close_reason()) {
-            (Some(e), _) | (None, Some(e)) => e.application_close().unwrap_or((0, e.to_string())),
-            (None, None) => (f.code, f.reason),
-        };
-        tracing::debug!(version = b.version.label(), code, %reason, "closing moq-lite session");
-        peer.close(code, reason.as_bytes());
-        relay.close(code, reason.as_bytes());
-    }
+    crate::bridge::close_together(&peer, &relay, &mut fail_rx, b.version.label()).await;
     b.shutdown.send_replace(true);
     drop(b);
     // The relay side stays open a moment so its CONNECTION_CLOSE gets out.
