@@ -15,77 +15,18 @@
 //! test there instead of skipping it.
 
 use std::io::{BufRead, BufReader};
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use quichub_net::tls::Identity;
 
+use crate::moq_dev_kit::{moq_dev_tools, spawn_on_udp_port, Proc};
+
 const QUICHUB: &str = env!("CARGO_BIN_EXE_quichub");
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn tools() -> Option<PathBuf> {
-    match std::env::var("QUICHUB_MOQ_DEV_BIN") {
-        Ok(dir) => {
-            let dir = PathBuf::from(dir);
-            for b in ["moq-relay", "moq-clock"] {
-                assert!(
-                    dir.join(b).exists(),
-                    "{b} missing in {}: run scripts/install-moq-dev.sh",
-                    dir.display()
-                );
-            }
-            Some(dir)
-        }
-        Err(_) => {
-            eprintln!("SKIPPED: set QUICHUB_MOQ_DEV_BIN (scripts/test.sh does) to run the moq-dev interop test");
-            None
-        }
-    }
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts a server `command(port)` on a loopback UDP port picked by binding
-/// and releasing it: another process may take the port in between, and
-/// then the server exits, so it is started again on another port. Returns
-/// once the port is taken and the server still runs.
-fn spawn_on_udp_port(command: impl Fn(u16) -> Command) -> (Proc, u16) {
-    for _ in 0..5 {
-        let port = free_udp_port();
-        let mut p = Proc(command(port).spawn().unwrap());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if p.0.try_wait().unwrap().is_some() {
-                break;
-            }
-            if UdpSocket::bind(("127.0.0.1", port)).is_err() {
-                // Bound: by this server, unless it is about to exit.
-                std::thread::sleep(Duration::from_millis(200));
-                if p.0.try_wait().unwrap().is_none() {
-                    return (p, port);
-                }
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    panic!("no server came up on a free UDP port in 5 tries");
+    moq_dev_tools(&["moq-relay", "moq-clock"])
 }
 
 fn start_quichub(cert: &Path, key: &Path) -> (Proc, u16) {
