@@ -274,6 +274,8 @@ impl Bridge {
         let mut frames = Vec::new();
         let mut to: Option<(SendStream, u64)> = None;
         let mut prev: Option<u64> = None;
+        // Object headers, split off one by one (see `serve::HEADER_BLOCK`).
+        let mut headers = BytesMut::new();
         let mut chunk = Some(first);
         loop {
             if let Some(c) = chunk.take() {
@@ -329,17 +331,18 @@ impl Bridge {
                         status: ObjectStatus::Normal,
                         payload: Bytes::new(),
                     };
-                    let mut h = BytesMut::with_capacity(16);
-                    if o.encode_header_with_len(&mut h, prev, false, f.payload.len())
+                    headers.reserve(super::serve::HEADER_BLOCK);
+                    if o.encode_header_with_len(&mut headers, prev, false, f.payload.len())
                         .is_err()
                     {
                         return;
                     }
                     prev = Some(*next_id);
                     *next_id += 1;
+                    let h = headers.split().freeze();
                     let wrote = match f.payload.is_empty() {
-                        true => s.write_chunk(h.freeze()).await,
-                        false => match s.write_chunk(h.freeze()).await {
+                        true => s.write_chunk(h).await,
+                        false => match s.write_chunk(h).await {
                             Ok(()) => s.write_chunk(f.payload).await,
                             Err(e) => Err(e),
                         },

@@ -21,11 +21,17 @@ use moqt::{
 
 use super::*;
 
+/// Bytes reserved at a time for frame headers (a header is at most 18).
+pub(super) const HEADER_BLOCK: usize = 1024;
+
 /// A lite group stream being written to the peer.
 pub(super) struct GroupOut {
     stream: SendStream,
     /// Timestamp of the previous frame (lite-05+ deltas).
     prev_ts: u64,
+    /// Where frame headers are encoded: split off one by one, so a block
+    /// serves many frames rather than one allocation each.
+    headers: BytesMut,
     /// The next frame's index (object ID) the stream expects.
     next: u64,
 }
@@ -60,6 +66,7 @@ impl GroupOut {
         Some(Self {
             stream,
             prev_ts: 0,
+            headers: BytesMut::new(),
             next: 0,
         })
     }
@@ -69,9 +76,10 @@ impl GroupOut {
         let ts = b.now_ms().max(self.prev_ts);
         let delta = (ts - self.prev_ts) as i64;
         self.prev_ts = ts;
-        let mut h = BytesMut::with_capacity(16);
-        encode_frame_header(b.version, delta, payload.len(), &mut h);
-        self.stream.write_chunk(h.freeze()).await.map_err(|_| ())?;
+        self.headers.reserve(HEADER_BLOCK);
+        encode_frame_header(b.version, delta, payload.len(), &mut self.headers);
+        let h = self.headers.split().freeze();
+        self.stream.write_chunk(h).await.map_err(|_| ())?;
         if !payload.is_empty() {
             self.stream.write_chunk(payload).await.map_err(|_| ())?;
         }
