@@ -421,3 +421,58 @@ async fn a_legacy_peer_past_the_request_limit_gets_excessive_load() {
     assert_eq!(refused, [8, 10]);
     assert!(s.close_reason().is_none(), "the session stays up");
 }
+
+/// moq-lite peers (through the lite bridge) as an attacker would be one:
+/// a stream of an unknown type loses only that stream, and the session
+/// then serves a SUBSCRIBE; a message longer than the bridge accepts closes
+/// that session with PROTOCOL_VIOLATION; the healthy flow goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_moq_lite_closes_only_that_session() {
+    let relay = TestRelay::start().await;
+    let count = healthy_flow(&relay).await;
+    still_flowing(&count).await;
+
+    // An unknown bidi stream type: refused (reset), the session goes on.
+    let s = relay.raw_alpn("moq-lite-04").await;
+    let (mut send, mut recv) = s.open_bi().await.unwrap();
+    send.write_all(&[0x3f, 0x01, 0x00]).await.unwrap();
+    assert!(within(5, recv.read_chunk(64)).await.is_err());
+    // ... and a SUBSCRIBE to the healthy track is answered (SUBSCRIBE_OK:
+    // type 0, then its body).
+    let (mut send, mut recv) = s.open_bi().await.unwrap();
+    let mut sub = BytesMut::new();
+    moqt::legacy::varint::put_varint(&mut sub, moqt::lite::stream::SUBSCRIBE);
+    moqt::lite::message::Subscribe {
+        id: 0,
+        broadcast: "ok".into(),
+        track: "beat".into(),
+        priority: 128,
+        max_age_ms: None,
+        start_group: None,
+        end_group: None,
+        start_frame: 0,
+        end_frame: None,
+    }
+    .encode(moqt::lite::Version::Lite04, &mut sub);
+    send.write_all(&sub).await.unwrap();
+    let first = within(5, recv.read_chunk(64)).await.unwrap().unwrap();
+    assert_eq!(
+        first.first(),
+        Some(&0x00),
+        "SUBSCRIBE_OK expected: {first:?}"
+    );
+    assert!(s.close_reason().is_none());
+    still_flowing(&count).await;
+
+    // A SUBSCRIBE whose length is past the bridge's limit (64 KiB).
+    let s = relay.raw_alpn("moq-lite-04").await;
+    let (mut send, _recv) = s.open_bi().await.unwrap();
+    let mut huge = BytesMut::new();
+    moqt::legacy::varint::put_varint(&mut huge, moqt::lite::stream::SUBSCRIBE);
+    moqt::legacy::varint::put_varint(&mut huge, 1 << 20);
+    huge.put_bytes(b'a', 1024);
+    send.write_all(&huge).await.unwrap();
+    let err = within(5, s.closed()).await;
+    assert_eq!(close_code(&err), Some(PROTOCOL_VIOLATION), "{err}");
+    still_flowing(&count).await;
+}
